@@ -1,0 +1,15 @@
+"""cache_core: the pure cache core (standard library + numpy only; no simpy, torch or plotting).
+
+Public surface: `RadixCache` with `CacheConfig`, the `MatchResult`/`InsertResult` records,
+`TokenSeq`, page keys (`keys`), eviction policies (`eviction`), `invariants.check` and the
+`ReplayStepper` that drives one request at a time.
+"""
+from .cache import CacheConfig, InsertResult, MatchResult, RadixCache, TokenSeq
+from .eviction import Policy, make_policy, policy_names, register_policy
+from .replay import ReplayStepper, StepResult
+
+__all__ = [
+    "CacheConfig", "InsertResult", "MatchResult", "RadixCache", "TokenSeq",
+    "Policy", "make_policy", "policy_names", "register_policy",
+    "ReplayStepper", "StepResult",
+]

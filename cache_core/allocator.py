@@ -1,0 +1,83 @@
+"""Index allocators: fixed-capacity pools of page slots handed out and returned in bulk.
+
+A pool hands out *page* indices; with page size P, page i covers token slots
+i*P .. i*P+P-1. Slot indices are what the data plane addresses (device KV pages); the core
+only counts and moves them. Both operations are O(k) numpy copies for k pages.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+INDEX_DTYPE = np.int64
+_EMPTY = np.empty(0, dtype=INDEX_DTYPE)
+
+
+class PagePool:
+    """A free list of page indices.
+
+    `capacity_pages=None` makes the pool unbounded: it never runs out and fresh indices
+    come from a counter. Freed pages are reused last-in first-out, so allocation order is
+    deterministic.
+    """
+
+    __slots__ = ("capacity_pages", "_free", "_top", "_next")
+
+    def __init__(self, capacity_pages: int | None):
+        if capacity_pages is not None and capacity_pages < 0:
+            raise ValueError(f"capacity_pages must be >= 0, got {capacity_pages}")
+        self.capacity_pages = capacity_pages
+        if capacity_pages is None:
+            self._free = np.empty(1024, dtype=INDEX_DTYPE)
+            self._top = 0
+            self._next = 0
+        else:
+            # pop from the top: page 0 is handed out first
+            self._free = np.arange(capacity_pages - 1, -1, -1, dtype=INDEX_DTYPE)
+            self._top = capacity_pages
+            self._next = capacity_pages
+
+    @property
+    def unbounded(self) -> bool:
+        return self.capacity_pages is None
+
+    @property
+    def free_pages(self) -> int:
+        """Pages available without eviction (for an unbounded pool: the recycled ones)."""
+        return self._top
+
+    def can_alloc(self, n: int) -> bool:
+        return self.capacity_pages is None or n <= self._top
+
+    def alloc(self, n: int) -> np.ndarray | None:
+        """Take `n` pages; None (and nothing taken) when fewer are free."""
+        if n <= 0:
+            return _EMPTY
+        top = self._top
+        if n <= top:
+            self._top = top - n
+            return self._free[top - n : top][::-1].copy()
+        if self.capacity_pages is not None:
+            return None
+        fresh = np.arange(self._next, self._next + n - top, dtype=INDEX_DTYPE)
+        self._next += n - top
+        out = np.concatenate([self._free[:top][::-1], fresh])
+        self._top = 0
+        return out
+
+    def free(self, pages: np.ndarray) -> None:
+        """Return pages to the pool (the caller guarantees they were allocated here)."""
+        k = len(pages)
+        if k == 0:
+            return
+        top = self._top
+        if top + k > len(self._free):
+            grow = np.empty(max(2 * len(self._free), top + k), dtype=INDEX_DTYPE)
+            grow[:top] = self._free[:top]
+            self._free = grow
+        # reversed so that the first page freed is the last one handed out again
+        self._free[top : top + k] = pages[::-1]
+        self._top = top + k
+
+    def free_view(self) -> np.ndarray:
+        """A copy of the free page indices (for invariant checks)."""
+        return self._free[: self._top].copy()

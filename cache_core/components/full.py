@@ -1,0 +1,126 @@
+"""FULL: full-attention KV, reused along the whole path (*path reuse*).
+
+- Payload: ``node.value``, the L1 page indices of the node's tokens (one index per page).
+- Validator: none. Every prefix whose tokens are all in the tree is reusable.
+- Lock: a reference count on every node from the match point up to the root. Tokens of a
+  node with a non-zero count are *protected*; all others are *evictable*.
+- Evict: only unlocked leaves, whole nodes at a time, in policy order; a parent becomes a
+  candidate when its last child goes and it is unlocked. Removing a FULL payload removes
+  the node (FULL anchors the topology), dropping every other component's payload with it.
+
+Costs: lock/unlock O(depth); evicting k nodes O(k log n) (lazy-invalidation heap).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..allocator import PagePool
+from ..eviction import EvictionQueue, Policy
+from .base import Component, ComponentKind
+
+
+class FullComponent(Component):
+    kind = ComponentKind.FULL
+
+    def __init__(self, tree, capacity_tokens: int | None, policy: Policy):
+        self.tree = tree
+        self.page_size = tree.page_size
+        cap_pages = None if capacity_tokens is None else capacity_tokens // self.page_size
+        self.pool = PagePool(cap_pages)
+        self.queue = EvictionQueue(policy, self._is_candidate)
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+        self.evicted_tokens = 0  # lifetime total
+        self.evicted_nodes = 0
+
+    # -- capacity ------------------------------------------------------------------------
+    @property
+    def capacity_tokens(self) -> int | None:
+        cap = self.pool.capacity_pages
+        return None if cap is None else cap * self.page_size
+
+    @property
+    def free_tokens(self) -> int:
+        return self.pool.free_pages * self.page_size
+
+    # -- candidates ------------------------------------------------------------------------
+    @staticmethod
+    def _is_candidate(node) -> bool:
+        return node.alive and node.lock_ref == 0 and not node.children
+
+    def touched(self, node) -> None:
+        """`node`'s policy key may have changed: offer it again if it is a candidate."""
+        if node is not None and node.lock_ref == 0 and not node.children and node.alive:
+            self.queue.push(node)
+
+    # -- payload hooks ------------------------------------------------------------------------
+    def on_split(self, upper, lower, upper_tokens: int) -> None:
+        cut = upper_tokens // self.page_size
+        upper.value = lower.value[:cut]
+        lower.value = lower.value[cut:]
+
+    def attach(self, leaf, pages: np.ndarray) -> None:
+        """Give a new (unlocked) leaf its pages."""
+        leaf.value = pages
+        self.evictable_tokens += leaf.num_tokens
+        self.queue.push(leaf)
+
+    def on_remove(self, node) -> None:
+        self.pool.free(node.value)
+        self.evictable_tokens -= node.num_tokens
+
+    # -- locks --------------------------------------------------------------------------------
+    def lock(self, node) -> None:
+        delta = 0
+        while node.parent is not None:  # stops at the root
+            if node.lock_ref == 0:
+                delta += len(node.key)
+            node.lock_ref += 1
+            node = node.parent
+        delta >>= 3
+        self.evictable_tokens -= delta
+        self.protected_tokens += delta
+
+    def unlock(self, node) -> None:
+        first = node
+        delta = 0
+        while node.parent is not None:
+            if node.lock_ref <= 0:
+                raise RuntimeError(f"unlock of node {node.id} that is not locked")
+            node.lock_ref -= 1
+            if node.lock_ref == 0:
+                delta += len(node.key)
+            node = node.parent
+        delta >>= 3
+        self.evictable_tokens += delta
+        self.protected_tokens -= delta
+        self.touched(first)
+
+    # -- eviction ------------------------------------------------------------------------------
+    def evict(self, num: int) -> int:
+        """Remove unlocked leaves in policy order until `num` tokens are freed or none is left."""
+        freed = 0
+        queue, tree = self.queue, self.tree
+        while freed < num:
+            node = queue.pop()
+            if node is None:
+                break
+            n = node.num_tokens
+            parent = tree.remove_leaf(node)
+            freed += n
+            self.evicted_nodes += 1
+            if parent.lock_ref == 0 and not parent.children:
+                queue.push(parent)
+        self.evicted_tokens += freed
+        queue.maybe_compact(tree.num_nodes)
+        return freed
+
+    def stats(self) -> dict:
+        return {
+            "capacity_tokens": self.capacity_tokens,
+            "free_tokens": self.free_tokens if self.capacity_tokens is not None else None,
+            "evictable_tokens": self.evictable_tokens,
+            "protected_tokens": self.protected_tokens,
+            "evicted_tokens": self.evicted_tokens,
+            "evicted_nodes": self.evicted_nodes,
+        }

@@ -1,0 +1,125 @@
+"""Eviction policies (a sort key each) and the queue mechanics that serve them.
+
+A policy is a small class with a `key(node)` method: among the evictable candidates of one
+(component, tier), the one with the smallest key goes first; ties fall to the older node id,
+so every run is deterministic. Policies read only logical state (ticks, hit counts,
+creation order): no wall time anywhere.
+
+Register a new policy with `@register_policy("name")`; it then works in replay, the
+simulator and the GPU backend with no change to the core.
+
+Mechanics: `EvictionQueue` is a binary heap with lazy invalidation. A candidate is pushed
+whenever it becomes evictable or its key changes; an entry is trusted at pop time only if the
+node is still an evictable candidate and its key still equals the entry's. Popping k victims
+costs O(k log n) amortised; the heap is compacted when stale entries outnumber live ones.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+_POLICIES: dict[str, type] = {}
+
+
+def register_policy(name: str):
+    """Class decorator: make a policy available by name (`--policy name`)."""
+
+    def deco(cls):
+        if name in _POLICIES:
+            raise ValueError(f"eviction policy {name!r} is already registered")
+        cls.name = name
+        _POLICIES[name] = cls
+        return cls
+
+    return deco
+
+
+def make_policy(name: str):
+    try:
+        return _POLICIES[name]()
+    except KeyError:
+        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(policy_names())}") from None
+
+
+def policy_names() -> list[str]:
+    return sorted(_POLICIES)
+
+
+class Policy:
+    """Base class. `key(node)` must be cheap and must not decrease while a node is a
+    candidate unless the caller re-pushes it (the cache re-pushes on every access)."""
+
+    name = "?"
+
+    def key(self, node):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+@register_policy("lru")
+class LRU(Policy):
+    """Least recently used: the oldest access tick goes first (SGLang's default)."""
+
+    def key(self, node):
+        return node.tick
+
+
+@register_policy("lfu")
+class LFU(Policy):
+    """Least frequently used: fewest match hits first, ties by oldest access tick.
+    A hit is one match call that walked through the node."""
+
+    def key(self, node):
+        return (node.hits, node.tick)
+
+
+@register_policy("fifo")
+class FIFO(Policy):
+    """First in, first out: the oldest creation tick goes first (access does not matter)."""
+
+    def key(self, node):
+        return node.created
+
+
+class EvictionQueue:
+    """Min-heap of (key, node id, node) with lazy invalidation."""
+
+    __slots__ = ("policy", "_heap", "_is_candidate")
+
+    def __init__(self, policy: Policy, is_candidate: Callable):
+        self.policy = policy
+        self._heap: list = []
+        self._is_candidate = is_candidate
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, node) -> None:
+        """Offer `node` with its current key (call when it becomes a candidate or its key changes)."""
+        heapq.heappush(self._heap, (self.policy.key(node), node.id, node))
+
+    def pop(self):
+        """Remove and return the candidate with the smallest key, or None."""
+        heap, key, ok = self._heap, self.policy.key, self._is_candidate
+        while heap:
+            k, _, node = heapq.heappop(heap)
+            if ok(node) and key(node) == k:
+                return node
+        return None
+
+    def maybe_compact(self, live: int) -> None:
+        """Drop stale entries when they dominate the heap (amortised O(1) per push)."""
+        if len(self._heap) > 2 * live + 4096:
+            key, ok = self.policy.key, self._is_candidate
+            seen = set()
+            fresh = []
+            for k, i, node in self._heap:
+                if i not in seen and ok(node) and key(node) == k:
+                    seen.add(i)
+                    fresh.append((k, i, node))
+            heapq.heapify(fresh)
+            self._heap = fresh
+
+    def live_ids(self) -> set:
+        """Ids of candidates with a valid entry (for invariant checks)."""
+        key, ok = self.policy.key, self._is_candidate
+        return {i for k, i, node in self._heap if ok(node) and key(node) == k}

@@ -1,0 +1,113 @@
+"""`check(cache)`: recount everything from scratch; raise `InvariantError` with a dump on any
+mismatch. O(nodes + tokens): for tests and `--check-invariants`, not for the hot path.
+
+Checked:
+- links: every child's parent is the node holding it, under the bytes of its first page;
+  every non-root edge is non-empty and a whole number of pages; node count;
+- FULL payload: one page index per page of every node;
+- locks: each node's lock_ref equals the number of live lock handles at it or below it
+  (the root holds one permanent reference);
+- sizes: evictable = tokens of unlocked nodes, protected = tokens of locked nodes;
+- pool: free + in tree + handed out to callers = capacity; no page is both free and in the
+  tree, or in two nodes;
+- eviction queue: every evictable leaf has a valid entry (so eviction can find it).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class InvariantError(AssertionError):
+    pass
+
+
+def dump(cache, limit: int = 60) -> str:
+    """A readable picture of the tree (at most `limit` nodes)."""
+    lines = []
+
+    def rec(node, depth):
+        if len(lines) >= limit:
+            return
+        toks = node.tokens()
+        shown = toks[:8].tolist()
+        more = "..." if len(toks) > 8 else ""
+        lines.append(f"{'  ' * depth}#{node.id} len={len(toks)} {shown}{more} lock={node.lock_ref} "
+                     f"tick={node.tick} hits={node.hits} pages={node.value[:4].tolist()}"
+                     f"{'...' if len(node.value) > 4 else ''}")
+        for c in node.children.values():
+            rec(c, depth + 1)
+
+    rec(cache.tree.root, 0)
+    if len(lines) >= limit:
+        lines.append(f"... ({cache.tree.num_nodes} nodes in all)")
+    return "\n".join(lines)
+
+
+def check(cache) -> None:
+    errors: list[str] = []
+    tree, full = cache.tree, cache.full
+    P = tree.page_size
+    pb = 8 * P
+    root = tree.root
+
+    # lock handles per node id -> count
+    held = {nid: cnt for nid, (node, cnt) in cache._locks.items()}
+
+    nodes = []
+    stack = [(root, None)]
+    while stack:
+        node, parent = stack.pop()
+        nodes.append(node)
+        if node is not root:
+            if node.parent is not parent:
+                errors.append(f"node #{node.id}: parent link wrong")
+            if not node.key or len(node.key) % pb:
+                errors.append(f"node #{node.id}: edge of {len(node.key) // 8} tokens is not a whole number of pages")
+            elif parent.children.get(node.key[:pb]) is not node:
+                errors.append(f"node #{node.id}: not filed under its first page in the parent")
+            if len(node.value) * P != len(node.key) // 8:
+                errors.append(f"node #{node.id}: {len(node.value)} pages for {len(node.key) // 8} tokens")
+            if not node.alive:
+                errors.append(f"node #{node.id}: dead node still in the tree")
+        for child in node.children.values():
+            stack.append((child, node))
+    if len(nodes) != tree.num_nodes:
+        errors.append(f"num_nodes {tree.num_nodes} != {len(nodes)} reachable")
+
+    # locks: post-order accumulation
+    expect = {}
+    for node in reversed(nodes):  # children after parents in `nodes`, so reversed = bottom-up
+        expect[node.id] = held.get(node.id, 0) + sum(expect[c.id] for c in node.children.values())
+    for node in nodes:
+        want = expect[node.id] + (1 if node is root else 0)
+        if node.lock_ref != want:
+            errors.append(f"node #{node.id}: lock_ref {node.lock_ref}, expected {want}")
+
+    evictable = sum(len(n.key) for n in nodes if n is not root and n.lock_ref == 0) // 8
+    protected = sum(len(n.key) for n in nodes if n is not root and n.lock_ref > 0) // 8
+    if evictable != full.evictable_tokens:
+        errors.append(f"evictable_tokens {full.evictable_tokens}, recount {evictable}")
+    if protected != full.protected_tokens:
+        errors.append(f"protected_tokens {full.protected_tokens}, recount {protected}")
+
+    in_tree = np.concatenate([n.value for n in nodes]) if len(nodes) > 1 else np.empty(0, dtype=np.int64)
+    free = full.pool.free_view()
+    both = np.concatenate([in_tree, free])
+    if len(np.unique(both)) != len(both):
+        errors.append("a page is in two places (two nodes, or a node and the free list)")
+    cap = full.pool.capacity_pages
+    if cap is not None:
+        total = len(free) + len(in_tree) + cache._outstanding_pages
+        if total != cap:
+            errors.append(f"pages: free {len(free)} + tree {len(in_tree)} + handed out "
+                          f"{cache._outstanding_pages} = {total} != capacity {cap}")
+        if len(both) and (both.min() < 0 or both.max() >= cap):
+            errors.append("page index out of range")
+
+    live = full.queue.live_ids()
+    for n in nodes:
+        if n is not root and n.lock_ref == 0 and not n.children and n.id not in live:
+            errors.append(f"node #{n.id}: evictable leaf missing from the eviction queue")
+
+    if errors:
+        raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))

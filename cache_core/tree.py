@@ -1,0 +1,179 @@
+"""The radix topology: token-keyed nodes, match, insert, split, remove. No policy here.
+
+Keys are token runs stored as raw little-endian int64 bytes, so comparing a whole edge is
+one `bytes.startswith` (memcmp) and a child is found by the bytes of its first page (one dict
+lookup). Every non-root edge is a whole number of pages. The tree never frees memory and
+never decides what to evict: components hang their payloads on nodes (`Node.value` for
+FULL, `Node.comp[kind]` for the others) and are told about splits and removals through
+hooks (see components/base.py).
+
+Logical clock: every match or insert call passes one `tick`; the root and every node the
+walk visits get it; a node created by the call (the upper half of a split, a new leaf)
+gets a fresh later tick from `RadixTree.fresh()`.
+
+Complexity: a walk costs one dict lookup and one memcmp per visited node, plus one numpy
+comparison on the edge where the paths diverge: O(depth + matched_tokens / 8 bytes-per-op).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .allocator import INDEX_DTYPE
+from .keys import TOKEN_DTYPE
+
+_EMPTY_PAGES = np.empty(0, dtype=INDEX_DTYPE)
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One radix node. Internal to cache_core: callers never hold one."""
+
+    id: int
+    key: bytes  # this edge's tokens, int64 little-endian
+    parent: "Node | None"
+    tick: int
+    created: int
+    value: np.ndarray = field(default_factory=lambda: _EMPTY_PAGES)  # FULL pages on L1
+    children: dict = field(default_factory=dict)
+    lock_ref: int = 0
+    hits: int = 0
+    alive: bool = True
+    comp: list = field(default_factory=list)  # per-component payloads, by ComponentKind
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.key) >> 3
+
+    def tokens(self) -> np.ndarray:
+        return np.frombuffer(self.key, dtype=TOKEN_DTYPE)
+
+
+def _common_tokens(a: bytes, b: bytes, b_off: int, limit: int) -> int:
+    """Number of equal leading int64 tokens of a and b[b_off:], compared up to `limit` tokens."""
+    x = np.frombuffer(a, dtype=TOKEN_DTYPE, count=limit)
+    y = np.frombuffer(b, dtype=TOKEN_DTYPE, count=limit, offset=b_off)
+    neq = np.flatnonzero(x != y)
+    return int(neq[0]) if len(neq) else limit
+
+
+class RadixTree:
+    """Token-keyed radix tree with page-granular edges.
+
+    `on_split(upper, lower, upper_tokens)` and `on_remove(node)` are called for every split
+    and every removed node, so components can cut or drop their payloads.
+    """
+
+    def __init__(self, page_size: int, on_split: Callable, on_remove: Callable):
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.page_size = page_size
+        self._pb = 8 * page_size  # bytes per page of key
+        self._on_split = on_split
+        self._on_remove = on_remove
+        self._clock = 0
+        self._ids = 0
+        self.root = self._new_node(b"", None)
+        self.root.lock_ref = 1  # the root is never evicted
+        self.num_nodes = 1
+
+    # -- clock and ids -------------------------------------------------------------
+    def fresh(self) -> int:
+        """Take the next logical tick."""
+        self._clock += 1
+        return self._clock
+
+    @property
+    def now(self) -> int:
+        return self._clock
+
+    def _new_node(self, key: bytes, parent: Node | None) -> Node:
+        self._ids += 1
+        t = self.fresh()
+        return Node(id=self._ids, key=key, parent=parent, tick=t, created=t)
+
+    # -- walk ------------------------------------------------------------------------
+    def walk(self, qb: bytes, n_tokens: int, tick: int, count_hit: bool):
+        """Walk down along qb[: n_tokens] (page-aligned), splitting where the match ends
+        inside an edge. Returns (node, matched_tokens, last_visited_child_or_None)."""
+        pb = self._pb
+        end = n_tokens << 3
+        node = self.root
+        node.tick = tick
+        pos = 0
+        last = None
+        while pos < end:
+            child = node.children.get(qb[pos : pos + pb])
+            if child is None:
+                break
+            child.tick = tick
+            if count_hit:
+                child.hits += 1
+            last = child
+            kb = child.key
+            klen = len(kb)
+            if pos + klen <= end and qb.startswith(kb, pos):
+                pos += klen
+                node = child
+                continue
+            limit = min(klen, end - pos) >> 3
+            m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
+            # m >= one page: the first page matched through the dict key
+            if (m << 3) < klen:
+                node = self.split(child, m)
+            else:
+                node = child
+            pos += m << 3
+            break
+        return node, pos >> 3, last
+
+    def split(self, child: Node, upper_tokens: int) -> Node:
+        """Cut `child`'s edge after `upper_tokens`; the new upper node gets a fresh tick."""
+        pb = self._pb
+        cut = upper_tokens << 3
+        parent = child.parent
+        upper = self._new_node(child.key[:cut], parent)
+        upper.lock_ref = child.lock_ref
+        upper.hits = child.hits
+        child.key = child.key[cut:]
+        child.parent = upper
+        upper.children[child.key[:pb]] = child
+        parent.children[upper.key[:pb]] = upper
+        self.num_nodes += 1
+        self._on_split(upper, child, upper_tokens)
+        return upper
+
+    def add_leaf(self, parent: Node, key: bytes) -> Node:
+        """Attach a new leaf with edge `key` under `parent` (fresh tick)."""
+        leaf = self._new_node(key, parent)
+        parent.children[key[: self._pb]] = leaf
+        self.num_nodes += 1
+        return leaf
+
+    def remove_leaf(self, node: Node) -> Node:
+        """Detach an unlocked leaf; returns its parent."""
+        parent = node.parent
+        del parent.children[node.key[: self._pb]]
+        node.alive = False
+        self.num_nodes -= 1
+        self._on_remove(node)
+        return parent
+
+    # -- inspection -----------------------------------------------------------------------
+    def iter_nodes(self):
+        """All nodes, root first, depth-first (children in insertion order)."""
+        stack = [self.root]
+        while stack:
+            n = stack.pop()
+            yield n
+            stack.extend(reversed(list(n.children.values())))
+
+    def path_tokens(self, node: Node) -> np.ndarray:
+        """The whole prefix that ends at `node`."""
+        parts = []
+        while node is not None:
+            parts.append(node.key)
+            node = node.parent
+        return np.frombuffer(b"".join(reversed(parts)), dtype=TOKEN_DTYPE)

@@ -1,0 +1,100 @@
+"""The result schema (DESIGN.md): one run = one directory, the same files for every mode.
+
+- ``config.yaml``: the fully resolved configuration plus provenance;
+- ``requests.csv``: one row per request, columns `REQUEST_COLUMNS` in this order;
+- ``summary.json``: totals and rates (`SUMMARY_KEYS` first; fields a mode cannot measure
+  are null, e.g. the time fields of clockless replay).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+
+REQUEST_COLUMNS = [
+    "rid", "session_id", "round", "arrival_s", "start_s", "first_token_s", "finish_s",
+    "ttft_s", "queue_s", "load_s", "compute_s", "prompt_tokens", "output_tokens",
+    "cached_tokens", "cached_device", "cached_host", "cached_storage", "evicted_tokens",
+    "rejected",
+]
+SUMMARY_KEYS = [
+    "requests", "total_prompt_tokens", "total_cached_tokens", "hit_rate", "hit_rate_device",
+    "hit_rate_host", "hit_rate_storage", "hit_rate_last10", "effective_input_tps",
+    "duration_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s",
+    "e2e_p50_s", "rejected",
+]
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent.parent
+    if not (here / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def provenance(seed=None) -> dict:
+    """Versions, commit and command line, for config.yaml."""
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    for mod in ("simpy", "torch"):
+        m = sys.modules.get(mod)
+        versions[mod] = getattr(m, "__version__", None) if m else None
+    return {
+        "radixsim_version": __version__,
+        "git_commit": _git_commit(),
+        "versions": versions,
+        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "seed": seed,
+    }
+
+
+def write_config(out: Path, config: dict, seed=None) -> None:
+    import yaml
+
+    doc = dict(config)
+    doc["provenance"] = provenance(seed)
+    with open(out / "config.yaml", "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def write_requests(out: Path, rows) -> None:
+    """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells)."""
+    with open(out / "requests.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(REQUEST_COLUMNS)
+        for r in rows:
+            w.writerow([_cell(r.get(c)) for c in REQUEST_COLUMNS])
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    ordered = {k: summary.get(k) for k in SUMMARY_KEYS}
+    ordered.update({k: v for k, v in summary.items() if k not in ordered})
+    with open(out / "summary.json", "w") as f:
+        json.dump(ordered, f, indent=2)
+        f.write("\n")
+
+
+def rate(num: int, den: int) -> float | None:
+    return None if den == 0 else num / den

@@ -1,0 +1,1 @@
+"""Workloads, presets, scenario files and trace readers."""

@@ -1,0 +1,197 @@
+"""Trace readers: JSONL requests and events (DESIGN.md, "Trace format").
+
+One line = one request or one event, in time order.
+
+request  ``rid``? (default: 0-based position among requests), ``session_id``?,
+         ``timestamp``? (ms), ``priority``?; the prompt as ``tokens`` (alias ``input_ids``)
+         or as ``hash_ids`` with ``block_size``? (default 512) and ``input_length``?
+         (hash id h stands for tokens h*B .. h*B+B-1; the prompt is cut to input_length);
+         the output as ``output_tokens`` (alias ``output_ids``) or ``output_length``
+         (alias ``output_len``: that many fresh tokens that match nothing).
+event    ``{"event": "close_session", "session_id": ..., "timestamp"?}``.
+
+Any malformed line raises `TraceError` naming the file, the line number and the problem.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+DEFAULT_BLOCK_SIZE = 512
+_MAX_ID = 2**62
+
+
+class TraceError(ValueError):
+    """A problem with a trace file: str() is one line 'FILE:LINE: problem'."""
+
+    def __init__(self, path, line: int | None, msg: str):
+        self.path, self.line, self.msg = str(path), line, msg
+        where = f"{self.path}:{line}" if line is not None else self.path
+        super().__init__(f"{where}: {msg}")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    rid: object
+    prompt: np.ndarray  # int64 tokens
+    output_tokens: np.ndarray | None  # explicit output ids, or None
+    output_length: int  # len(output_tokens) when given
+    session_id: object = None
+    timestamp_ms: float | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    kind: str  # "close_session"
+    session_id: object
+    timestamp_ms: float | None = None
+
+
+def _int_array(value, field: str) -> np.ndarray:
+    if not isinstance(value, list):
+        raise ValueError(f"'{field}' must be a list of non-negative integers, got {type(value).__name__}")
+    if not value:
+        return np.empty(0, dtype=np.int64)
+    try:
+        arr = np.array(value)
+    except (ValueError, OverflowError):
+        raise ValueError(f"'{field}' must be a flat list of non-negative integers") from None
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise ValueError(f"'{field}' must be a flat list of non-negative integers")
+    if arr.min() < 0 or arr.max() >= _MAX_ID:
+        raise ValueError(f"'{field}' values must be in [0, 2**62)")
+    return arr.astype(np.int64, copy=False)
+
+
+def _int_field(obj: dict, field: str, lo: int = 0):
+    v = obj[field]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"'{field}' must be an integer, got {json.dumps(v)[:40]}")
+    if v < lo:
+        raise ValueError(f"'{field}' must be >= {lo}, got {v}")
+    return v
+
+
+def _pick(obj: dict, *names: str):
+    found = [n for n in names if n in obj]
+    if len(found) > 1:
+        raise ValueError(f"give only one of {', '.join(repr(n) for n in found)}")
+    return found[0] if found else None
+
+
+class JsonlTrace:
+    """Iterate a JSONL trace as `TraceRequest` and `TraceEvent` records.
+
+    `block_size` is the default for hash_ids lines (a line may carry its own, but a trace
+    uses one block size throughout)."""
+
+    def __init__(self, path, block_size: int | None = None):
+        self.path = os.fspath(path)
+        if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
+            raise TraceError(self.path, None, f"block size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        if not os.path.exists(self.path):
+            raise TraceError(self.path, None, "no such file")
+        if os.path.isdir(self.path):
+            raise TraceError(self.path, None, "is a directory, expected a JSONL trace file")
+
+    def count_lines(self) -> int:
+        n = 0
+        with open(self.path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                n += chunk.count(b"\n")
+        return n
+
+    def __iter__(self) -> Iterator[TraceRequest | TraceEvent]:
+        block = self.block_size
+        arange_cache: dict[int, np.ndarray] = {}
+        n_req = 0
+        with open(self.path, "rb") as f:
+            for lineno, raw in enumerate(f, 1):
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                    raise TraceError(self.path, lineno, f"invalid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+                if not isinstance(obj, dict):
+                    raise TraceError(self.path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+                try:
+                    if "event" in obj:
+                        yield self._event(obj)
+                        continue
+                    req, block = self._request(obj, n_req, block, arange_cache)
+                except TraceError:
+                    raise
+                except (ValueError, KeyError, TypeError) as e:
+                    raise TraceError(self.path, lineno, str(e).strip("'\"")) from None
+                n_req += 1
+                yield req
+
+    @staticmethod
+    def _event(obj: dict) -> TraceEvent:
+        kind = obj["event"]
+        if kind != "close_session":
+            raise ValueError(f"unknown event {kind!r}; expected 'close_session'")
+        if "session_id" not in obj:
+            raise ValueError("close_session event needs 'session_id'")
+        return TraceEvent(kind, obj["session_id"], _timestamp(obj))
+
+    def _request(self, obj: dict, index: int, block, arange_cache):
+        tok_f = _pick(obj, "tokens", "input_ids", "hash_ids")
+        if tok_f is None:
+            raise ValueError("request needs 'tokens' (or 'input_ids') or 'hash_ids'")
+        if tok_f == "hash_ids":
+            if "block_size" in obj:
+                b = _int_field(obj, "block_size", 1)
+                if block is not None and b != block:
+                    raise ValueError(f"'block_size' {b} differs from the trace's block size {block}")
+                block = b
+            elif block is None:
+                block = DEFAULT_BLOCK_SIZE
+            ids = _int_array(obj["hash_ids"], "hash_ids")
+            if len(ids) and ids.max() >= _MAX_ID // block:
+                raise ValueError("'hash_ids' too large for the block size")
+            full = len(ids) * block
+            length = full
+            if "input_length" in obj:
+                length = _int_field(obj, "input_length", 1)
+                if length > full:
+                    raise ValueError(
+                        f"'input_length' {length} exceeds {len(ids)} hash_ids x block size {block} = {full}")
+            ar = arange_cache.get(block)
+            if ar is None:
+                ar = arange_cache[block] = np.arange(block, dtype=np.int64)
+            prompt = (ids[:, None] * block + ar).reshape(-1)[:length]
+        else:
+            prompt = _int_array(obj[tok_f], tok_f)
+        if len(prompt) == 0:
+            raise ValueError("empty prompt: a request needs at least one token")
+        out_f = _pick(obj, "output_tokens", "output_ids", "output_length", "output_len")
+        out_tokens = None
+        if out_f in ("output_tokens", "output_ids"):
+            out_tokens = _int_array(obj[out_f], out_f)
+            out_len = len(out_tokens)
+        elif out_f is not None:
+            out_len = _int_field(obj, out_f, 0)
+        else:
+            out_len = 0
+        prio = obj.get("priority")
+        if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+            raise ValueError(f"'priority' must be an integer, got {json.dumps(prio)[:40]}")
+        rid = obj.get("rid", index)
+        return TraceRequest(rid, prompt, out_tokens, out_len, obj.get("session_id"), _timestamp(obj), prio), block
+
+
+def _timestamp(obj: dict):
+    ts = obj.get("timestamp")
+    if ts is None:
+        return None
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+        raise ValueError(f"'timestamp' must be a non-negative number of milliseconds, got {json.dumps(ts)[:40]}")
+    return ts

@@ -1,0 +1,7 @@
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TRACE = ROOT / "scenarios" / "data" / "mooncake_synthetic_trace.jsonl"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
