@@ -74,7 +74,7 @@ class PagePool:
             grow = np.empty(max(2 * len(self._free), top + k), dtype=INDEX_DTYPE)
             grow[:top] = self._free[:top]
             self._free = grow
-        # reversed so that the first page freed is the last one handed out again
+        # stored reversed: the next alloc hands this batch out again in the order it was freed
         self._free[top : top + k] = pages[::-1]
         self._top = top + k
 

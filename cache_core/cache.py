@@ -169,18 +169,28 @@ class RadixCache:
         self.full.pool.free(pages)
 
     # -- insert -----------------------------------------------------------------------------------
-    def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0) -> InsertResult:
+    def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
+               after: MatchResult | None = None) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
         rest go to the new leaf, and pages past num_tokens (a partial tail) are freed too.
-        Takes one tick, with the same visiting and splitting rules as `match`."""
+        Takes one tick, with the same visiting and splitting rules as `match`.
+
+        `after`: a still-locked match of a prefix of `seq` (no longer than num_tokens); the
+        walk resumes from it instead of looking the matched path up again (same result)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
             raise ValueError(f"insert length {num_tokens} must be page-aligned and <= {seq.length}")
         tree = self.tree
         tick = tree.fresh()
-        node, prefix, last = tree.walk(seq.data, num_tokens, tick, False)
+        if after is not None:
+            start = after.handle._node
+            if start.lock_ref <= 0 or not start.alive or after.cached_tokens > num_tokens:
+                raise ValueError("`after` must be a locked match of a prefix of the inserted tokens")
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, start, after.cached_tokens)
+        else:
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False)
         self.full.touched(last)
         freed = 0
         if len(pages):

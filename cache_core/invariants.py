@@ -69,6 +69,10 @@ def check(cache) -> None:
                 errors.append(f"node #{node.id}: {len(node.value)} pages for {len(node.key) // 8} tokens")
             if not node.alive:
                 errors.append(f"node #{node.id}: dead node still in the tree")
+            if node.end != parent.end + len(node.key) // 8:
+                errors.append(f"node #{node.id}: end {node.end} != parent end {parent.end} + {len(node.key) // 8}")
+            if node.hot is not None and parent.hot is not None and parent.hot.parent is not parent:
+                errors.append(f"node #{parent.id}: lookup shortcut points to a node that is not its child")
         for child in node.children.values():
             stack.append((child, node))
     if len(nodes) != tree.num_nodes:
@@ -93,16 +97,17 @@ def check(cache) -> None:
     in_tree = np.concatenate([n.value for n in nodes]) if len(nodes) > 1 else np.empty(0, dtype=np.int64)
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
-    if len(np.unique(both)) != len(both):
-        errors.append("a page is in two places (two nodes, or a node and the free list)")
     cap = full.pool.capacity_pages
+    bound = cap if cap is not None else full.pool._next
+    if len(both) and (both.min() < 0 or both.max() >= bound):
+        errors.append(f"page index out of range [0, {bound})")
+    elif len(both) and np.bincount(both, minlength=bound).max() > 1:
+        errors.append("a page is in two places (two nodes, or a node and the free list)")
     if cap is not None:
         total = len(free) + len(in_tree) + cache._outstanding_pages
         if total != cap:
             errors.append(f"pages: free {len(free)} + tree {len(in_tree)} + handed out "
                           f"{cache._outstanding_pages} = {total} != capacity {cap}")
-        if len(both) and (both.min() < 0 or both.max() >= cap):
-            errors.append("page index out of range")
 
     live = full.queue.live_ids()
     for n in nodes:

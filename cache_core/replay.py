@@ -75,9 +75,9 @@ class ReplayStepper:
                 return StepResult(lp, n_out, cached, evicted, True)
         aligned = ls // P * P  # (d)
         if pages is not None:
-            cache.insert(seq, aligned, pages, cached)
+            cache.insert(seq, aligned, pages, cached, after=m)
         prompt_aligned = lp // P * P
         if ls > lp and 0 < prompt_aligned < aligned:
-            cache.insert(seq, prompt_aligned)
+            cache.insert(seq, prompt_aligned, after=m)
         cache.unlock(m)  # (e)
         return StepResult(lp, n_out, cached, evicted, False)

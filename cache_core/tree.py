@@ -11,6 +11,16 @@ Logical clock: every match or insert call passes one `tick`; the root and every 
 walk visits get it; a node created by the call (the upper half of a split, a new leaf)
 gets a fresh later tick from `RadixTree.fresh()`.
 
+Access statistics are kept *lazily*, so a walk writes O(1) of them instead of O(depth):
+only the deepest node a walk visits stores the call's tick (and, for a match, one hit);
+when a node leaves the tree its parent absorbs them (tick = max, hits += child's). Every
+ancestor is visited whenever a descendant is, so for any node with no children — the only
+nodes a policy ever ranks — the stored tick equals "last call that visited it" and the
+stored hits equal "match calls that walked through it", exactly as if every visited node
+had been updated. (An internal node's stored values are lower bounds until it becomes a
+leaf.) A component that takes nodes out of its own candidate region without removing
+them from the tree calls `absorb(parent, child)` the same way.
+
 Complexity: a walk costs one dict lookup and one memcmp per visited node, plus one numpy
 comparison on the edge where the paths diverge: O(depth + matched_tokens / 8 bytes-per-op).
 """
@@ -41,6 +51,8 @@ class Node:
     lock_ref: int = 0
     hits: int = 0
     alive: bool = True
+    hot: "Node | None" = None  # the child a walk entered last (a lookup shortcut)
+    end: int = 0  # tokens from the root to the end of this node's edge
     comp: list = field(default_factory=list)  # per-component payloads, by ComponentKind
 
     @property
@@ -95,38 +107,50 @@ class RadixTree:
         return Node(id=self._ids, key=key, parent=parent, tick=t, created=t)
 
     # -- walk ------------------------------------------------------------------------
-    def walk(self, qb: bytes, n_tokens: int, tick: int, count_hit: bool):
+    def walk(self, qb: bytes, n_tokens: int, tick: int, count_hit: bool,
+             start: Node | None = None, start_tokens: int = 0):
         """Walk down along qb[: n_tokens] (page-aligned), splitting where the match ends
-        inside an edge. Returns (node, matched_tokens, last_visited_child_or_None)."""
+        inside an edge. Returns (node, matched_tokens, last_visited_child_or_None).
+
+        With `start` (a live node whose path from the root is exactly qb[:start_tokens],
+        e.g. a locked match), the walk resumes there: the nodes above it get the tick through
+        parent links instead of being looked up again. Same result, same ticks."""
         pb = self._pb
         end = n_tokens << 3
-        node = self.root
-        node.tick = tick
-        pos = 0
         last = None
+        self.root.tick = tick
+        if start is None:
+            node = self.root
+            pos = 0
+        else:
+            node = start
+            pos = start_tokens << 3
+            if start.parent is not None:
+                last = start
         while pos < end:
-            child = node.children.get(qb[pos : pos + pb])
-            if child is None:
-                break
-            child.tick = tick
-            if count_hit:
-                child.hits += 1
+            # fast path: the child walked into last time (conversations re-walk one path)
+            child = node.hot
+            if child is None or not qb.startswith(child.key, pos, end):
+                child = node.children.get(qb[pos : pos + pb])
+                if child is None:
+                    break
+                node.hot = child
+                if not qb.startswith(child.key, pos, end):
+                    last = child
+                    kb = child.key
+                    limit = min(len(kb), end - pos) >> 3
+                    m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
+                    # m >= one page: the first page matched through the dict key
+                    node = self.split(child, m) if (m << 3) < len(kb) else child
+                    pos += m << 3
+                    break
             last = child
-            kb = child.key
-            klen = len(kb)
-            if pos + klen <= end and qb.startswith(kb, pos):
-                pos += klen
-                node = child
-                continue
-            limit = min(klen, end - pos) >> 3
-            m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
-            # m >= one page: the first page matched through the dict key
-            if (m << 3) < klen:
-                node = self.split(child, m)
-            else:
-                node = child
-            pos += m << 3
-            break
+            pos = child.end << 3
+            node = child
+        if last is not None:  # lazy statistics: the deepest visited node only (module doc)
+            last.tick = tick
+            if count_hit:
+                last.hits += 1
         return node, pos >> 3, last
 
     def split(self, child: Node, upper_tokens: int) -> Node:
@@ -136,11 +160,14 @@ class RadixTree:
         parent = child.parent
         upper = self._new_node(child.key[:cut], parent)
         upper.lock_ref = child.lock_ref
-        upper.hits = child.hits
+        upper.end = parent.end + upper_tokens
         child.key = child.key[cut:]
         child.parent = upper
         upper.children[child.key[:pb]] = child
+        upper.hot = child
         parent.children[upper.key[:pb]] = upper
+        if parent.hot is child:
+            parent.hot = upper
         self.num_nodes += 1
         self._on_split(upper, child, upper_tokens)
         return upper
@@ -148,6 +175,7 @@ class RadixTree:
     def add_leaf(self, parent: Node, key: bytes) -> Node:
         """Attach a new leaf with edge `key` under `parent` (fresh tick)."""
         leaf = self._new_node(key, parent)
+        leaf.end = parent.end + (len(key) >> 3)
         parent.children[key[: self._pb]] = leaf
         self.num_nodes += 1
         return leaf
@@ -156,10 +184,20 @@ class RadixTree:
         """Detach an unlocked leaf; returns its parent."""
         parent = node.parent
         del parent.children[node.key[: self._pb]]
+        if parent.hot is node:
+            parent.hot = None
+        self.absorb(parent, node)
         node.alive = False
         self.num_nodes -= 1
         self._on_remove(node)
         return parent
+
+    @staticmethod
+    def absorb(parent: Node, child: Node) -> None:
+        """Fold a departing child's lazy access statistics into its parent."""
+        if child.tick > parent.tick:
+            parent.tick = child.tick
+        parent.hits += child.hits
 
     # -- inspection -----------------------------------------------------------------------
     def iter_nodes(self):

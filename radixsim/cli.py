@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 
@@ -80,7 +81,7 @@ def _cmd_replay(args) -> int:
         summary = run_replay(ReplayOptions(
             trace=args.trace, page_size=args.page_size, capacity_tokens=args.capacity_tokens,
             policy=args.policy, block_size=args.block_size, check_invariants=args.check_invariants,
-            progress=not args.no_progress), args.out)
+            progress=not args.no_progress), args.out, command=args.command_line)
     except TraceError as e:
         sys.stderr.write(f"radixsim replay: {e}\n")
         return EXIT_BAD_INPUT
@@ -98,7 +99,9 @@ def _cmd_replay(args) -> int:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
+    args.command_line = shlex.join(["radixsim"] + argv)
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT

@@ -48,7 +48,7 @@ def _progress(total: int | None, enabled: bool):
     return tqdm(total=total, unit="req", desc="replay", file=sys.stderr, mininterval=0.5)
 
 
-def run_replay(opts: ReplayOptions, out_dir) -> dict:
+def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
     """Replay `opts.trace` and write requests.csv, summary.json and config.yaml to out_dir.
     Returns the summary. Raises TraceError / ValueError on bad input."""
     config = CacheConfig(page_size=opts.page_size, capacity_tokens=opts.capacity_tokens, policy=opts.policy)
@@ -108,6 +108,6 @@ def run_replay(opts: ReplayOptions, out_dir) -> dict:
         "cache": {"page_size": config.page_size, "capacity_tokens": config.capacity_tokens,
                   "usable_tokens": config.usable_tokens, "policy": config.policy,
                   "components": ["full"]},
-        "trace_block_size": opts.block_size,
-    })
+        "trace_block_size": trace.block_size_used,
+    }, command=command)
     return summary

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import platform
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +45,7 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def provenance(seed=None) -> dict:
+def provenance(seed=None, command: str | None = None) -> dict:
     """Versions, commit and command line, for config.yaml."""
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for mod in ("simpy", "torch"):
@@ -55,16 +55,16 @@ def provenance(seed=None) -> dict:
         "radixsim_version": __version__,
         "git_commit": _git_commit(),
         "versions": versions,
-        "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        "command": command if command is not None else shlex.join(["radixsim"] + sys.argv[1:]),
         "seed": seed,
     }
 
 
-def write_config(out: Path, config: dict, seed=None) -> None:
+def write_config(out: Path, config: dict, seed=None, command: str | None = None) -> None:
     import yaml
 
     doc = dict(config)
-    doc["provenance"] = provenance(seed)
+    doc["provenance"] = provenance(seed, command)
     with open(out / "config.yaml", "w") as f:
         yaml.safe_dump(doc, f, sort_keys=False)
 

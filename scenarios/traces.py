@@ -15,6 +15,7 @@ Any malformed line raises `TraceError` naming the file, the line number and the 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -22,6 +23,7 @@ from typing import Iterator
 import numpy as np
 
 DEFAULT_BLOCK_SIZE = 512
+MAX_PROMPT_TOKENS = 1 << 28  # 268M tokens (2 GiB of int64): far beyond any context window
 _MAX_ID = 2**62
 
 
@@ -95,6 +97,7 @@ class JsonlTrace:
         if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
             raise TraceError(self.path, None, f"block size must be >= 1, got {block_size}")
         self.block_size = block_size
+        self.block_size_used = block_size  # after iteration: the block size hash_ids lines used
         if not os.path.exists(self.path):
             raise TraceError(self.path, None, "no such file")
         if os.path.isdir(self.path):
@@ -117,8 +120,10 @@ class JsonlTrace:
                     continue
                 try:
                     obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                    raise TraceError(self.path, lineno, f"invalid JSON ({e.msg if hasattr(e, 'msg') else e})") from None
+                except RecursionError:
+                    raise TraceError(self.path, lineno, "invalid JSON (nested too deeply)") from None
+                except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, huge integer literals
+                    raise TraceError(self.path, lineno, f"invalid JSON ({getattr(e, 'msg', None) or e})") from None
                 if not isinstance(obj, dict):
                     raise TraceError(self.path, lineno, f"expected a JSON object, got {type(obj).__name__}")
                 try:
@@ -128,9 +133,10 @@ class JsonlTrace:
                     req, block = self._request(obj, n_req, block, arange_cache)
                 except TraceError:
                     raise
-                except (ValueError, KeyError, TypeError) as e:
-                    raise TraceError(self.path, lineno, str(e).strip("'\"")) from None
+                except (ValueError, TypeError) as e:
+                    raise TraceError(self.path, lineno, str(e)) from None
                 n_req += 1
+                self.block_size_used = block
                 yield req
 
     @staticmethod
@@ -164,10 +170,15 @@ class JsonlTrace:
                 if length > full:
                     raise ValueError(
                         f"'input_length' {length} exceeds {len(ids)} hash_ids x block size {block} = {full}")
-            ar = arange_cache.get(block)
-            if ar is None:
-                ar = arange_cache[block] = np.arange(block, dtype=np.int64)
-            prompt = (ids[:, None] * block + ar).reshape(-1)[:length]
+            if length > MAX_PROMPT_TOKENS:
+                raise ValueError(f"prompt of {length:,} tokens exceeds the limit of {MAX_PROMPT_TOKENS:,}")
+            if length <= block:  # one (partial) block: never build a range longer than the prompt
+                prompt = ids[0] * block + np.arange(length, dtype=np.int64) if length else ids[:0]
+            else:
+                ar = arange_cache.get(block)
+                if ar is None:
+                    ar = arange_cache[block] = np.arange(block, dtype=np.int64)
+                prompt = (ids[: -(-length // block), None] * block + ar).reshape(-1)[:length]
         else:
             prompt = _int_array(obj[tok_f], tok_f)
         if len(prompt) == 0:
@@ -192,6 +203,6 @@ def _timestamp(obj: dict):
     ts = obj.get("timestamp")
     if ts is None:
         return None
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
         raise ValueError(f"'timestamp' must be a non-negative number of milliseconds, got {json.dumps(ts)[:40]}")
     return ts

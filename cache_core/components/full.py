@@ -71,30 +71,38 @@ class FullComponent(Component):
 
     # -- locks --------------------------------------------------------------------------------
     def lock(self, node) -> None:
-        delta = 0
-        while node.parent is not None:  # stops at the root
-            if node.lock_ref == 0:
-                delta += len(node.key)
-            node.lock_ref += 1
-            node = node.parent
-        delta >>= 3
+        """+1 on every node from `node` to the root. Reference counts never increase going
+        down a path, so the nodes that become protected are a bottom segment: their size is
+        one subtraction of end positions. O(depth)."""
+        n = node
+        while n.lock_ref == 0:  # the root always holds 1, so this stops there at the latest
+            n.lock_ref = 1
+            n = n.parent
+        delta = node.end - n.end
+        while n.parent is not None:
+            n.lock_ref += 1
+            n = n.parent
         self.evictable_tokens -= delta
         self.protected_tokens += delta
 
     def unlock(self, node) -> None:
-        first = node
-        delta = 0
-        while node.parent is not None:
-            if node.lock_ref <= 0:
-                raise RuntimeError(f"unlock of node {node.id} that is not locked")
-            node.lock_ref -= 1
-            if node.lock_ref == 0:
-                delta += len(node.key)
-            node = node.parent
-        delta >>= 3
+        """-1 on every node from `node` to the root; offers `node` for eviction if it is
+        now an unlocked leaf. O(depth)."""
+        if node.parent is None:  # a match of nothing locks nothing
+            return
+        if node.lock_ref <= 0:
+            raise RuntimeError(f"unlock of node {node.id} that is not locked")
+        n = node
+        while n.lock_ref == 1 and n.parent is not None:
+            n.lock_ref = 0
+            n = n.parent
+        delta = node.end - n.end
+        while n.parent is not None:
+            n.lock_ref -= 1
+            n = n.parent
         self.evictable_tokens += delta
         self.protected_tokens -= delta
-        self.touched(first)
+        self.touched(node)
 
     # -- eviction ------------------------------------------------------------------------------
     def evict(self, num: int) -> int:
