@@ -83,7 +83,7 @@ def check(cache) -> None:
     for node in reversed(nodes):  # children after parents in `nodes`, so reversed = bottom-up
         expect[node.id] = held.get(node.id, 0) + sum(expect[c.id] for c in node.children.values())
     for node in nodes:
-        want = expect[node.id] + (1 if node is root else 0)
+        want = 1 if node is root else expect[node.id]  # the root holds one permanent reference
         if node.lock_ref != want:
             errors.append(f"node #{node.id}: lock_ref {node.lock_ref}, expected {want}")
 
