@@ -4,12 +4,13 @@ Public surface: `RadixCache` with `CacheConfig`, the `MatchResult`/`InsertResult
 `TokenSeq`, page keys (`keys`), eviction policies (`eviction`), `invariants.check` and the
 `ReplayStepper` that drives one request at a time.
 """
-from .cache import CacheConfig, InsertResult, MatchResult, RadixCache, TokenSeq
+from .cache import InsertResult, MatchResult, RadixCache, TokenSeq
+from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig
 from .eviction import Policy, make_policy, policy_names, register_policy
 from .replay import ReplayStepper, StepResult
 
 __all__ = [
-    "CacheConfig", "InsertResult", "MatchResult", "RadixCache", "TokenSeq",
+    "CacheConfig", "SwaConfig", "MambaConfig", "SidecarConfig", "InsertResult", "MatchResult", "RadixCache", "TokenSeq",
     "Policy", "make_policy", "policy_names", "register_policy",
     "ReplayStepper", "StepResult",
 ]

@@ -20,12 +20,13 @@ class PagePool:
     deterministic.
     """
 
-    __slots__ = ("capacity_pages", "_free", "_top", "_next")
+    __slots__ = ("capacity_pages", "_free", "_top", "_next", "listener")
 
     def __init__(self, capacity_pages: int | None):
         if capacity_pages is not None and capacity_pages < 0:
             raise ValueError(f"capacity_pages must be >= 0, got {capacity_pages}")
         self.capacity_pages = capacity_pages
+        self.listener = None  # optional callback(kind, indices) for "alloc" and "free"
         if capacity_pages is None:
             self._free = np.empty(1024, dtype=INDEX_DTYPE)
             self._top = 0
@@ -55,13 +56,16 @@ class PagePool:
         top = self._top
         if n <= top:
             self._top = top - n
-            return self._free[top - n : top][::-1].copy()
-        if self.capacity_pages is not None:
+            out = self._free[top - n : top][::-1].copy()
+        elif self.capacity_pages is not None:
             return None
-        fresh = np.arange(self._next, self._next + n - top, dtype=INDEX_DTYPE)
-        self._next += n - top
-        out = np.concatenate([self._free[:top][::-1], fresh])
-        self._top = 0
+        else:
+            fresh = np.arange(self._next, self._next + n - top, dtype=INDEX_DTYPE)
+            self._next += n - top
+            out = np.concatenate([self._free[:top][::-1], fresh])
+            self._top = 0
+        if self.listener is not None:
+            self.listener("alloc", out)
         return out
 
     def free(self, pages: np.ndarray) -> None:
@@ -69,6 +73,8 @@ class PagePool:
         k = len(pages)
         if k == 0:
             return
+        if self.listener is not None:
+            self.listener("free", pages)
         top = self._top
         if top + k > len(self._free):
             grow = np.empty(max(2 * len(self._free), top + k), dtype=INDEX_DTYPE)
@@ -77,6 +83,14 @@ class PagePool:
         # stored reversed: the next alloc hands this batch out again in the order it was freed
         self._free[top : top + k] = pages[::-1]
         self._top = top + k
+
+    def free_one(self, index: int) -> None:
+        """Return a single index (a state slot) to the pool."""
+        if self._top == len(self._free) or self.listener is not None:
+            self.free(np.array([index], dtype=INDEX_DTYPE))
+            return
+        self._free[self._top] = index
+        self._top += 1
 
     def free_view(self) -> np.ndarray:
         """A copy of the free page indices (for invariant checks)."""

@@ -20,39 +20,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .actions import L1, Alloc, CopyState, Free
 from .allocator import INDEX_DTYPE
-from .components.base import ComponentKind
 from .components.full import FullComponent
+from .components.mamba import MambaComponent
+from .components.swa import SwaComponent
+from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig  # noqa: F401 (re-export)
 from .eviction import make_policy
 from .keys import as_tokens
 from .tree import RadixTree
+from .vote import vote
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
-
-
-@dataclass(frozen=True, kw_only=True)
-class CacheConfig:
-    """Static configuration of one cache. Sizes in tokens; None = unbounded."""
-
-    page_size: int = 1
-    capacity_tokens: int | None = None
-    policy: str = "lru"
-
-    def __post_init__(self):
-        if not isinstance(self.page_size, int) or self.page_size < 1:
-            raise ValueError(f"page_size must be an integer >= 1, got {self.page_size!r}")
-        if self.capacity_tokens is not None and (
-            not isinstance(self.capacity_tokens, int) or self.capacity_tokens < 0
-        ):
-            raise ValueError(f"capacity_tokens must be an integer >= 0 or None, got {self.capacity_tokens!r}")
-        make_policy(self.policy)  # raises ValueError for an unknown name
-
-    @property
-    def usable_tokens(self) -> int | None:
-        """floor(capacity / page_size) * page_size."""
-        if self.capacity_tokens is None:
-            return None
-        return self.capacity_tokens // self.page_size * self.page_size
 
 
 class TokenSeq:
@@ -83,8 +62,14 @@ class LockHandle:
 
 @dataclass(frozen=True, slots=True)
 class MatchResult:
-    cached_tokens: int  # reusable prefix length (page-aligned)
+    cached_tokens: int  # reusable prefix length (page-aligned): every component accepts it
     handle: LockHandle
+    traversed_tokens: int = -1  # how far the FULL path matched (>= cached_tokens)
+    lost: tuple = ()  # ((component, tokens short of the traversal, reason), ...)
+
+    @property
+    def traversed(self) -> int:
+        return self.cached_tokens if self.traversed_tokens < 0 else self.traversed_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,38 +79,99 @@ class InsertResult:
 
 
 class RadixCache:
-    """One radix tree with its components (FULL only for now) on the device tier."""
+    """One radix tree with its components on the device tier (L1).
 
-    def __init__(self, config: CacheConfig):
+    `record_actions=True` makes every pool allocation and free, and every state copy, an
+    action record in `self.actions` (sidecars listed with the indices they follow)."""
+
+    def __init__(self, config: CacheConfig, record_actions: bool = False):
         self.config = config
-        self.page_size = config.page_size
+        self.page_size = P = config.page_size
         self.policy = make_policy(config.policy)
-        self.tree = RadixTree(config.page_size, self._on_split, self._on_remove)
+        hybrid = config.swa is not None or config.mamba is not None
+        # SWA and MAMBA rank internal nodes, so their access statistics must be eager
+        self.tree = RadixTree(P, self._on_split, self._on_remove, comp_slots=3 if hybrid else 0,
+                              lazy=not hybrid)
         self.full = FullComponent(self.tree, config.usable_tokens, self.policy)
-        self.components = [self.full]  # indexed by ComponentKind
-        self._outstanding_pages = 0  # allocated to callers, not yet in the tree or freed
+        self.swa = SwaComponent(self, config.swa.window_tokens, config.swa_tokens) if config.swa else None
+        self.mamba = (MambaComponent(self, config.mamba.slots, config.mamba.every_tokens)
+                      if config.mamba else None)
+        self.components = [c for c in (self.full, self.swa, self.mamba) if c is not None]
+        self.voters = [c for c in (self.swa, self.mamba) if c is not None]
+        if hybrid:
+            self.full.remove = self._remove_subtree_leaf
+        self._outstanding_pages = 0  # FULL pages allocated to callers, not yet in the tree or freed
+        self._outstanding_swa = 0
         self._locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
+        self.actions: list | None = [] if record_actions else None
+        if record_actions:
+            self._watch(self.full.pool, "full")
+            if self.swa is not None:
+                self._watch(self.swa.pool, "swa")
+            if self.mamba is not None:
+                self._watch(self.mamba.pool, "mamba")
+
+    def _watch(self, pool, name: str) -> None:
+        sidecars = tuple(s.name for s in self.config.sidecars if s.follows == name)
+        acts = self.actions
+
+        def listener(kind, indices):
+            rec = Alloc if kind == "alloc" else Free
+            acts.append(rec(name, L1, tuple(int(i) for i in indices), sidecars))
+
+        pool.listener = listener
 
     # -- tree hooks fan out to components ----------------------------------------------------
     def _on_split(self, upper, lower, upper_tokens):
         for c in self.components:
             c.on_split(upper, lower, upper_tokens)
+        for c in self.voters:  # the upper half is new (fresh tick), the lower's payload shrank
+            c.touched(upper)
+            c.touched(lower)
 
     def _on_remove(self, node):
         for c in self.components:
             c.on_remove(node)
 
+    def _remove_subtree_leaf(self, node):
+        """Remove an unlocked leaf, then every ancestor that becomes an unlocked leaf no
+        voting component can use (e.g. all SWA tombstones, no MAMBA checkpoint). Returns
+        (last parent, FULL tokens removed); they count as FULL evictions."""
+        full, tree, root = self.full, self.tree, self.tree.root
+        parent, n = full.remove_leaf(node)
+        while (parent is not root and not parent.children and parent.lock_ref == 0
+               and any(c.useless_leaf(parent) for c in self.voters)):
+            parent, k = full.remove_leaf(parent)
+            n += k
+        full.touched(parent)
+        return parent, n
+
     # -- match / lock ------------------------------------------------------------------------
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:
-        """Longest cached prefix of seq[:limit] (cut to whole pages). Takes one tick: the root
-        and each visited node get it; a split's upper half gets a fresh later tick."""
+        """Longest reusable prefix of seq[:limit] (cut to whole pages). Takes one tick: the
+        root and each visited node get it; a split's upper half gets a fresh later tick.
+        With voting components the walk goes as far as FULL matches and the result is the
+        deepest boundary all of them accept (the node is split there if needed)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
         n = n // self.page_size * self.page_size
-        tick = self.tree.fresh()
-        node, matched, last = self.tree.walk(seq.data, n, tick, True)
-        self.full.touched(last)
-        return MatchResult(matched, LockHandle(node))
+        tree = self.tree
+        tick = tree.fresh()
+        if not self.voters:
+            node, matched, last = tree.walk(seq.data, n, tick, True)
+            self.full.touched(last)
+            return MatchResult(matched, LockHandle(node), matched)
+        visited = []
+        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
+        best, node, cut, lost = vote(self.voters, visited, traversed, self.page_size)
+        if node is None:
+            node = tree.root
+        elif cut < node.num_tokens:
+            node = tree.split(node, cut)
+        for nd in visited:
+            for c in self.components:
+                c.touched(nd)
+        return MatchResult(best, LockHandle(node), traversed, lost)
 
     def lock(self, m: MatchResult) -> None:
         node = m.handle._node
@@ -144,6 +190,16 @@ class RadixCache:
         entry[1] -= 1
         if entry[1] == 0:
             del self._locks[node.id]
+
+    def finalize(self, m: MatchResult, private_slot: int) -> list:
+        """Component finalizers for one request that reuses `m`: MAMBA copies the shared
+        checkpoint into `private_slot` (a `CopyState` action). Returns the actions."""
+        if self.mamba is None:
+            return []
+        acts = self.mamba.finalize(m.handle._node, private_slot)
+        if self.actions is not None:
+            self.actions.extend(acts)
+        return acts
 
     # -- memory ------------------------------------------------------------------------------
     @property
@@ -168,31 +224,67 @@ class RadixCache:
         self._outstanding_pages -= len(pages)
         self.full.pool.free(pages)
 
+    @property
+    def free_swa_tokens(self) -> int:
+        return self.swa.pool.free_pages * self.page_size
+
+    def evict_swa(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
+        return self.swa.evict(-(-num_tokens // self.page_size)) * self.page_size if num_tokens > 0 else 0
+
+    def alloc_swa(self, num_pages: int):
+        """Take SWA pages without evicting; None if not enough are free."""
+        pages = self.swa.pool.alloc(num_pages)
+        if pages is not None:
+            self._outstanding_swa += len(pages)
+        return pages
+
+    def free_swa(self, pages: np.ndarray) -> None:
+        self._outstanding_swa -= len(pages)
+        self.swa.pool.free(pages)
+
+    def alloc_states(self, n: int):
+        """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
+        is its private working state; None if the pool cannot supply them."""
+        return self.mamba.acquire(n)
+
+    def free_states(self, slots) -> None:
+        self.mamba.release(slots)
+
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
-               after: MatchResult | None = None) -> InsertResult:
+               after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
+               state_slots=None) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
         rest go to the new leaf, and pages past num_tokens (a partial tail) are freed too.
         Takes one tick, with the same visiting and splitting rules as `match`.
 
         `after`: a still-locked match of a prefix of `seq` (no longer than num_tokens); the
-        walk resumes from it instead of looking the matched path up again (same result)."""
+        walk resumes from it instead of looking the matched path up again (same result).
+        `swa_pages`: SWA pages the request computed for its window, in position order; they
+        fill [max(pages_from, num_tokens - window), num_tokens), healing tombstones; the rest
+        are freed. `state_slots`: the request's MAMBA slots (private state first, then
+        snapshot slots): they become checkpoints where the strategy says, or are freed."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
             raise ValueError(f"insert length {num_tokens} must be page-aligned and <= {seq.length}")
         tree = self.tree
         tick = tree.fresh()
+        visited = None if tree.lazy else []
         if after is not None:
             start = after.handle._node
-            if start.lock_ref <= 0 or not start.alive or after.cached_tokens > num_tokens:
+            if (start.lock_ref <= 0 and start.parent is not None) or not start.alive \
+                    or after.cached_tokens > num_tokens:
                 raise ValueError("`after` must be a locked match of a prefix of the inserted tokens")
-            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, start, after.cached_tokens)
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, start, after.cached_tokens,
+                                           visited=visited)
         else:
-            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False)
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, visited=visited)
         self.full.touched(last)
         freed = 0
+        leaf = None
         if len(pages):
             if prefix < pages_from or pages_from % P:
                 raise ValueError("pages must start at a page boundary inside the cached prefix")
@@ -211,9 +303,87 @@ class RadixCache:
                 self.full.attach(leaf, pages[lo:hi])
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
+        if visited is not None:
+            self._after_hybrid_insert(visited, leaf or node, leaf, pages_from, num_tokens, swa_pages,
+                                      state_slots)
         return InsertResult(prefix, freed)
 
+    def _after_hybrid_insert(self, visited, final, leaf, lo, hi, swa_pages, state_slots) -> None:
+        for nd in visited:
+            for c in self.components:
+                c.touched(nd)
+        swa, mamba = self.swa, self.mamba
+        if swa is not None:
+            given = _EMPTY if swa_pages is None else swa_pages
+            w_lo = max(lo, hi - swa.window_pages * self.page_size, 0)
+            rest = swa.attach_window(final, w_lo, hi, given, leaf)
+            self._outstanding_swa -= len(given) - len(rest)
+            if len(rest):
+                self.free_swa(rest)
+        if mamba is not None and state_slots is not None:
+            self._place_checkpoints(final, lo, hi, list(state_slots))
+
+    def _place_checkpoints(self, final, lo: int, hi: int, slots: list) -> None:
+        """The request's private state becomes the checkpoint at `hi` (end of its cached
+        sequence); snapshot slots go to every-K positions in (lo, hi), latest first."""
+        mamba = self.mamba
+        if not slots:
+            return
+        private, snaps = slots[0], slots[1:]
+        targets = []
+        if hi > lo:
+            targets.append((hi, private))
+            every = mamba.every
+            if every:
+                q = (hi - 1) // every * every
+                while q > lo and snaps:
+                    targets.append((q, snaps.pop()))
+                    q -= every
+        else:
+            mamba.release([private])
+        if snaps:
+            mamba.release(snaps)
+        for q, slot in targets:
+            nd = self._node_ending_at(final, q)
+            if mamba.put_checkpoint(nd, slot):
+                mamba.private -= 1
+                if q != hi and self.actions is not None:
+                    self.actions.append(CopyState("mamba", L1, int(private), int(slot), q))
+            else:
+                mamba.release([slot])
+
+    def _node_ending_at(self, bottom, q: int):
+        """The node on the path ending at `bottom` whose edge ends exactly at position q
+        (splitting the node that contains q)."""
+        nd = bottom
+        while nd.parent.end >= q:
+            nd = nd.parent
+        if nd.end == q:
+            return nd
+        return self.tree.split(nd, q - nd.parent.end)
+
     # -- reporting --------------------------------------------------------------------------------
+    def slots_of(self, seq, num_tokens: int | None = None) -> dict:
+        """Read-only: the slot indices that hold seq[:num_tokens] where it is cached, per pool,
+        one per page in position order: ``{"full": [...], "swa": [...]}`` (-1 = SWA
+        tombstone) plus each sidecar under its own name with its source's exact indices.
+        This is the FULL -> SWA index translation (e.g. six pages F0..F5 with a two-page
+        window map F4, F5 -> S0, S1). No tick, no split."""
+        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        n = seq.length if num_tokens is None else min(num_tokens, seq.length)
+        P = self.page_size
+        full, swa = [], []
+        for node, k in self.tree.path_nodes(seq.data, n // P * P):
+            full.append(node.value[: k // P])
+            if self.swa is not None:
+                swa.append(node.comp[self.swa.kind].pages[: k // P])
+        out = {"full": np.concatenate(full) if full else _EMPTY.copy()}
+        if self.swa is not None:
+            out["swa"] = np.concatenate(swa) if swa else _EMPTY.copy()
+        for sc in self.config.sidecars:
+            out[sc.name] = out[sc.follows]
+        return out
+
     @property
     def num_nodes(self) -> int:
         return self.tree.num_nodes
@@ -223,5 +393,7 @@ class RadixCache:
         return self.full.evictable_tokens + self.full.protected_tokens
 
     def stats(self) -> dict:
-        return {"nodes": self.tree.num_nodes, "page_size": self.page_size, "policy": self.policy.name,
-                "full": self.full.stats()}
+        out = {"nodes": self.tree.num_nodes, "page_size": self.page_size, "policy": self.policy.name}
+        for c in self.components:
+            out[c.name] = c.stats()
+        return out

@@ -113,6 +113,74 @@ def check(cache) -> None:
     for n in nodes:
         if n is not root and n.lock_ref == 0 and not n.children and n.id not in live:
             errors.append(f"node #{n.id}: evictable leaf missing from the eviction queue")
+    if cache.swa is not None:
+        _check_swa(cache, nodes, errors)
+    if cache.mamba is not None:
+        _check_mamba(cache, nodes, errors)
 
     if errors:
         raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))
+
+
+def _pool_errors(name, pool, held: np.ndarray, outstanding: int, errors: list) -> None:
+    free = pool.free_view()
+    both = np.concatenate([held, free])
+    bound = pool.capacity_pages if pool.capacity_pages is not None else pool._next
+    if len(both) and (both.min() < 0 or both.max() >= bound):
+        errors.append(f"{name}: index out of range [0, {bound})")
+    elif len(both) and np.bincount(both, minlength=bound).max() > 1:
+        errors.append(f"{name}: an index is in two places")
+    if pool.capacity_pages is not None and len(free) + len(held) + outstanding != pool.capacity_pages:
+        errors.append(f"{name}: free {len(free)} + held {len(held)} + handed out {outstanding} "
+                      f"!= capacity {pool.capacity_pages}")
+
+
+def _check_swa(cache, nodes, errors) -> None:
+    from .components.swa import SWA
+
+    swa, P = cache.swa, cache.page_size
+    expect_locks: dict[int, list] = {}
+    for node, cnt in cache._locks.values():
+        ws = max(0, node.end - swa.window)
+        n = node
+        while n.parent is not None and n.end > ws:
+            expect_locks.setdefault(n.id, []).extend([ws] * cnt)
+            n = n.parent
+    held = []
+    live = swa.queue.live_ids()
+    for n in nodes[1:]:
+        pl = n.comp[SWA]
+        if pl is None:
+            errors.append(f"node #{n.id}: no SWA payload")
+            continue
+        if len(pl.pages) != n.num_tokens // P:
+            errors.append(f"node #{n.id}: {len(pl.pages)} SWA slots for {n.num_tokens // P} pages")
+        if pl.ntomb != int((pl.pages < 0).sum()):
+            errors.append(f"node #{n.id}: SWA tombstone count {pl.ntomb} != {int((pl.pages < 0).sum())}")
+        held.append(pl.pages[pl.pages >= 0])
+        if sorted(pl.locks) != sorted(expect_locks.get(n.id, [])):
+            errors.append(f"node #{n.id}: SWA window locks {sorted(pl.locks)} != {sorted(expect_locks.get(n.id, []))}")
+        if pl.ntomb < len(pl.pages) and not pl.locks and n.id not in live:
+            errors.append(f"node #{n.id}: SWA candidate missing from its eviction queue")
+    held = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
+    _pool_errors("swa pool", swa.pool, held, cache._outstanding_swa, errors)
+
+
+def _check_mamba(cache, nodes, errors) -> None:
+    from .components.mamba import MAMBA
+
+    mamba = cache.mamba
+    handles = {node.id: cnt for node, cnt in cache._locks.values()}
+    held = []
+    live = mamba.queue.live_ids()
+    for n in nodes[1:]:
+        pl = n.comp[MAMBA]
+        if pl is None:
+            continue
+        if pl.slot >= 0:
+            held.append(pl.slot)
+            if pl.locks == 0 and n.id not in live:
+                errors.append(f"node #{n.id}: MAMBA checkpoint missing from its eviction queue")
+        if pl.locks != handles.get(n.id, 0):
+            errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")
+    _pool_errors("mamba pool", mamba.pool, np.array(held, dtype=np.int64), mamba.private, errors)

@@ -33,10 +33,19 @@ class StepResult:
     cached_tokens: int
     evicted_tokens: int
     rejected: bool
+    traversed_tokens: int = 0  # how far the FULL path matched (>= cached with SWA/MAMBA votes)
+    lost: tuple = ()  # ((component, tokens, reason), ...) from the vote
 
 
 class ReplayStepper:
-    """Applies steps a-e to a `RadixCache` for one request at a time."""
+    """Applies steps a-e to a `RadixCache` for one request at a time.
+
+    With SWA and MAMBA the same steps run, with the voted reusable prefix as `cached`, plus:
+    a MAMBA private state slot (and snapshot slots for every-K checkpoints) taken after the
+    lock, the finalizer's copy of the reused checkpoint, and SWA pages for the request's
+    window (min(ceil(n / P), window pages + 1)), each pool evicting in its own policy order
+    when short. A request that cannot get its FULL pages, its SWA window or its private state
+    is rejected."""
 
     def __init__(self, cache: RadixCache):
         self.cache = cache
@@ -57,8 +66,9 @@ class ReplayStepper:
         m = cache.match(seq, max(lp - 1, 0) // P * P)  # (a)
         cached = m.cached_tokens
         cache.lock(m)  # (b)
-        evicted = 0
+        evicted0 = cache.full.evicted_tokens
         n = ls - cached  # (c)
+        aligned = ls // P * P
         pages = None
         if n > 0:
             need_pages = -(-n // P)
@@ -66,18 +76,58 @@ class ReplayStepper:
                 demand = n + P if P > 1 else n
                 free = cache.free_tokens
                 if free < demand:
-                    evicted += cache.evict(demand - free)
+                    cache.evict(demand - free)
                 if cache.free_tokens < need_pages * P:
-                    evicted += cache.evict(need_pages * P - cache.free_tokens)
+                    cache.evict(need_pages * P - cache.free_tokens)
             pages = cache.alloc(need_pages)
             if pages is None:
-                cache.unlock(m)
-                return StepResult(lp, n_out, cached, evicted, True)
-        aligned = ls // P * P  # (d)
-        if pages is not None:
-            cache.insert(seq, aligned, pages, cached, after=m)
+                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
+        swa_pages = states = None
+        if cache.swa is not None and n > 0:
+            swa_pages = self._swa_pages(n)
+            if swa_pages is None:
+                cache.free(pages)
+                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
+        if cache.mamba is not None:
+            states = self._states(cached, aligned)
+            if states is None:
+                if pages is not None:
+                    cache.free(pages)
+                if swa_pages is not None:
+                    cache.free_swa(swa_pages)
+                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
+            cache.finalize(m, states[0])
+        if pages is not None:  # (d)
+            cache.insert(seq, aligned, pages, cached, after=m, swa_pages=swa_pages, state_slots=states)
+        elif states is not None:
+            cache.free_states(states)
         prompt_aligned = lp // P * P
         if ls > lp and 0 < prompt_aligned < aligned:
             cache.insert(seq, prompt_aligned, after=m)
         cache.unlock(m)  # (e)
-        return StepResult(lp, n_out, cached, evicted, False)
+        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost)
+
+    def _reject(self, m, lp, n_out, cached, evicted) -> StepResult:
+        # evicted counts every FULL token removed meanwhile (also by SWA/MAMBA pressure)
+        self.cache.unlock(m)
+        return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost)
+
+    def _swa_pages(self, n: int):
+        cache = self.cache
+        P = cache.page_size
+        need = min(-(-n // P), cache.swa.window_pages + 1)
+        if not cache.swa.pool.unbounded and cache.free_swa_tokens < need * P:
+            cache.evict_swa(need * P - cache.free_swa_tokens)
+        return cache.alloc_swa(need)
+
+    def _states(self, cached: int, aligned: int):
+        """Private state + snapshot slots for every-K checkpoints in (cached, aligned)."""
+        cache = self.cache
+        every = cache.mamba.every
+        snaps = 0
+        if every and aligned > cached:
+            snaps = max(0, (aligned - 1) // every - cached // every)
+        slots = cache.alloc_states(1 + snaps)
+        if slots is None and snaps:
+            slots = cache.alloc_states(1)
+        return None if slots is None else [int(x) for x in slots]

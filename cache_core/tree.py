@@ -78,10 +78,13 @@ class RadixTree:
     and every removed node, so components can cut or drop their payloads.
     """
 
-    def __init__(self, page_size: int, on_split: Callable, on_remove: Callable):
+    def __init__(self, page_size: int, on_split: Callable, on_remove: Callable,
+                 comp_slots: int = 0, lazy: bool = True):
         if page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         self.page_size = page_size
+        self.lazy = lazy  # lazy access statistics (module doc); eager when internal nodes are ranked
+        self._comp_slots = comp_slots
         self._pb = 8 * page_size  # bytes per page of key
         self._on_split = on_split
         self._on_remove = on_remove
@@ -104,17 +107,23 @@ class RadixTree:
     def _new_node(self, key: bytes, parent: Node | None) -> Node:
         self._ids += 1
         t = self.fresh()
-        return Node(id=self._ids, key=key, parent=parent, tick=t, created=t)
+        comp = [None] * self._comp_slots if self._comp_slots else ()
+        return Node(id=self._ids, key=key, parent=parent, tick=t, created=t, comp=comp)
 
     # -- walk ------------------------------------------------------------------------
     def walk(self, qb: bytes, n_tokens: int, tick: int, count_hit: bool,
-             start: Node | None = None, start_tokens: int = 0):
+             start: Node | None = None, start_tokens: int = 0, visited: list | None = None,
+             split: bool = True):
         """Walk down along qb[: n_tokens] (page-aligned), splitting where the match ends
-        inside an edge. Returns (node, matched_tokens, last_visited_child_or_None).
+        inside an edge (unless `split` is False: then the returned node is the partly matched
+        one). Returns (node, matched_tokens, last_visited_child_or_None).
 
         With `start` (a live node whose path from the root is exactly qb[:start_tokens],
         e.g. a locked match), the walk resumes there: the nodes above it get the tick through
-        parent links instead of being looked up again. Same result, same ticks."""
+        parent links instead of being looked up again. Same result, same ticks.
+
+        Statistics are lazy (deepest visited node only) unless `visited` is a list: then every
+        visited node gets the tick (and hit) and is appended to it, top-down."""
         pb = self._pb
         end = n_tokens << 3
         last = None
@@ -127,6 +136,15 @@ class RadixTree:
             pos = start_tokens << 3
             if start.parent is not None:
                 last = start
+                if visited is not None:
+                    up = []
+                    n = start
+                    while n.parent is not None:
+                        n.tick = tick
+                        n.hits += count_hit
+                        up.append(n)
+                        n = n.parent
+                    visited.extend(reversed(up))
         while pos < end:
             # fast path: the child walked into last time (conversations re-walk one path)
             child = node.hot
@@ -137,17 +155,25 @@ class RadixTree:
                 node.hot = child
                 if not qb.startswith(child.key, pos, end):
                     last = child
+                    if visited is not None:
+                        child.tick = tick
+                        child.hits += count_hit
+                        visited.append(child)
                     kb = child.key
                     limit = min(len(kb), end - pos) >> 3
                     m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
                     # m >= one page: the first page matched through the dict key
-                    node = self.split(child, m) if (m << 3) < len(kb) else child
+                    node = self.split(child, m) if split and (m << 3) < len(kb) else child
                     pos += m << 3
                     break
             last = child
+            if visited is not None:
+                child.tick = tick
+                child.hits += count_hit
+                visited.append(child)
             pos = child.end << 3
             node = child
-        if last is not None:  # lazy statistics: the deepest visited node only (module doc)
+        if visited is None and last is not None:  # lazy statistics: the deepest visited node only (module doc)
             last.tick = tick
             if count_hit:
                 last.hits += 1
@@ -161,6 +187,8 @@ class RadixTree:
         upper = self._new_node(child.key[:cut], parent)
         upper.lock_ref = child.lock_ref
         upper.end = parent.end + upper_tokens
+        if not self.lazy:
+            upper.hits = child.hits
         child.key = child.key[cut:]
         child.parent = upper
         upper.children[child.key[:pb]] = child
@@ -192,14 +220,35 @@ class RadixTree:
         self._on_remove(node)
         return parent
 
-    @staticmethod
-    def absorb(parent: Node, child: Node) -> None:
+    def absorb(self, parent: Node, child: Node) -> None:
         """Fold a departing child's lazy access statistics into its parent."""
+        if not self.lazy:
+            return
         if child.tick > parent.tick:
             parent.tick = child.tick
         parent.hits += child.hits
 
     # -- inspection -----------------------------------------------------------------------
+    def path_nodes(self, qb: bytes, n_tokens: int) -> list:
+        """(node, tokens of its edge on the path) along qb[:n_tokens], read-only: no tick,
+        no split. The last node may be covered only partly."""
+        pb, end = self._pb, n_tokens << 3
+        node, pos, out = self.root, 0, []
+        while pos < end:
+            child = node.children.get(qb[pos : pos + pb])
+            if child is None:
+                break
+            if qb.startswith(child.key, pos, end):
+                out.append((child, child.num_tokens))
+                pos = child.end << 3
+                node = child
+                continue
+            limit = min(len(child.key), end - pos) >> 3
+            m = _common_tokens(child.key, qb, pos, limit) // self.page_size * self.page_size
+            out.append((child, m))
+            break
+        return out
+
     def iter_nodes(self):
         """All nodes, root first, depth-first (children in insertion order)."""
         stack = [self.root]

@@ -64,6 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", type=_policy, default="lru", help="eviction policy: lru, lfu or fifo (default lru)")
     r.add_argument("--block-size", type=_pos_int, default=None,
                    help="tokens per hash_ids block (default: the line's block_size, else 512)")
+    r.add_argument("--components", default="full",
+                   help="comma-separated components: full, swa:WINDOW, mamba[:every=K], sidecar:NAME@full|swa "
+                        "(default: full)")
+    r.add_argument("--swa-tokens", type=_nonneg_int, default=None,
+                   help="SWA pool in tokens (default: --swa-full-tokens-ratio x the FULL pool)")
+    r.add_argument("--swa-full-tokens-ratio", type=float, default=0.1,
+                   help="SWA pool as a fraction of the FULL pool (default 0.1, as SGLang)")
+    r.add_argument("--mamba-slots", type=_nonneg_int, default=None,
+                   help="MAMBA checkpoint state slots (required with a bounded FULL pool)")
     r.add_argument("--out", required=True, help="result directory (created if missing)")
     r.add_argument("--check-invariants", action="store_true",
                    help="recount every invariant after each request (slow; for debugging)")
@@ -81,6 +90,8 @@ def _cmd_replay(args) -> int:
         summary = run_replay(ReplayOptions(
             trace=args.trace, page_size=args.page_size, capacity_tokens=args.capacity_tokens,
             policy=args.policy, block_size=args.block_size, check_invariants=args.check_invariants,
+            components=args.components, swa_tokens=args.swa_tokens,
+            swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
             progress=not args.no_progress), args.out, command=args.command_line)
     except TraceError as e:
         sys.stderr.write(f"radixsim replay: {e}\n")

@@ -21,6 +21,7 @@ from .base import Component, ComponentKind
 
 class FullComponent(Component):
     kind = ComponentKind.FULL
+    name = "full"
 
     def __init__(self, tree, capacity_tokens: int | None, policy: Policy):
         self.tree = tree
@@ -32,6 +33,7 @@ class FullComponent(Component):
         self.protected_tokens = 0
         self.evicted_tokens = 0  # lifetime total
         self.evicted_nodes = 0
+        self.remove = self.remove_leaf
 
     # -- capacity ------------------------------------------------------------------------
     @property
@@ -105,22 +107,27 @@ class FullComponent(Component):
         self.touched(node)
 
     # -- eviction ------------------------------------------------------------------------------
+    def remove_leaf(self, node):
+        """Remove an unlocked leaf (all its components go with it); returns (parent, tokens).
+        The cache replaces this with a version that also removes useless ancestors."""
+        n = node.num_tokens
+        parent = self.tree.remove_leaf(node)
+        self.evicted_tokens += n
+        self.evicted_nodes += 1
+        return parent, n
+
     def evict(self, num: int) -> int:
         """Remove unlocked leaves in policy order until `num` tokens are freed or none is left."""
         freed = 0
-        queue, tree = self.queue, self.tree
+        queue, remove, touched = self.queue, self.remove, self.touched
         while freed < num:
             node = queue.pop()
             if node is None:
                 break
-            n = node.num_tokens
-            parent = tree.remove_leaf(node)
+            parent, n = remove(node)
             freed += n
-            self.evicted_nodes += 1
-            if parent.lock_ref == 0 and not parent.children:
-                queue.push(parent)
-        self.evicted_tokens += freed
-        queue.maybe_compact(tree.num_nodes)
+            touched(parent)  # a parent that just became an unlocked leaf is a candidate
+        queue.maybe_compact(self.tree.num_nodes)
         return freed
 
     def stats(self) -> dict:

@@ -1,0 +1,44 @@
+"""Actions: frozen records of what the data plane must do. The core never moves bytes.
+
+The cache appends actions to `RadixCache.actions` when it is built with
+``record_actions=True`` (replay leaves it off and only counts). Every record names the
+component, the tier and the slot indices, plus the sidecar pools that follow those indices
+(a sidecar reuses its source's exact indices, so it is freed and moved with it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+L1, L2, L3 = "L1", "L2", "L3"
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    """Indices handed out from a component's pool on `tier` (sidecars follow)."""
+
+    component: str
+    tier: str
+    indices: tuple
+    sidecars: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Indices returned to a component's pool on `tier` (sidecars follow)."""
+
+    component: str
+    tier: str
+    indices: tuple
+    sidecars: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CopyState:
+    """Copy one recurrent-state slot into another on `tier` (MAMBA copy-on-reuse and
+    checkpoint snapshots). `at_tokens` is the prefix length the state belongs to."""
+
+    component: str
+    tier: str
+    src: int
+    dst: int
+    at_tokens: int

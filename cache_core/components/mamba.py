@@ -1,0 +1,180 @@
+"""MAMBA: recurrent-state checkpoints, reused only exactly where one was taken
+(*checkpoint reuse*).
+
+- Payload: ``node.comp[MAMBA]`` is a `MambaPayload` with one state slot: the checkpoint of the
+  recurrent state after the node's last token (so it sits on the node that ends exactly at
+  the checkpoint position), or -1 for a tombstone (the checkpoint was evicted, the node
+  stays). Slots come from a state pool with a fixed slot count.
+- Validator: accepts a boundary only at the end of a node that holds a checkpoint (never
+  inside a node, never at a tombstone).
+- Finalizer: a request that reuses a checkpoint gets a private slot and a `CopyState`
+  action (shared -> private); the shared slot is never handed out writable.
+- Insert: checkpoints are taken where the strategy says: at the end of each request's
+  cached sequence (its private slot becomes the checkpoint), and every K tokens (snapshot
+  copies). Positions inside existing nodes split them, so a node ends at each checkpoint.
+- Lock: the checkpoint at the reused boundary only.
+- Evict: in policy order over nodes with an unlocked checkpoint, internal nodes included:
+  an internal node keeps its place as a tombstone; an unlocked leaf is removed whole (a leaf
+  without a checkpoint can serve no boundary), and so is a leaf that becomes a tombstone.
+"""
+from __future__ import annotations
+
+from ..actions import L1, CopyState
+from ..allocator import PagePool
+from ..eviction import EvictionQueue
+from ..vote import END
+from .base import Component, ComponentKind
+
+MAMBA = ComponentKind.MAMBA
+
+
+class MambaPayload:
+    __slots__ = ("slot", "locks")
+
+    def __init__(self, slot: int):
+        self.slot = slot  # -1 = tombstone
+        self.locks = 0
+
+
+class _MambaVoter:
+    __slots__ = ()
+
+    @staticmethod
+    def mask(node, start: int, npages: int):
+        pl = node.comp[MAMBA]
+        if pl is None or pl.slot < 0:
+            return False
+        return END  # only the boundary at the node's end
+
+
+class MambaComponent(Component):
+    kind = MAMBA
+    name = "mamba"
+
+    def __init__(self, cache, slots: int | None, every_tokens: int | None):
+        self.cache = cache
+        self.tree = cache.tree
+        self.every = every_tokens
+        self.pool = PagePool(slots)
+        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.private = 0  # slots held by running requests
+        self.evicted_slots = 0
+        self.evicted_nodes = 0
+        self.copies = 0
+
+    # -- candidates --------------------------------------------------------------------------
+    @staticmethod
+    def _is_candidate(node) -> bool:
+        pl = node.comp[MAMBA] if node.alive else None
+        return pl is not None and pl.slot >= 0 and pl.locks == 0
+
+    def touched(self, node) -> None:
+        if node is not None and node.parent is not None and self._is_candidate(node):
+            self.queue.push(node)
+
+    def validator(self):
+        return _MambaVoter()
+
+    def useless_leaf(self, node) -> bool:
+        pl = node.comp[MAMBA]
+        return pl is None or pl.slot < 0
+
+    # -- payload hooks ---------------------------------------------------------------------------
+    def on_split(self, upper, lower, upper_tokens: int) -> None:
+        pass  # the checkpoint belongs to the end of the node: it stays with the lower half
+
+    def on_remove(self, node) -> None:
+        pl = node.comp[MAMBA]
+        if pl is not None and pl.slot >= 0:
+            self.pool.free_one(pl.slot)
+        node.comp[MAMBA] = None
+
+    def put_checkpoint(self, node, slot: int) -> bool:
+        """Store `slot` as `node`'s checkpoint; False (slot not taken) if it has one."""
+        pl = node.comp[MAMBA]
+        if pl is not None and pl.slot >= 0:
+            return False
+        if pl is None:
+            node.comp[MAMBA] = MambaPayload(slot)
+        else:
+            pl.slot = slot
+        self.touched(node)
+        return True
+
+    # -- private slots -------------------------------------------------------------------------
+    def acquire(self, n: int):
+        """`n` slots for a request (evicting checkpoints if short); None if impossible."""
+        short = n - self.pool.free_pages
+        if short > 0 and not self.pool.unbounded:
+            self.evict(short)
+        got = self.pool.alloc(n)
+        if got is not None:
+            self.private += len(got)
+        return got
+
+    def release(self, slots) -> None:
+        self.private -= len(slots)
+        self.pool.free(slots)
+
+    def finalize(self, node, private_slot: int) -> list:
+        """Copy the shared checkpoint at `node` into the request's private slot."""
+        pl = node.comp[MAMBA] if node.parent is not None else None
+        if pl is None or pl.slot < 0:
+            return []
+        self.copies += 1
+        return [CopyState("mamba", L1, int(pl.slot), int(private_slot), node.end)]
+
+    # -- locks ---------------------------------------------------------------------------------
+    def lock(self, node) -> None:
+        pl = node.comp[MAMBA] if node.parent is not None else None
+        if pl is not None:
+            pl.locks += 1
+
+    def unlock(self, node) -> None:
+        pl = node.comp[MAMBA] if node.parent is not None else None
+        if pl is not None:
+            pl.locks -= 1
+            if pl.locks == 0:
+                self.touched(node)
+
+    # -- eviction ------------------------------------------------------------------------------
+    def evict(self, num: int) -> int:
+        """Free at least `num` checkpoint slots in policy order; returns slots freed."""
+        freed = 0
+        while freed < num:
+            node = self.queue.pop()
+            if node is None:
+                break
+            if not node.children and node.lock_ref == 0:
+                before = self.pool.free_pages
+                self.cache._remove_subtree_leaf(node)
+                freed += self.pool.free_pages - before
+                self.evicted_nodes += 1
+                continue
+            pl = node.comp[MAMBA]
+            self.pool.free_one(pl.slot)
+            pl.slot = -1
+            freed += 1
+        self.evicted_slots += freed
+        self.queue.maybe_compact(self.tree.num_nodes)
+        return freed
+
+    def stats(self) -> dict:
+        ckpt = tombs = 0
+        for n in self.tree.iter_nodes():
+            pl = n.comp[MAMBA] if n.parent is not None else None
+            if pl is not None:
+                if pl.slot >= 0:
+                    ckpt += 1
+                else:
+                    tombs += 1
+        return {
+            "every_tokens": self.every,
+            "capacity_slots": self.pool.capacity_pages,
+            "checkpoints": ckpt,
+            "private_slots": self.private,
+            "tombstone_nodes": tombs,
+            "evicted_slots": self.evicted_slots,
+            "evicted_nodes": self.evicted_nodes,
+            "copies": self.copies,
+        }

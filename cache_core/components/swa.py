@@ -1,0 +1,227 @@
+"""SWA: sliding-window-attention KV, reused through a complete tail window (*window reuse*).
+
+- Payload: ``node.comp[SWA]`` is an `SwaPayload`: one SWA page index per FULL page of the
+  node (-1 = *tombstone*: the slot was freed but the node stays, FULL still anchors it),
+  plus the window locks that cover the node. SWA pages come from their own pool (its own
+  index space; FULL page ``node.value[j]`` maps to SWA page ``pages[j]``).
+- Validator: a boundary b is reusable iff the W tokens before it (all of them when b < W)
+  hold SWA KV. The voter walks down keeping the length of the present run that ends at the
+  current position; every page boundary inside a node is a candidate.
+- Insert: a new leaf keeps at most one window (the pages of the last ceil(W/P) pages before
+  the inserted end); pages before it are tombstones from the start. An insert *heals*
+  tombstones of existing nodes inside its live window with the SWA pages it computed.
+- Lock: only the window [b - W, b): every node that intersects it records the window start
+  (a split hands the upper half exactly the windows that still intersect it).
+- Evict: in policy order over nodes that hold SWA pages and no window lock, from internal
+  nodes too: an internal node loses all its SWA pages (tombstones); an unlocked leaf is
+  removed whole (its FULL KV is of no use without the window). A leaf whose SWA pages are
+  all tombstones is useless and is removed when the tree cleans up after an eviction.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..allocator import INDEX_DTYPE, PagePool
+from ..eviction import EvictionQueue
+from .base import Component, ComponentKind
+
+SWA = ComponentKind.SWA
+
+
+class SwaPayload:
+    __slots__ = ("pages", "ntomb", "locks")
+
+    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None):
+        self.pages = pages
+        self.ntomb = ntomb
+        self.locks = locks if locks is not None else []  # window starts of live locks
+
+
+class _SwaVoter:
+    """Walks down the FULL path keeping the present-SWA run that ends at the position."""
+
+    __slots__ = ("W", "P", "run", "clean")
+
+    def __init__(self, window: int, page_size: int):
+        self.W, self.P = window, page_size
+        self.run = 0  # present SWA tokens ending at the current position
+        self.clean = True  # no tombstone since the root
+
+    def mask(self, node, start: int, npages: int):
+        """Boundaries after page j (j < npages) of `node` that this component accepts."""
+        P, W = self.P, self.W
+        pl = node.comp[SWA]
+        pages = pl.pages[:npages] if pl is not None else None
+        if pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
+            run0 = self.run
+            self.run += npages * P
+            if self.clean:
+                return True
+            first = max(0, -(-(W - run0) // P) - 1)  # first j with run0 + (j+1)P >= W
+            if first == 0:
+                return True
+            if first >= npages:
+                return False
+            m = np.zeros(npages, dtype=bool)
+            m[first:] = True
+            return m
+        present = pages >= 0 if pages is not None else np.zeros(npages, dtype=bool)
+        # run after page j = tokens since the last tombstone at or before j
+        idx = np.arange(npages)
+        last_tomb = np.maximum.accumulate(np.where(present, -1, idx))
+        run = np.where(last_tomb >= 0, (idx - last_tomb) * P, self.run + (idx + 1) * P)
+        clean = self.clean & (last_tomb < 0)
+        ok = clean | (run >= W)
+        self.run = int(run[-1])
+        self.clean = bool(clean[-1])
+        return ok
+
+
+class SwaComponent(Component):
+    kind = SWA
+    name = "swa"
+
+    def __init__(self, cache, window_tokens: int, capacity_tokens: int | None):
+        self.cache = cache
+        self.tree = cache.tree
+        self.P = cache.page_size
+        self.window = window_tokens
+        self.window_pages = -(-window_tokens // self.P)
+        self.pool = PagePool(None if capacity_tokens is None else capacity_tokens // self.P)
+        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.evicted_pages = 0
+        self.evicted_nodes = 0
+
+    # -- candidates --------------------------------------------------------------------------
+    @staticmethod
+    def _is_candidate(node) -> bool:
+        pl = node.comp[SWA] if node.alive else None
+        return pl is not None and pl.ntomb < len(pl.pages) and not pl.locks
+
+    def touched(self, node) -> None:
+        if node is not None and node.parent is not None and self._is_candidate(node):
+            self.queue.push(node)
+
+    def validator(self):
+        return _SwaVoter(self.window, self.P)
+
+    def useless_leaf(self, node) -> bool:
+        pl = node.comp[SWA]
+        return pl is None or pl.ntomb == len(pl.pages)
+
+    # -- payload hooks -----------------------------------------------------------------------
+    def on_split(self, upper, lower, upper_tokens: int) -> None:
+        pl = lower.comp[SWA]
+        if pl is None:
+            return
+        cut = upper_tokens // self.P
+        up, lo = pl.pages[:cut], pl.pages[cut:]
+        ut = int((up < 0).sum())
+        upper_end = upper.end
+        upper.comp[SWA] = SwaPayload(up, ut, [ws for ws in pl.locks if ws < upper_end])
+        pl.pages, pl.ntomb = lo, pl.ntomb - ut
+
+    def on_remove(self, node) -> None:
+        pl = node.comp[SWA]
+        if pl is not None and pl.ntomb < len(pl.pages):
+            self.pool.free(pl.pages[pl.pages >= 0])
+        node.comp[SWA] = None
+
+    def attach_window(self, bottom, lo: int, hi: int, pages: np.ndarray, new_leaf) -> np.ndarray:
+        """Give the pages of [lo, hi) on the path ending at `bottom` (whose end is hi) SWA
+        pages, healing tombstones; the new leaf starts as tombstones outside the window.
+        Consumes `pages` in position order; returns the ones not needed (duplicates)."""
+        P = self.P
+        if new_leaf is not None:
+            k = new_leaf.num_tokens // P
+            new_leaf.comp[SWA] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
+        need = (hi - lo) // P
+        if need <= 0:
+            return pages
+        # collect (node, first page index in node) bottom-up, then assign top-down
+        segs = []
+        node = bottom
+        while node.parent is not None and node.end > lo:
+            start = node.parent.end
+            segs.append((node, max(0, (lo - start) // P)))
+            node = node.parent
+        used = 0
+        for node, j0 in reversed(segs):
+            pl = node.comp[SWA]
+            if pl is None:
+                k = node.num_tokens // P
+                pl = node.comp[SWA] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
+            hole = np.flatnonzero(pl.pages[j0:] < 0) + j0
+            take = min(len(hole), len(pages) - used)
+            if take:
+                if not pl.pages.flags.writeable or pl.pages.base is not None:
+                    pl.pages = pl.pages.copy()
+                pl.pages[hole[:take]] = pages[used : used + take]
+                pl.ntomb -= take
+                used += take
+            self.touched(node)
+        return pages[used:]
+
+    # -- locks ---------------------------------------------------------------------------------
+    def lock(self, node) -> None:
+        ws = max(0, node.end - self.window)
+        n = node
+        while n.parent is not None and n.end > ws:
+            pl = n.comp[SWA]
+            if pl is not None:
+                pl.locks.append(ws)
+            n = n.parent
+
+    def unlock(self, node) -> None:
+        ws = max(0, node.end - self.window)
+        n = node
+        while n.parent is not None and n.end > ws:
+            pl = n.comp[SWA]
+            if pl is not None:
+                pl.locks.remove(ws)
+                if not pl.locks:
+                    self.touched(n)
+            n = n.parent
+
+    # -- eviction ------------------------------------------------------------------------------
+    def evict(self, num: int) -> int:
+        """Free at least `num` SWA pages in policy order; returns pages freed."""
+        freed = 0
+        while freed < num:
+            node = self.queue.pop()
+            if node is None:
+                break
+            pl = node.comp[SWA]
+            if not node.children and node.lock_ref == 0:
+                before = self.pool.free_pages
+                self.cache._remove_subtree_leaf(node)
+                freed += self.pool.free_pages - before
+                self.evicted_nodes += 1
+                continue
+            present = pl.pages[pl.pages >= 0]
+            self.pool.free(present)
+            pl.pages = np.full(len(pl.pages), -1, dtype=INDEX_DTYPE)
+            pl.ntomb = len(pl.pages)
+            freed += len(present)
+        self.evicted_pages += freed
+        self.queue.maybe_compact(self.tree.num_nodes)
+        return freed
+
+    def stats(self) -> dict:
+        pages = tombs = tomb_nodes = 0
+        for n in self.tree.iter_nodes():
+            pl = n.comp[SWA] if n.parent is not None else None
+            if pl is not None:
+                pages += len(pl.pages) - pl.ntomb
+                tombs += pl.ntomb
+                tomb_nodes += pl.ntomb == len(pl.pages)
+        cap = self.pool.capacity_pages
+        return {
+            "window_tokens": self.window,
+            "capacity_tokens": None if cap is None else cap * self.P,
+            "used_tokens": pages * self.P,
+            "tombstone_tokens": tombs * self.P,
+            "tombstone_nodes": tomb_nodes,
+            "evicted_tokens": self.evicted_pages * self.P,
+            "evicted_nodes": self.evicted_nodes,
+        }

@@ -1,0 +1,119 @@
+"""Static cache configuration: frozen, keyword-only dataclasses validated on construction.
+
+Sizes are in tokens (or state slots for MAMBA); None = unbounded. Which components exist is
+configuration, not code: FULL always; SWA and/or MAMBA when their config is given; sidecars
+follow FULL or SWA indices.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .eviction import make_policy
+
+
+def _int_or_none(name: str, v, lo: int = 0) -> None:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+        raise ValueError(f"{name} must be an integer >= {lo} or None, got {v!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwaConfig:
+    """Sliding-window KV: window W tokens; pool = capacity_tokens, or full_tokens_ratio x
+    the FULL pool (SGLang's --swa-full-tokens-ratio, default 0.1)."""
+
+    window_tokens: int
+    capacity_tokens: int | None = None
+    full_tokens_ratio: float = 0.1
+
+    def __post_init__(self):
+        _int_or_none("swa window_tokens", self.window_tokens, 1)
+        if self.window_tokens is None:
+            raise ValueError("swa window_tokens is required")
+        _int_or_none("swa capacity_tokens", self.capacity_tokens)
+        if not (0 < self.full_tokens_ratio):
+            raise ValueError(f"swa full_tokens_ratio must be > 0, got {self.full_tokens_ratio}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MambaConfig:
+    """Recurrent-state checkpoints: `slots` state slots (None = unbounded, allowed only with
+    an unbounded FULL pool); checkpoints at the end of each request's cached sequence and,
+    with every_tokens=K, at every multiple of K."""
+
+    slots: int | None = None
+    every_tokens: int | None = None
+
+    def __post_init__(self):
+        _int_or_none("mamba slots", self.slots)
+        _int_or_none("mamba every_tokens", self.every_tokens, 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SidecarConfig:
+    """A pool with no vote and no tree slot that reuses the exact indices of `follows`."""
+
+    name: str
+    follows: str = "full"  # "full" or "swa"
+    bytes_per_token: float = 0.0
+
+    def __post_init__(self):
+        if self.follows not in ("full", "swa"):
+            raise ValueError(f"sidecar {self.name!r} must follow 'full' or 'swa', got {self.follows!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheConfig:
+    """Static configuration of one cache. Sizes in tokens; None = unbounded."""
+
+    page_size: int = 1
+    capacity_tokens: int | None = None
+    policy: str = "lru"
+    swa: SwaConfig | None = None
+    mamba: MambaConfig | None = None
+    sidecars: tuple = ()
+
+    def __post_init__(self):
+        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
+            raise ValueError(f"page_size must be an integer >= 1, got {self.page_size!r}")
+        _int_or_none("capacity_tokens", self.capacity_tokens)
+        make_policy(self.policy)  # raises ValueError for an unknown name
+        if self.mamba is not None:
+            if self.mamba.slots is None and self.capacity_tokens is not None:
+                raise ValueError("mamba needs an explicit slot count when the FULL pool is bounded "
+                                 "(or a model preset that sizes it)")
+            if self.mamba.every_tokens is not None and self.mamba.every_tokens % self.page_size:
+                raise ValueError(f"mamba every_tokens {self.mamba.every_tokens} must be a multiple of "
+                                 f"the page size {self.page_size}")
+        names = [s.name for s in self.sidecars]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sidecar names must be unique, got {names}")
+        if any(s.follows == "swa" for s in self.sidecars) and self.swa is None:
+            raise ValueError("a sidecar follows 'swa' but the cache has no SWA component")
+
+    @property
+    def usable_tokens(self) -> int | None:
+        """floor(capacity / page_size) * page_size."""
+        if self.capacity_tokens is None:
+            return None
+        return self.capacity_tokens // self.page_size * self.page_size
+
+    @property
+    def swa_tokens(self) -> int | None:
+        """The SWA pool in tokens: explicit, else ratio x FULL (None when both unbounded)."""
+        if self.swa is None:
+            return None
+        if self.swa.capacity_tokens is not None:
+            return self.swa.capacity_tokens
+        if self.capacity_tokens is None:
+            return None
+        return int(self.usable_tokens * self.swa.full_tokens_ratio)
+
+    @property
+    def components(self) -> tuple:
+        names = ["full"]
+        if self.swa is not None:
+            names.append(f"swa:{self.swa.window_tokens}")
+        if self.mamba is not None:
+            names.append("mamba" + (f":every={self.mamba.every_tokens}" if self.mamba.every_tokens else ""))
+        names += [f"sidecar:{s.name}@{s.follows}" for s in self.sidecars]
+        return tuple(names)
