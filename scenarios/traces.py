@@ -22,6 +22,11 @@ from typing import Iterator
 
 import numpy as np
 
+try:  # 2x faster on long token lists; the standard parser stays the reference (and the fallback)
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover
+    _fast_loads = None
+
 DEFAULT_BLOCK_SIZE = 512
 MAX_PROMPT_TOKENS = 1 << 28  # 268M tokens (2 GiB of int64): far beyond any context window
 _MAX_ID = 2**62
@@ -119,7 +124,7 @@ class JsonlTrace:
                 if not raw.strip():
                     continue
                 try:
-                    obj = json.loads(raw)
+                    obj = _loads(raw)
                 except RecursionError:
                     raise TraceError(self.path, lineno, "invalid JSON (nested too deeply)") from None
                 except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, huge integer literals
@@ -197,6 +202,17 @@ class JsonlTrace:
             raise ValueError(f"'priority' must be an integer, got {json.dumps(prio)[:40]}")
         rid = obj.get("rid", index)
         return TraceRequest(rid, prompt, out_tokens, out_len, obj.get("session_id"), _timestamp(obj), prio), block
+
+
+def _loads(raw: bytes):
+    """orjson when it accepts the line, else the standard parser (its error messages, and
+    its reading of NaN/Infinity, which the field checks then reject by name)."""
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(raw)
+        except ValueError:
+            pass
+    return json.loads(raw)
 
 
 def _timestamp(obj: dict):
