@@ -42,3 +42,27 @@ class CopyState:
     src: int
     dst: int
     at_tokens: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Transfer:
+    """A move of one component's pages between tiers, acknowledged by the data plane.
+
+    kind: "load" (L2 -> L1, a host hit), "backup" (L1 -> L2, write policy), "store"
+    (L2 -> L3) or "prefetch" (L3 -> L2, a storage hit). `keys` are the stable page keys
+    (cache_core.keys) of the pages when an L3 tier exists; `src`/`dst` the slot indices on
+    each side (None for L3, which is addressed by key). The payload becomes valid on `dst`
+    only when `RadixCache.ack(id)` is called; until then the pages are in flight: neither
+    side can be evicted or handed out."""
+
+    id: int
+    kind: str
+    component: str
+    src_tier: str
+    dst_tier: str
+    tokens: int
+    bytes: int
+    src: object = None
+    dst: object = None
+    keys: object = None
+    sidecars: tuple = ()

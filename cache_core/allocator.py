@@ -15,9 +15,9 @@ _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 class PagePool:
     """A free list of page indices.
 
-    `capacity_pages=None` makes the pool unbounded: it never runs out and fresh indices
-    come from a counter. Freed pages are reused last-in first-out, so allocation order is
-    deterministic.
+    Fresh indices come from a counter (0, 1, 2, ...) and returned pages are reused
+    last-in first-out before any fresh one, so allocation order is deterministic and a huge
+    capacity costs no memory up front. `capacity_pages=None` makes the pool unbounded.
     """
 
     __slots__ = ("capacity_pages", "_free", "_top", "_next", "listener")
@@ -27,15 +27,9 @@ class PagePool:
             raise ValueError(f"capacity_pages must be >= 0, got {capacity_pages}")
         self.capacity_pages = capacity_pages
         self.listener = None  # optional callback(kind, indices) for "alloc" and "free"
-        if capacity_pages is None:
-            self._free = np.empty(1024, dtype=INDEX_DTYPE)
-            self._top = 0
-            self._next = 0
-        else:
-            # pop from the top: page 0 is handed out first
-            self._free = np.arange(capacity_pages - 1, -1, -1, dtype=INDEX_DTYPE)
-            self._top = capacity_pages
-            self._next = capacity_pages
+        self._free = np.empty(1024, dtype=INDEX_DTYPE)  # recycled pages, a stack
+        self._top = 0
+        self._next = 0  # next fresh index
 
     @property
     def unbounded(self) -> bool:
@@ -44,10 +38,12 @@ class PagePool:
     @property
     def free_pages(self) -> int:
         """Pages available without eviction (for an unbounded pool: the recycled ones)."""
-        return self._top
+        if self.capacity_pages is None:
+            return self._top
+        return self._top + self.capacity_pages - self._next
 
     def can_alloc(self, n: int) -> bool:
-        return self.capacity_pages is None or n <= self._top
+        return self.capacity_pages is None or n <= self.free_pages
 
     def alloc(self, n: int) -> np.ndarray | None:
         """Take `n` pages; None (and nothing taken) when fewer are free."""
@@ -57,12 +53,13 @@ class PagePool:
         if n <= top:
             self._top = top - n
             out = self._free[top - n : top][::-1].copy()
-        elif self.capacity_pages is not None:
-            return None
         else:
-            fresh = np.arange(self._next, self._next + n - top, dtype=INDEX_DTYPE)
-            self._next += n - top
-            out = np.concatenate([self._free[:top][::-1], fresh])
+            k = n - top
+            if self.capacity_pages is not None and self._next + k > self.capacity_pages:
+                return None
+            fresh = np.arange(self._next, self._next + k, dtype=INDEX_DTYPE)
+            self._next += k
+            out = np.concatenate([self._free[:top][::-1], fresh]) if top else fresh
             self._top = 0
         if self.listener is not None:
             self.listener("alloc", out)
@@ -94,4 +91,7 @@ class PagePool:
 
     def free_view(self) -> np.ndarray:
         """A copy of the free page indices (for invariant checks)."""
-        return self._free[: self._top].copy()
+        rec = self._free[: self._top]
+        if self.capacity_pages is None:
+            return rec.copy()
+        return np.concatenate([rec, np.arange(self._next, self.capacity_pages, dtype=INDEX_DTYPE)])

@@ -27,7 +27,8 @@ from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
 from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig  # noqa: F401 (re-export)
 from .eviction import make_policy
-from .keys import as_tokens
+from .keys import as_tokens, page_keys
+from .tiers import Hierarchy, TieredFull
 from .tree import RadixTree
 from .vote import vote
 
@@ -35,20 +36,31 @@ _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
 
 class TokenSeq:
-    """A token sequence prepared once for repeated matching (int64 bytes + length)."""
+    """A token sequence prepared once for repeated matching (int64 bytes + length), with its
+    page keys computed on first need (or handed in by a workload that builds them
+    incrementally: `keys` for at least the full pages that will be looked up)."""
 
-    __slots__ = ("data", "length")
+    __slots__ = ("data", "length", "_keys", "_keys_page")
 
-    def __init__(self, tokens):
+    def __init__(self, tokens, keys: np.ndarray | None = None, page_size: int | None = None):
         if isinstance(tokens, TokenSeq):
             self.data, self.length = tokens.data, tokens.length
+            self._keys, self._keys_page = tokens._keys, tokens._keys_page
             return
         arr = as_tokens(tokens)
         self.data = arr.tobytes()
         self.length = len(arr)
+        self._keys, self._keys_page = keys, page_size
 
     def __len__(self) -> int:
         return self.length
+
+    def page_keys(self, page_size: int) -> np.ndarray:
+        """Stable keys of every full page (cache_core.keys), computed once."""
+        if self._keys is None or self._keys_page != page_size:
+            toks = np.frombuffer(self.data, dtype=np.int64)
+            self._keys, self._keys_page = page_keys(toks, page_size)[0], page_size
+        return self._keys
 
 
 class LockHandle:
@@ -66,6 +78,13 @@ class MatchResult:
     handle: LockHandle
     traversed_tokens: int = -1  # how far the FULL path matched (>= cached_tokens)
     lost: tuple = ()  # ((component, tokens short of the traversal, reason), ...)
+    device_tokens: int = -1  # with tiers: the part on L1 (-1: all of cached_tokens)
+    host_tokens: int = 0  # with tiers: the part on L2 only
+    storage_tokens: int = 0  # with tiers: the part found in L3 (beyond the tree)
+
+    @property
+    def device(self) -> int:
+        return self.cached_tokens if self.device_tokens < 0 else self.device_tokens
 
     @property
     def traversed(self) -> int:
@@ -81,18 +100,22 @@ class InsertResult:
 class RadixCache:
     """One radix tree with its components on the device tier (L1).
 
-    `record_actions=True` makes every pool allocation and free, and every state copy, an
-    action record in `self.actions` (sidecars listed with the indices they follow)."""
+    `record_actions=True` makes every pool allocation and free, every state copy and every
+    tier transfer an action record in `self.actions` (sidecars listed with the indices they
+    follow). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`."""
 
-    def __init__(self, config: CacheConfig, record_actions: bool = False):
+    def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True):
         self.config = config
         self.page_size = P = config.page_size
         self.policy = make_policy(config.policy)
         hybrid = config.swa is not None or config.mamba is not None
-        # SWA and MAMBA rank internal nodes, so their access statistics must be eager
+        tiered = config.tiered
+        # SWA, MAMBA and tiers rank internal nodes, so their access statistics must be eager
         self.tree = RadixTree(P, self._on_split, self._on_remove, comp_slots=3 if hybrid else 0,
-                              lazy=not hybrid)
-        self.full = FullComponent(self.tree, config.usable_tokens, self.policy)
+                              lazy=not (hybrid or tiered))
+        full_cls = TieredFull if tiered else FullComponent
+        self.full = full_cls(self.tree, config.usable_tokens, self.policy)
+        self.hier = Hierarchy(self, config.tiers, config.usable_tokens, auto_ack) if tiered else None
         self.swa = SwaComponent(self, config.swa.window_tokens, config.swa_tokens) if config.swa else None
         self.mamba = (MambaComponent(self, config.mamba.slots, config.mamba.every_tokens)
                       if config.mamba else None)
@@ -157,6 +180,8 @@ class RadixCache:
         n = n // self.page_size * self.page_size
         tree = self.tree
         tick = tree.fresh()
+        if self.hier is not None:
+            return self._match_tiers(seq, n, tick)
         if not self.voters:
             node, matched, last = tree.walk(seq.data, n, tick, True)
             self.full.touched(last)
@@ -172,6 +197,66 @@ class RadixCache:
             for c in self.components:
                 c.touched(nd)
         return MatchResult(best, LockHandle(node), traversed, lost)
+
+    def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
+        """Device run, then host run (tree), then storage run (L3, by page key)."""
+        hier, P = self.hier, self.page_size
+        visited = []
+        node, matched, _ = self.tree.walk(seq.data, n, tick, True, visited=visited)
+        for nd in visited:
+            self.full.touched(nd)
+            hier.touched(nd)
+            hier.on_hit(nd)
+        d = node
+        while d.parent is not None and d.value is None:
+            d = d.parent
+        device = d.end
+        storage = 0
+        if hier.storage is not None and matched < n:
+            keys = seq.page_keys(P)
+            run = hier.storage.leading(keys[matched // P : n // P]) * P
+            storage = run if run >= hier.cfg.min_prefetch_tokens else 0
+        return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
+
+    def load(self, m: MatchResult, seq) -> MatchResult:
+        """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
+        newly allocated L1 pages. Returns the match to use from now on: locked, its
+        cached_tokens = device + loaded host + loaded storage tokens (tokens count as
+        cached only once loaded), the old lock released. Without tiers: `m` itself."""
+        hier = self.hier
+        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0):
+            return m
+        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        node = m.handle._node
+        chain = []
+        n = node
+        while n.parent is not None and n.value is None:
+            chain.append(n)
+            n = n.parent
+        chain.reverse()
+        host = hier.load_host(chain)
+        top = n
+        for c in chain:
+            if c.value is None:
+                break
+            top = c
+        storage = 0
+        if top is node and m.storage_tokens and m.traversed_tokens == node.end:
+            P = self.page_size
+            keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
+            pnode = hier.prefetch(node, seq.data, node.end, keys)
+            if pnode is not None and pnode.host is not None and hier.load_host([pnode]):
+                top, storage = pnode, pnode.num_tokens
+        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, m.device, host, storage)
+        self.lock(new)
+        self.unlock(m)
+        return new
+
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        """The data plane finished (or failed) transfer `action_id`: on success the payload is
+        valid on its destination; on failure the destination slots are freed and the source
+        stays valid."""
+        self.hier.ack(action_id, ok)
 
     def lock(self, m: MatchResult) -> None:
         node = m.handle._node
@@ -290,6 +375,8 @@ class RadixCache:
                 raise ValueError("pages must start at a page boundary inside the cached prefix")
             lo = (prefix - pages_from) // P
             hi = (num_tokens - pages_from) // P
+            if self.hier is not None:  # recomputed tokens the tree holds on L2 only: back to L1
+                lo = self._heal_l1(node, pages, pages_from, lo)
             if lo:
                 self.free(pages[:lo])
             if hi < len(pages):
@@ -303,10 +390,34 @@ class RadixCache:
                 self.full.attach(leaf, pages[lo:hi])
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
-        if visited is not None:
+        if self.hier is not None:
+            for nd in visited:
+                self.full.touched(nd)
+                self.hier.touched(nd)
+            if leaf is not None:
+                if self.hier.storage is not None:
+                    leaf.pkeys = seq.page_keys(P)[prefix // P : num_tokens // P]
+                self.hier.on_insert(leaf)
+        elif visited is not None:
             self._after_hybrid_insert(visited, leaf or node, leaf, pages_from, num_tokens, swa_pages,
                                       state_slots)
         return InsertResult(prefix, freed)
+
+    def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
+        """Give host-only nodes at the bottom of the path (at or after pages_from) the L1
+        pages the request computed for them, so L1 stays prefix-closed. Returns how many
+        leading pages are still duplicates to free."""
+        chain = []
+        n = node
+        while n.parent is not None and n.value is None and not n.pending and n.parent.end >= pages_from:
+            chain.append(n)
+            n = n.parent
+        P = self.page_size
+        for h in chain:
+            a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P
+            self._outstanding_pages -= b - a
+            self.full.set_l1(h, pages[a:b])
+        return (n.end - pages_from) // P if chain else lo
 
     def _after_hybrid_insert(self, visited, final, leaf, lo, hi, swa_pages, state_slots) -> None:
         for nd in visited:
@@ -396,4 +507,6 @@ class RadixCache:
         out = {"nodes": self.tree.num_nodes, "page_size": self.page_size, "policy": self.policy.name}
         for c in self.components:
             out[c.name] = c.stats()
+        if self.hier is not None:
+            out["tiers"] = self.hier.stats()
         return out

@@ -71,6 +71,7 @@ class CacheConfig:
     swa: SwaConfig | None = None
     mamba: MambaConfig | None = None
     sidecars: tuple = ()
+    tiers: object = None  # a tiers.TierConfig for L2/L3, or None (L1 only)
 
     def __post_init__(self):
         if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
@@ -89,6 +90,14 @@ class CacheConfig:
             raise ValueError(f"sidecar names must be unique, got {names}")
         if any(s.follows == "swa" for s in self.sidecars) and self.swa is None:
             raise ValueError("a sidecar follows 'swa' but the cache has no SWA component")
+        if self.tiered and (self.swa is not None or self.mamba is not None):
+            raise ValueError("L2/L3 tiers support the FULL component only so far "
+                             "(SWA and MAMBA on tiers are not built yet)")
+
+    @property
+    def tiered(self) -> bool:
+        t = self.tiers
+        return t is not None and (t.has_l2 or t.l3)
 
     @property
     def usable_tokens(self) -> int | None:

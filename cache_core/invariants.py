@@ -65,8 +65,11 @@ def check(cache) -> None:
                 errors.append(f"node #{node.id}: edge of {len(node.key) // 8} tokens is not a whole number of pages")
             elif parent.children.get(node.key[:pb]) is not node:
                 errors.append(f"node #{node.id}: not filed under its first page in the parent")
-            if len(node.value) * P != len(node.key) // 8:
-                errors.append(f"node #{node.id}: {len(node.value)} pages for {len(node.key) // 8} tokens")
+            for tier, pg in (("L1", node.value), ("L2", node.host)):
+                if pg is not None and len(pg) * P != len(node.key) // 8:
+                    errors.append(f"node #{node.id}: {len(pg)} {tier} pages for {len(node.key) // 8} tokens")
+            if node.value is None and cache.hier is None:
+                errors.append(f"node #{node.id}: no FULL pages")
             if not node.alive:
                 errors.append(f"node #{node.id}: dead node still in the tree")
             if node.end != parent.end + len(node.key) // 8:
@@ -87,14 +90,15 @@ def check(cache) -> None:
         if node.lock_ref != want:
             errors.append(f"node #{node.id}: lock_ref {node.lock_ref}, expected {want}")
 
-    evictable = sum(len(n.key) for n in nodes if n is not root and n.lock_ref == 0) // 8
-    protected = sum(len(n.key) for n in nodes if n is not root and n.lock_ref > 0) // 8
+    on_l1 = [n for n in nodes[1:] if n.value is not None]
+    evictable = sum(len(n.key) for n in on_l1 if n.lock_ref == 0) // 8
+    protected = sum(len(n.key) for n in on_l1 if n.lock_ref > 0) // 8
     if evictable != full.evictable_tokens:
         errors.append(f"evictable_tokens {full.evictable_tokens}, recount {evictable}")
     if protected != full.protected_tokens:
         errors.append(f"protected_tokens {full.protected_tokens}, recount {protected}")
 
-    in_tree = np.concatenate([n.value for n in nodes]) if len(nodes) > 1 else np.empty(0, dtype=np.int64)
+    in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, "L1")])
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
     cap = full.pool.capacity_pages
@@ -110,9 +114,11 @@ def check(cache) -> None:
                           f"{cache._outstanding_pages} = {total} != capacity {cap}")
 
     live = full.queue.live_ids()
-    for n in nodes:
-        if n is not root and n.lock_ref == 0 and not n.children and n.id not in live:
+    for n in nodes[1:]:
+        if full._is_candidate(n) and n.id not in live:
             errors.append(f"node #{n.id}: evictable leaf missing from the eviction queue")
+    if cache.hier is not None:
+        _check_tiers(cache, nodes, errors)
     if cache.swa is not None:
         _check_swa(cache, nodes, errors)
     if cache.mamba is not None:
@@ -184,3 +190,32 @@ def _check_mamba(cache, nodes, errors) -> None:
         if pl.locks != handles.get(n.id, 0):
             errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")
     _pool_errors("mamba pool", mamba.pool, np.array(held, dtype=np.int64), mamba.private, errors)
+
+
+def _in_flight(cache, tier: str) -> np.ndarray:
+    """Destination slots of transfers not yet acknowledged (allocated, not yet valid)."""
+    if cache.hier is None:
+        return np.empty(0, dtype=np.int64)
+    parts = [t.dst for t, _ in cache.hier.pending.values() if t.dst_tier == tier and t.dst is not None]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+
+def _check_tiers(cache, nodes, errors) -> None:
+    hier = cache.hier
+    for n in nodes[1:]:
+        p = n.parent
+        if n.value is None and n.host is None and not n.pending:
+            errors.append(f"node #{n.id}: on no tier and nothing in flight")
+        if n.value is not None and p.parent is not None and p.value is None and not p.pending:
+            errors.append(f"node #{n.id}: on L1 below a parent that is not (L1 must be prefix-closed)")
+        if n.host is not None and p.parent is not None and p.host is None and not p.pending:
+            errors.append(f"node #{n.id}: on L2 below a parent that is not (L2 must be prefix-closed)")
+        if n.pending and (cache.full._is_candidate(n) or hier._is_candidate(n)):
+            errors.append(f"node #{n.id}: in flight yet offered for eviction")
+        if hier._is_candidate(n) and n.id not in hier.queue.live_ids():
+            errors.append(f"node #{n.id}: L2 candidate missing from its eviction queue")
+        if hier.storage is not None and n.pkeys is not None and len(n.pkeys) * cache.page_size != n.num_tokens:
+            errors.append(f"node #{n.id}: {len(n.pkeys)} page keys for {n.num_tokens} tokens")
+    if hier.pool is not None:
+        held = [n.host for n in nodes[1:] if n.host is not None] + [_in_flight(cache, "L2")]
+        _pool_errors("L2 pool", hier.pool, np.concatenate(held) if held else np.empty(0, dtype=np.int64), 0, errors)

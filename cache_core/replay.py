@@ -35,6 +35,9 @@ class StepResult:
     rejected: bool
     traversed_tokens: int = 0  # how far the FULL path matched (>= cached with SWA/MAMBA votes)
     lost: tuple = ()  # ((component, tokens, reason), ...) from the vote
+    cached_device: int = -1  # with tiers: cached tokens that were on L1 already (-1: all)
+    cached_host: int = 0  # loaded from L2
+    cached_storage: int = 0  # prefetched from L3
 
 
 class ReplayStepper:
@@ -50,22 +53,27 @@ class ReplayStepper:
     def __init__(self, cache: RadixCache):
         self.cache = cache
 
-    def step(self, prompt, output=None) -> StepResult:
+    def step(self, prompt, output=None, seq: TokenSeq | None = None) -> StepResult:
+        """Serve one request. `seq`, when given, must be TokenSeq(prompt + output[:-1])
+        (a workload that keeps histories contiguous builds it without a copy)."""
         cache = self.cache
         P = cache.page_size
         prompt = as_tokens(prompt)
         lp = len(prompt)
-        if output is not None and len(output) > 1:
-            s = np.concatenate([prompt, as_tokens(output)[:-1]])
-        else:
-            s = prompt
         n_out = 0 if output is None else len(output)
-        seq = TokenSeq(s)
+        if seq is None:
+            if output is not None and len(output) > 1:
+                s = np.concatenate([prompt, as_tokens(output)[:-1]])
+            else:
+                s = prompt
+            seq = TokenSeq(s)
         ls = seq.length
 
         m = cache.match(seq, max(lp - 1, 0) // P * P)  # (a)
-        cached = m.cached_tokens
         cache.lock(m)  # (b)
+        if cache.hier is not None:  # host and storage hits load into L1 (acks are immediate)
+            m = cache.load(m, seq)
+        cached = m.cached_tokens
         evicted0 = cache.full.evicted_tokens
         n = ls - cached  # (c)
         aligned = ls // P * P
@@ -105,12 +113,14 @@ class ReplayStepper:
         if ls > lp and 0 < prompt_aligned < aligned:
             cache.insert(seq, prompt_aligned, after=m)
         cache.unlock(m)  # (e)
-        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost)
+        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
+                          m.device, m.host_tokens, m.storage_tokens)
 
     def _reject(self, m, lp, n_out, cached, evicted) -> StepResult:
         # evicted counts every FULL token removed meanwhile (also by SWA/MAMBA pressure)
         self.cache.unlock(m)
-        return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost)
+        return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost,
+                          m.device, m.host_tokens, m.storage_tokens)
 
     def _swa_pages(self, n: int):
         cache = self.cache

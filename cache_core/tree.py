@@ -53,6 +53,9 @@ class Node:
     alive: bool = True
     hot: "Node | None" = None  # the child a walk entered last (a lookup shortcut)
     end: int = 0  # tokens from the root to the end of this node's edge
+    host: "np.ndarray | None" = None  # FULL pages on L2 (tiers only)
+    pending: int = 0  # transfers in flight that read or fill this node (tiers only)
+    pkeys: "np.ndarray | None" = None  # page keys of this edge (only when an L3 tier exists)
     comp: list = field(default_factory=list)  # per-component payloads, by ComponentKind
 
     @property
@@ -218,6 +221,10 @@ class RadixTree:
         node.alive = False
         self.num_nodes -= 1
         self._on_remove(node)
+        # stale eviction-queue entries may still point here: keep nothing big alive
+        node.key = b""
+        node.parent = None
+        node.hot = None
         return parent
 
     def absorb(self, parent: Node, child: Node) -> None:

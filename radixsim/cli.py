@@ -12,6 +12,8 @@ import sys
 import time
 
 EXIT_BAD_INPUT = 2
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +39,25 @@ def _pos_int(text: str) -> int:
     return v
 
 
+def _size(text: str) -> str:
+    """Syntax check of a size option (tokens, bytes with a unit, or 'unbounded'); the value is
+    converted once --kv-bytes-per-token is known."""
+    t = text.strip().lower().replace("_", "")
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    ok = t in ("unbounded", "inf", "none") or t.isdigit() or (unit in _UNITS and _is_nonneg_number(num))
+    if not ok:
+        raise argparse.ArgumentTypeError(f"expected a non-negative token count or a size like 500GiB, got {text!r}")
+    return text
+
+
+def _is_nonneg_number(text: str) -> bool:
+    try:
+        return float(text) >= 0
+    except ValueError:
+        return False
+
+
 def _policy(text: str) -> str:
     from cache_core.eviction import policy_names
 
@@ -57,10 +78,31 @@ def build_parser() -> argparse.ArgumentParser:
                            "through the radix cache one request at a time, in file order, with SGLang's "
                            "match/lock/allocate/insert/unlock rules. Writes requests.csv, summary.json "
                            "and config.yaml to --out."))
-    r.add_argument("trace", help="JSONL trace file (see docs/ARCHITECTURE.md, Trace format)")
+    r.add_argument("trace", nargs="?", help="JSONL trace file (see docs/ARCHITECTURE.md, Trace format)")
+    r.add_argument("--workload", choices=["multiturn"],
+                   help="generate requests instead of reading a trace (knobs: --set workload.KEY=VALUE)")
+    r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a workload knob, e.g. --set workload.num_clients=48 (repeatable)")
     r.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")
-    r.add_argument("--capacity-tokens", type=_nonneg_int, default=None,
-                   help="L1 KV capacity in tokens; usable = floor(N / page) * page (default: unbounded)")
+    r.add_argument("--capacity-tokens", "--l1-tokens", dest="capacity_tokens", type=_size, default=None,
+                   help="L1 KV capacity: tokens, or bytes with a unit (500GiB; needs --kv-bytes-per-token); "
+                        "usable = floor(N / page) * page (default: unbounded)")
+    r.add_argument("--l2-tokens", type=_size, default=None,
+                   help="host L2 capacity (tokens or bytes with a unit); default: --hicache-ratio x L1 if given")
+    r.add_argument("--hicache-ratio", type=float, default=None,
+                   help="host L2 = RATIO x L1, like SGLang's --hicache-ratio (default: no L2)")
+    r.add_argument("--l3-tokens", type=_size, default=None,
+                   help="external L3 store capacity (tokens, bytes with a unit, or 'unbounded'); needs L2")
+    r.add_argument("--write-policy", choices=["write_through", "write_through_selective", "write_back"],
+                   default="write_through", help="when L1 content is backed up to L2 (default write_through)")
+    r.add_argument("--write-through-threshold", type=_pos_int, default=2,
+                   help="hits before write_through_selective backs a node up (default 2)")
+    r.add_argument("--l3-write", choices=["on_insert", "on_l2_evict"], default="on_insert",
+                   help="when L2 content is copied to L3 (default on_insert)")
+    r.add_argument("--min-prefetch-tokens", type=_nonneg_int, default=256,
+                   help="ignore L3 hits shorter than this (default 256, as SGLang)")
+    r.add_argument("--kv-bytes-per-token", type=_nonneg_int, default=0,
+                   help="KV bytes per token, to read sizes given in bytes and to report bytes per link")
     r.add_argument("--policy", type=_policy, default="lru", help="eviction policy: lru, lfu or fifo (default lru)")
     r.add_argument("--block-size", type=_pos_int, default=None,
                    help="tokens per hash_ids block (default: the line's block_size, else 512)")
@@ -80,15 +122,71 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_size(text: str | None, option: str, bytes_per_token: int, allow_unbounded: bool = False):
+    """Tokens ('2000000', '2_000_000'), or bytes with a unit ('500GiB') converted through the
+    KV bytes per token; 'unbounded' -> None where allowed."""
+    if text is None:
+        return None
+    t = text.strip().lower().replace("_", "")
+    if allow_unbounded and t in ("unbounded", "inf", "none"):
+        return None
+    if t.isdigit():
+        return int(t)
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = t[len(num):]
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or value < 0:
+        raise ValueError(f"{option} {text!r}: expected a token count or a size like 500GiB"
+                         + (" or 'unbounded'" if allow_unbounded else ""))
+    if bytes_per_token <= 0:
+        raise ValueError(f"{option} {text!r} is in bytes: give --kv-bytes-per-token to convert it to tokens")
+    return int(value * _UNITS[unit] // bytes_per_token)
+
+
+def _workload_sets(sets) -> tuple:
+    import yaml
+
+    out = []
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key.startswith("workload.") or len(key) <= len("workload."):
+            raise ValueError(f"--set {item!r}: expected workload.KEY=VALUE")
+        out.append((key[len("workload."):], yaml.safe_load(value)))
+    return tuple(out)
+
+
 def _cmd_replay(args) -> int:
+    from cache_core.tiers import TierConfig
     from scenarios.traces import TraceError
 
     from .replay import ReplayOptions, run_replay
 
     t0 = time.perf_counter()
     try:
+        if (args.trace is None) == (args.workload is None):
+            raise ValueError("give a trace file or --workload (exactly one)")
+        if args.sets and args.workload is None:
+            raise ValueError("--set workload.KEY=VALUE needs --workload")
+        bpt = args.kv_bytes_per_token
+        l1 = parse_size(args.capacity_tokens, "--capacity-tokens", bpt)
+        l2 = parse_size(args.l2_tokens, "--l2-tokens", bpt)
+        l3_given = args.l3_tokens is not None
+        l3 = parse_size(args.l3_tokens, "--l3-tokens", bpt, allow_unbounded=True)
+        tiers = None
+        if l2 is not None or args.hicache_ratio is not None or l3_given:
+            if l2 is None and args.hicache_ratio is None:
+                raise ValueError("an L3 tier needs an L2 tier (--l2-tokens or --hicache-ratio): "
+                                 "HiCache stages L3 pages through host memory")
+            tiers = TierConfig(l2_tokens=l2, hicache_ratio=args.hicache_ratio, l3=l3_given, l3_tokens=l3,
+                               write_policy=args.write_policy,
+                               write_through_threshold=args.write_through_threshold, l3_write=args.l3_write,
+                               min_prefetch_tokens=args.min_prefetch_tokens, kv_bytes_per_token=bpt)
         summary = run_replay(ReplayOptions(
-            trace=args.trace, page_size=args.page_size, capacity_tokens=args.capacity_tokens,
+            trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets), tiers=tiers,
+            page_size=args.page_size, capacity_tokens=l1,
             policy=args.policy, block_size=args.block_size, check_invariants=args.check_invariants,
             components=args.components, swa_tokens=args.swa_tokens,
             swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
@@ -105,6 +203,9 @@ def _cmd_replay(args) -> int:
           f"{summary['total_cached_tokens']:,} cached (hit rate {hit:.6f}), "
           f"{summary['evicted_tokens']:,} evicted, {summary['rejected']} rejected "
           f"in {secs:.2f} s -> {args.out}" if hit is not None else "no requests in trace")
+    if hit is not None and "tokens_per_link" in summary:
+        print(f"hit rate by tier: device {summary['hit_rate_device']:.4f}, host {summary['hit_rate_host']:.4f}, "
+              f"storage {summary['hit_rate_storage']:.4f}; last 10 rounds {summary['hit_rate_last10']}")
     return 0
 
 

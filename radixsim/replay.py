@@ -4,6 +4,7 @@ Ties the trace reader (scenarios) to the core (cache_core) and writes the result
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ import numpy as np
 
 from cache_core import CacheConfig, RadixCache, ReplayStepper
 from cache_core.config import MambaConfig, SidecarConfig, SwaConfig
+from cache_core.tiers import TierConfig
 from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
 
@@ -20,7 +22,9 @@ from . import results
 
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
-    trace: str
+    trace: str | None = None
+    workload: str | None = None  # "multiturn": generate requests instead of reading a trace
+    workload_set: tuple = ()  # (("num_clients", 48), ...) overrides of the workload config
     page_size: int
     capacity_tokens: int | None = None
     policy: str = "lru"
@@ -31,6 +35,7 @@ class ReplayOptions:
     swa_tokens: int | None = None
     swa_full_tokens_ratio: float = 0.1
     mamba_slots: int | None = None
+    tiers: TierConfig | None = None
 
 
 def parse_components(spec: str) -> dict:
@@ -74,7 +79,7 @@ def build_config(opts: ReplayOptions) -> CacheConfig:
         mamba = MambaConfig(slots=opts.mamba_slots, every_tokens=comps["mamba"]["every_tokens"])
     sidecars = tuple(SidecarConfig(**sc) for sc in comps["sidecars"])
     return CacheConfig(page_size=opts.page_size, capacity_tokens=opts.capacity_tokens, policy=opts.policy,
-                       swa=swa, mamba=mamba, sidecars=sidecars)
+                       swa=swa, mamba=mamba, sidecars=sidecars, tiers=opts.tiers)
 
 
 class FreshTokens:
@@ -97,34 +102,89 @@ def _progress(total: int | None, enabled: bool):
     return tqdm(total=total, unit="req", desc="replay", file=sys.stderr, mininterval=0.5)
 
 
-def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
-    """Replay `opts.trace` and write requests.csv, summary.json and config.yaml to out_dir.
-    Returns the summary. Raises TraceError / ValueError on bad input."""
-    config = build_config(opts)
+class _Item:
+    """One request for the stepper, from a trace line or a workload generator."""
+
+    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq")
+
+    def __init__(self, rid, session_id, rnd, prompt, output, seq=None):
+        self.rid, self.session_id, self.round = rid, session_id, rnd
+        self.prompt, self.output, self.seq = prompt, output, seq
+
+
+class _Row:
+    __slots__ = ("rid", "session_id", "round")
+
+    def __init__(self, rid, session_id, rnd):
+        self.rid, self.session_id, self.round = rid, session_id, rnd
+
+
+def _trace_items(opts: ReplayOptions):
     trace = JsonlTrace(opts.trace, opts.block_size)
+    fresh = FreshTokens()
+
+    def gen():
+        for rec in trace:
+            if isinstance(rec, TraceEvent):
+                continue  # session events are used by session-aware policies (not in replay yet)
+            out = rec.output_tokens if rec.output_tokens is not None else (
+                fresh.take(rec.output_length) if rec.output_length else None)
+            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out)
+
+    total = trace.count_lines() if opts.progress and sys.stderr.isatty() else None
+    return gen(), total, {"trace": str(opts.trace), "trace_block_size": lambda: trace.block_size_used}
+
+
+def make_workload(name: str, overrides, page_size: int):
+    """A workload generator by name, with `overrides` ((key, value), ...) of its config."""
+    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
+
+    if name != "multiturn":
+        raise ValueError(f"unknown workload {name!r}; expected 'multiturn'")
+    fields = {f.name for f in dataclasses.fields(MultiTurnConfig)}
+    kw = {"page_size": page_size}
+    for key, value in overrides:
+        if key not in fields:
+            raise ValueError(f"unknown workload key 'workload.{key}'; expected one of "
+                             f"{', '.join('workload.' + f for f in sorted(fields))}")
+        kw[key] = value
+    cfg = MultiTurnConfig(**kw)
+    return MultiTurnWorkload(cfg), cfg
+
+
+def _workload_items(opts: ReplayOptions):
+    from cache_core import TokenSeq
+
+    wl, cfg = make_workload(opts.workload, opts.workload_set, opts.page_size)
+    P = opts.page_size
+
+    def gen():
+        for r in wl:
+            seq = TokenSeq(r.sequence, keys=r.sequence_keys(P), page_size=P) if opts.tiers and opts.tiers.l3 \
+                else TokenSeq(r.sequence)
+            yield _Item(r.rid, r.session_id, r.round, r.prompt, r.output, seq)
+
+    return gen(), len(wl), {"workload": {"kind": opts.workload, **dataclasses.asdict(cfg)}}
+
+
+def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
+    """Replay a trace (or a generated workload) and write requests.csv, summary.json,
+    config.yaml (and rounds.csv when requests have rounds) to out_dir. Returns the summary.
+    Raises TraceError / ValueError on bad input."""
+    config = build_config(opts)
+    items, total, source = _workload_items(opts) if opts.workload else _trace_items(opts)
     cache = RadixCache(config)
     stepper = ReplayStepper(cache)
-    fresh = FreshTokens()
     rows = []
-    tot_prompt = tot_cached = tot_evicted = rejected = tot_traversed = 0
     lost: dict[str, int] = {c.name: 0 for c in cache.voters}
-    bar = _progress(trace.count_lines() if opts.progress and sys.stderr.isatty() else None, opts.progress)
-    for rec in trace:
-        if isinstance(rec, TraceEvent):
-            continue  # session events are used by session-aware policies (not in replay yet)
-        out = rec.output_tokens if rec.output_tokens is not None else (
-            fresh.take(rec.output_length) if rec.output_length else None)
-        r = stepper.step(rec.prompt, out)
+    bar = _progress(total, opts.progress)
+    for it in items:
+        r = stepper.step(it.prompt, it.output, seq=it.seq)
         if opts.check_invariants:
             invariants.check(cache)
-        tot_prompt += r.prompt_tokens
-        tot_cached += r.cached_tokens
-        tot_evicted += r.evicted_tokens
-        rejected += r.rejected
-        tot_traversed += r.traversed_tokens
         for name, k, _ in r.lost:
             lost[name] += k
-        rows.append((rec.rid, rec.session_id, r))
+        rows.append((_Row(it.rid, it.session_id, it.round), r))  # not `it`: it holds the tokens
         if bar is not None:
             bar.update()
     if bar is not None:
@@ -133,40 +193,51 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    results.write_requests(out, (
-        {"rid": rid, "session_id": sid, "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-         "cached_tokens": r.cached_tokens, "cached_device": r.cached_tokens, "cached_host": 0,
-         "cached_storage": 0, "evicted_tokens": r.evicted_tokens, "rejected": r.rejected}
-        for rid, sid, r in rows))
-    hit = results.rate(tot_cached, tot_prompt)
-    summary = {
-        "mode": "replay",
-        "requests": len(rows),
-        "total_prompt_tokens": tot_prompt,
-        "total_cached_tokens": tot_cached,
-        "hit_rate": hit,
-        "hit_rate_device": hit,
-        "hit_rate_host": 0.0 if hit is not None else None,
-        "hit_rate_storage": 0.0 if hit is not None else None,
-        "rejected": rejected,
-        "evicted_tokens": tot_evicted,
-        "evictions": {c.name: {"L1": c.stats()["evicted_" + ("slots" if c.name == "mamba" else "tokens")]}
-                      for c in cache.components},
+    req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,
+                 "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+                 "cached_tokens": r.cached_tokens, "cached_device": r.cached_device,
+                 "cached_host": r.cached_host, "cached_storage": r.cached_storage,
+                 "evicted_tokens": r.evicted_tokens, "rejected": r.rejected} for it, r in rows]
+    results.write_requests(out, req_rows)
+    rounds = results.round_table(req_rows)
+    if rounds:
+        results.write_rounds(out, rounds)
+    summary = {"mode": "replay", **results.totals(req_rows, rounds), "rejected": sum(r.rejected for _, r in rows)}
+    summary.update({
+        "evicted_tokens": sum(r.evicted_tokens for _, r in rows),
+        "evictions": _evictions(cache),
         "bytes_per_link": {},
         "cache": cache.stats(),
-    }
+    })
+    if cache.hier is not None:
+        moved = cache.hier.tokens_moved
+        summary["tokens_per_link"] = dict(moved)
+        summary["bytes_per_link"] = {k: v * cache.hier.cfg.kv_bytes_per_token for k, v in moved.items()}
     if cache.voters:
-        summary["total_traversed_tokens"] = tot_traversed
-        summary["lost_reuse_tokens"] = dict(lost, total=tot_traversed - tot_cached)
+        traversed = sum(r.traversed_tokens for _, r in rows)
+        summary["total_traversed_tokens"] = traversed
+        summary["lost_reuse_tokens"] = dict(lost, total=traversed - summary["total_cached_tokens"])
     results.write_summary(out, summary)
-    results.write_config(out, {
-        "mode": "replay",
-        "trace": str(opts.trace),
-        "cache": {"page_size": config.page_size, "capacity_tokens": config.capacity_tokens,
-                  "usable_tokens": config.usable_tokens, "policy": config.policy,
-                  "components": list(config.components),
-                  **({"swa_tokens": config.swa_tokens} if config.swa else {}),
-                  **({"mamba_slots": config.mamba.slots} if config.mamba else {})},
-        "trace_block_size": trace.block_size_used,
-    }, command=command)
+    src = {k: (v() if callable(v) else v) for k, v in source.items()}
+    cache_doc = {"page_size": config.page_size, "capacity_tokens": config.capacity_tokens,
+                 "usable_tokens": config.usable_tokens, "policy": config.policy,
+                 "components": list(config.components)}
+    if config.swa:
+        cache_doc["swa_tokens"] = config.swa_tokens
+    if config.mamba:
+        cache_doc["mamba_slots"] = config.mamba.slots
+    if config.tiers is not None:
+        cache_doc["tiers"] = {**dataclasses.asdict(config.tiers),
+                              "l2_resolved_tokens": config.tiers.l2_size(config.usable_tokens)}
+    results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)
     return summary
+
+
+def _evictions(cache) -> dict:
+    out = {c.name: {"L1": c.stats()["evicted_" + ("slots" if c.name == "mamba" else "tokens")]}
+           for c in cache.components}
+    if cache.hier is not None:
+        out["full"]["L2"] = cache.hier.evicted_l2_tokens
+        if cache.hier.storage is not None:
+            out["full"]["L3"] = cache.hier.storage.evicted_pages * cache.page_size
+    return out

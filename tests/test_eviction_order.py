@@ -66,15 +66,15 @@ def touch(cache, s: str, times: int = 1) -> int:
 
 def evict_one(cache) -> str | None:
     """cache.evict(1): returns the edge of the single node it removed, or None."""
-    before = list(cache.tree.iter_nodes())
+    before = [(n, edge(n), n.num_tokens) for n in cache.tree.iter_nodes()]  # a removed node keeps no key
     freed = cache.evict(1)
-    dead = [n for n in before if not n.alive]
+    dead = [(e, k) for n, e, k in before if not n.alive]
     if freed == 0:
         assert dead == []
         return None
-    assert len(dead) == 1, [edge(n) for n in dead]
-    assert freed == dead[0].num_tokens
-    return edge(dead[0])
+    assert len(dead) == 1, [e for e, _ in dead]
+    assert freed == dead[0][1]
+    return dead[0][0]
 
 
 def drain(cache) -> list[str]:

@@ -390,7 +390,7 @@ def test_seed004_nine_steps(capacity):
 
     for step, requests, want_tree, want_evicted in WALK:
         start = len(removed)
-        before = list(cache.tree.iter_nodes())
+        before = [(n, edge(n)) for n in cache.tree.iter_nodes()]  # a removed node keeps no key
         for prompt, want_cached, want_evicted_tokens in requests:
             r = stepper.step(toks(prompt))
             assert (r.prompt_tokens, r.output_tokens, r.cached_tokens, r.evicted_tokens, r.rejected) == (
@@ -399,7 +399,7 @@ def test_seed004_nine_steps(capacity):
         assert shape(cache) == want_tree, f"step {step}"
         assert removed[start:] == want_evicted, f"step {step}"
         # the removed nodes are exactly the ones that died during this step
-        dead = sorted(edge(n) for n in before if not n.alive)
+        dead = sorted(e for n, e in before if not n.alive)
         assert dead == sorted(want_evicted), f"step {step}"
         # memory accounting: tree tokens + free = capacity; nothing is locked after a step
         used = tree_tokens(want_tree)

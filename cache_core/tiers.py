@@ -1,0 +1,445 @@
+"""HiCache tiers for FULL: device L1, host L2, external L3, with write and prefetch policies.
+
+Components decide *what* is reusable; the hierarchy decides *where* a payload lives and says
+what must move — it never moves anything itself: every move is a `Transfer` action that the
+data plane acknowledges (`RadixCache.ack`). With ``auto_ack`` (replay) each action completes
+as it is emitted.
+
+Residency (FULL): ``node.value`` = L1 pages or None, ``node.host`` = L2 pages or None; a node
+is in the tree while it holds either. L3 is not in the tree: it is a key-value store of
+pages addressed by their stable page keys (cache_core.keys), shared across engines, with
+its own LRU capacity. Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
+a node on L2 its parent on L2 (backups go top-down), so a match is a device run, then a host
+run, then (beyond the tree) a run of pages found in L3.
+
+- write_through: back up a new leaf (and any ancestor not yet backed up) to L2 at insert;
+  write_through_selective: once a node was walked through by `threshold` matches;
+  write_back: when L1 evicts it. L3 gets a copy of L2 content on backup (``l3_write=
+  "on_insert"``) or when L2 evicts it (``"on_l2_evict"``).
+- L1 eviction (device leaves: on L1, no child on L1, unlocked, nothing in flight) *demotes*
+  a node that has an L2 copy (frees its L1 pages, the node stays); without one the node is
+  removed (write_back first backs it up). L2 eviction takes host-only tree leaves: dropped,
+  or handed to L3 first.
+- A match reports device, host and storage tokens (storage runs shorter than
+  ``min_prefetch_tokens`` are ignored); `RadixCache.load` brings host hits to L1 and storage
+  hits through L2 to L1 in newly allocated pages; tokens count as cached once loaded.
+- Prefetch policies (best_effort, wait_complete, timeout with SGLang's budget of 1.0 s +
+  0.25 s per 1024 tokens) are the engine loop's decision; the core exposes the budget.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .actions import L1, L2, L3, Transfer
+from .allocator import PagePool
+from .components.full import FullComponent
+from .eviction import EvictionQueue
+
+WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
+L3_WRITES = ("on_insert", "on_l2_evict")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TierConfig:
+    """L2 = l2_tokens, or hicache_ratio x L1 (SGLang's --hicache-ratio); no L2 when both are
+    None. L3 exists when l3 is True: l3_tokens pages' worth of tokens, None = unbounded."""
+
+    l2_tokens: int | None = None
+    hicache_ratio: float | None = None
+    l3: bool = False
+    l3_tokens: int | None = None
+    write_policy: str = "write_through"
+    write_through_threshold: int = 2  # hits before write_through_selective backs a node up
+    l3_write: str = "on_insert"
+    prefetch_policy: str = "wait_complete"
+    prefetch_timeout_base_s: float = 1.0
+    prefetch_timeout_per_1k_s: float = 0.25
+    min_prefetch_tokens: int = 256
+    kv_bytes_per_token: int = 0  # for the bytes field of transfers (from the model preset)
+
+    def __post_init__(self):
+        for name in ("l2_tokens", "l3_tokens"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name} must be an integer >= 0 or None, got {v!r}")
+        if self.hicache_ratio is not None and not self.hicache_ratio > 0:
+            raise ValueError(f"hicache_ratio must be > 0, got {self.hicache_ratio}")
+        if self.write_policy not in WRITE_POLICIES:
+            raise ValueError(f"write_policy {self.write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}")
+        if self.prefetch_policy not in PREFETCH_POLICIES:
+            raise ValueError(f"prefetch_policy {self.prefetch_policy!r}: expected one of "
+                             f"{', '.join(PREFETCH_POLICIES)}")
+        if self.l3_write not in L3_WRITES:
+            raise ValueError(f"l3_write {self.l3_write!r}: expected one of {', '.join(L3_WRITES)}")
+        if self.write_through_threshold < 1 or self.min_prefetch_tokens < 0:
+            raise ValueError("write_through_threshold must be >= 1 and min_prefetch_tokens >= 0")
+
+    @property
+    def has_l2(self) -> bool:
+        return self.l2_tokens is not None or self.hicache_ratio is not None
+
+    def l2_size(self, l1_tokens: int | None) -> int | None:
+        if self.l2_tokens is not None:
+            return self.l2_tokens
+        if self.hicache_ratio is None:
+            return 0
+        return None if l1_tokens is None else int(l1_tokens * self.hicache_ratio)
+
+    def prefetch_budget_s(self, tokens: int) -> float:
+        """How long `timeout` waits for a prefetch of `tokens` (SGLang's default formula)."""
+        return self.prefetch_timeout_base_s + self.prefetch_timeout_per_1k_s * tokens / 1024
+
+
+class StorageIndex:
+    """L3: page keys present in the external store, least recently used first."""
+
+    def __init__(self, capacity_pages: int | None):
+        self.capacity_pages = capacity_pages
+        self._keys: OrderedDict = OrderedDict()
+        self.evicted_pages = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def leading(self, keys) -> int:
+        """How many of `keys`, from the first, are present (a storage hit run)."""
+        d = self._keys
+        n = 0
+        for k in keys.tolist():
+            if k not in d:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys) -> None:
+        d = self._keys
+        for k in keys.tolist():
+            if k in d:
+                d.move_to_end(k)
+
+    def put(self, keys) -> None:
+        d = self._keys
+        for k in keys.tolist():
+            d[k] = None
+            d.move_to_end(k)
+        cap = self.capacity_pages
+        while cap is not None and len(d) > cap:
+            d.popitem(last=False)
+            self.evicted_pages += 1
+
+
+class TieredFull(FullComponent):
+    """FULL with L1/L2 residency: device leaves are demoted, not removed, when backed up."""
+
+    def __init__(self, tree, capacity_tokens, policy):
+        super().__init__(tree, capacity_tokens, policy)
+        self.hier = None  # set by Hierarchy
+        self.demoted_tokens = 0
+
+    @staticmethod
+    def _is_candidate(node) -> bool:
+        if not node.alive or node.value is None or node.lock_ref or node.pending:
+            return False
+        for c in node.children.values():
+            if c.value is not None:
+                return False
+        return True
+
+    def touched(self, node) -> None:
+        if node is not None and node.parent is not None and self._is_candidate(node):
+            self.queue.push(node)
+
+    def on_split(self, upper, lower, upper_tokens: int) -> None:
+        cut = upper_tokens // self.page_size
+        if lower.value is not None:
+            upper.value, lower.value = lower.value[:cut], lower.value[cut:]
+        else:
+            upper.value = None
+        if lower.host is not None:
+            upper.host, lower.host = lower.host[:cut], lower.host[cut:]
+        if lower.pkeys is not None:
+            upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
+
+    def on_remove(self, node) -> None:
+        if node.value is not None:
+            self.pool.free(node.value)
+            if node.lock_ref == 0:
+                self.evictable_tokens -= node.num_tokens
+            node.value = None
+        if node.host is not None:
+            self.hier.pool.free(node.host)
+            node.host = None
+
+    def lock(self, node) -> None:
+        delta = 0
+        n = node
+        while n.parent is not None:
+            if n.lock_ref == 0 and n.value is not None:
+                delta += n.num_tokens
+            n.lock_ref += 1
+            n = n.parent
+        self.evictable_tokens -= delta
+        self.protected_tokens += delta
+
+    def unlock(self, node) -> None:
+        if node.parent is None:
+            return
+        if node.lock_ref <= 0:
+            raise RuntimeError(f"unlock of node {node.id} that is not locked")
+        delta = 0
+        n = node
+        while n.parent is not None:
+            n.lock_ref -= 1
+            if n.lock_ref == 0:
+                if n.value is not None:
+                    delta += n.num_tokens
+                self.touched(n)
+                self.hier.touched(n)
+            n = n.parent
+        self.evictable_tokens += delta
+        self.protected_tokens -= delta
+
+    def set_l1(self, node, pages) -> None:
+        """A load completed: the node's KV is valid on L1 again."""
+        node.value = pages
+        if node.lock_ref:
+            self.protected_tokens += node.num_tokens
+        else:
+            self.evictable_tokens += node.num_tokens
+        self.touched(node)
+
+    def remove_leaf(self, node):
+        """Evict a device leaf: demote it when it has (or, write_back, gets) an L2 copy,
+        else remove it from the tree. Returns (parent, L1 tokens freed)."""
+        hier = self.hier
+        if node.host is None and hier.cfg.write_policy == "write_back" and hier.pool is not None:
+            hier.backup_chain(node)
+        n = node.num_tokens
+        if node.host is not None and not node.pending:
+            self.pool.free(node.value)
+            node.value = None
+            self.evictable_tokens -= n
+            self.demoted_tokens += n
+            self.evicted_tokens += n
+            self.evicted_nodes += 1
+            hier.touched(node)
+            return node.parent, n
+        if node.children or node.pending:
+            return node.parent, 0  # cannot go yet (a backup in flight)
+        return super().remove_leaf(node)
+
+
+class Hierarchy:
+    """L2 pool and queue, the L3 index, write policies, loads and transfer bookkeeping."""
+
+    def __init__(self, cache, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool):
+        self.cache = cache
+        self.cfg = cfg
+        self.P = cache.page_size
+        self.full = cache.full
+        self.full.hier = self
+        l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
+        self.pool = PagePool(None if l2 is None else l2 // self.P) if cfg.has_l2 else None
+        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.storage = StorageIndex(None if cfg.l3_tokens is None else cfg.l3_tokens // self.P) if cfg.l3 else None
+        self.auto_ack = auto_ack
+        self.pending: dict[int, tuple] = {}
+        self._ids = 0
+        self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}
+        self.evicted_l2_tokens = 0
+        self.failed = 0
+
+    # -- L2 candidates ----------------------------------------------------------------------------
+    @staticmethod
+    def _is_candidate(node) -> bool:
+        return (node.alive and node.host is not None and node.value is None and not node.children
+                and node.lock_ref == 0 and not node.pending)
+
+    def touched(self, node) -> None:
+        if node is not None and node.parent is not None and self._is_candidate(node):
+            self.queue.push(node)
+
+    @property
+    def free_l2_tokens(self) -> int:
+        return self.pool.free_pages * self.P
+
+    def evict_l2(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` of L2 from host-only leaves in policy order."""
+        freed = 0
+        tree = self.cache.tree
+        while freed < num_tokens:
+            node = self.queue.pop()
+            if node is None:
+                break
+            if self.storage is not None and self.cfg.l3_write == "on_l2_evict":
+                self._store(node)
+            n = node.num_tokens
+            parent = tree.remove_leaf(node)
+            freed += n
+            self.evicted_l2_tokens += n
+            self.touched(parent)
+        self.queue.maybe_compact(tree.num_nodes)
+        return freed
+
+    def _alloc_l2(self, pages: int):
+        if self.pool is None:
+            return None
+        short = pages * self.P - self.free_l2_tokens
+        if short > 0 and not self.pool.unbounded:
+            self.evict_l2(short)
+        return self.pool.alloc(pages)
+
+    # -- transfers ----------------------------------------------------------------------------------
+    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done) -> Transfer:
+        self._ids += 1
+        t = Transfer(self._ids, kind, "full", src_tier, dst_tier, tokens,
+                     tokens * self.cfg.kv_bytes_per_token, src, dst, keys,
+                     tuple(s.name for s in self.cache.config.sidecars if s.follows == "full"))
+        self.tokens_moved[f"{src_tier}->{dst_tier}"] += tokens
+        if self.cache.actions is not None:
+            self.cache.actions.append(t)
+        if self.auto_ack:
+            done(True)
+        else:
+            self.pending[t.id] = (t, done)
+        return t
+
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        t, done = self.pending.pop(action_id)
+        if not ok:
+            self.failed += 1
+        done(ok)
+
+    # -- write path -----------------------------------------------------------------------------
+    def backup_chain(self, node) -> None:
+        """Back `node` up to L2, first every ancestor that has no L2 copy (top-down)."""
+        if self.pool is None:
+            return
+        chain = []
+        n = node
+        while n.parent is not None and n.host is None and not n.pending:
+            chain.append(n)
+            n = n.parent
+        for n in reversed(chain):
+            if n.value is None or not self._backup(n):
+                return
+
+    def _backup(self, node) -> bool:
+        pages = self._alloc_l2(node.num_tokens // self.P)
+        if pages is None:
+            return False
+        node.pending += 1
+
+        def done(ok, node=node, pages=pages):
+            node.pending -= 1
+            if not ok or not node.alive:
+                self.pool.free(pages)
+                return
+            node.host = pages
+            if self.storage is not None and self.cfg.l3_write == "on_insert":
+                self._store(node)
+            self.full.touched(node)
+            self.touched(node)
+
+        self._emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done)
+        return True
+
+    def _store(self, node) -> None:
+        if node.pkeys is None:
+            return
+        storage = self.storage
+
+        def done(ok, keys=node.pkeys):
+            if ok:
+                storage.put(keys)
+
+        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done)
+
+    def on_insert(self, leaf) -> None:
+        if self.cfg.write_policy == "write_through":
+            self.backup_chain(leaf)
+
+    def on_hit(self, node) -> None:
+        """write_through_selective: back a node up once it has enough hits."""
+        if (self.cfg.write_policy == "write_through_selective" and node.host is None
+                and node.value is not None and node.hits >= self.cfg.write_through_threshold):
+            self.backup_chain(node)
+
+    # -- read path ------------------------------------------------------------------------------------
+    def load_host(self, nodes) -> int:
+        """Bring host-only `nodes` (top-down, all locked) to L1; returns tokens loaded
+        (stops at the first node that gets no L1 pages)."""
+        loaded = 0
+        full = self.full
+        for node in nodes:
+            need = node.num_tokens // self.P
+            if full.pool.free_pages < need and not full.pool.unbounded:
+                full.evict(need * self.P - full.free_tokens)
+            pages = full.pool.alloc(need)
+            if pages is None:
+                break
+            node.pending += 1
+
+            def done(ok, node=node, pages=pages):
+                node.pending -= 1
+                if not ok or not node.alive:
+                    full.pool.free(pages)
+                    return
+                full.set_l1(node, pages)
+
+            self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done)
+            if node.value is None:  # still in flight (no auto ack): not loaded yet
+                break
+            loaded += node.num_tokens
+        return loaded
+
+    def prefetch(self, parent, seq_data: bytes, start: int, keys) -> object:
+        """Storage hit: pages `keys` following `parent` (which ends at token `start`) come from
+        L3 into L2 as a new host-only node. Returns the node, or None without L2 space."""
+        n_pages = len(keys)
+        pages = self._alloc_l2(n_pages)
+        if pages is None:
+            return None
+        tree = self.cache.tree
+        node = tree.add_leaf(parent, seq_data[start << 3 : (start + n_pages * self.P) << 3])
+        node.value = None
+        node.pkeys = keys
+        node.pending += 1
+        self.storage.touch(keys)
+
+        def done(ok, node=node, pages=pages):
+            node.pending -= 1
+            if not ok:
+                self.pool.free(pages)
+                if not node.children and node.lock_ref == 0:
+                    tree.remove_leaf(node)
+                return
+            node.host = pages
+            self.touched(node)
+
+        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done)
+        return node
+
+    def stats(self) -> dict:
+        cap = None if self.pool is None else self.pool.capacity_pages
+        out = {
+            "write_policy": self.cfg.write_policy,
+            "l2_capacity_tokens": None if cap is None else cap * self.P,
+            "l2_free_tokens": None if self.pool is None or cap is None else self.free_l2_tokens,
+            "l2_evicted_tokens": self.evicted_l2_tokens,
+            "l1_demoted_tokens": self.full.demoted_tokens,
+            "tokens_moved": dict(self.tokens_moved),
+            "in_flight": len(self.pending),
+            "failed": self.failed,
+        }
+        if self.storage is not None:
+            out["l3_pages"] = len(self.storage)
+            out["l3_evicted_pages"] = self.storage.evicted_pages
+        return out
