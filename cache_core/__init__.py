@@ -8,6 +8,7 @@ from .cache import InsertResult, MatchResult, RadixCache, TokenSeq
 from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig
 from .eviction import Policy, make_policy, policy_names, register_policy
 from .replay import ReplayStepper, StepResult
+from . import belady as _belady  # noqa: F401  (registers the "belady" policy)
 
 __all__ = [
     "CacheConfig", "SwaConfig", "MambaConfig", "SidecarConfig", "InsertResult", "MatchResult", "RadixCache", "TokenSeq",

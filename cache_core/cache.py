@@ -28,6 +28,7 @@ from .components.swa import SwaComponent
 from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig  # noqa: F401 (re-export)
 from .eviction import make_policy
 from .keys import as_tokens, page_keys
+from .sessions import SessionRegistry
 from .tiers import Hierarchy, TieredFull
 from .tree import RadixTree
 from .vote import vote
@@ -95,6 +96,7 @@ class MatchResult:
 class InsertResult:
     prefix_tokens: int  # tokens of the key that were already in the tree
     freed_pages: int  # pages handed back: duplicates of tree content and the partial tail
+    handle: LockHandle | None = None  # the node that ends the inserted sequence
 
 
 class RadixCache:
@@ -120,6 +122,8 @@ class RadixCache:
         self.mamba = (MambaComponent(self, config.mamba.slots, config.mamba.every_tokens)
                       if config.mamba else None)
         self.components = [c for c in (self.full, self.swa, self.mamba) if c is not None]
+        self.sessions = SessionRegistry(self) if self.policy.uses_sessions else None
+        self._track_keys = self.policy.needs_keys or (self.hier is not None and self.hier.storage is not None)
         self.voters = [c for c in (self.swa, self.mamba) if c is not None]
         if hybrid:
             self.full.remove = self._remove_subtree_leaf
@@ -155,6 +159,8 @@ class RadixCache:
     def _on_remove(self, node):
         for c in self.components:
             c.on_remove(node)
+        if self.sessions is not None:
+            self.sessions.on_remove(node)
 
     def _remove_subtree_leaf(self, node):
         """Remove an unlocked leaf, then every ancestor that becomes an unlocked leaf no
@@ -252,6 +258,23 @@ class RadixCache:
         self.unlock(m)
         return new
 
+    # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
+    def session_begin(self, session_id) -> int:
+        """A request of `session_id` starts; returns its generation (0 without sessions)."""
+        return 0 if self.sessions is None else self.sessions.begin(session_id)
+
+    def session_finish(self, session_id, generation: int, done) -> bool:
+        """The request completed: register its session's region ending where `done` (an
+        InsertResult or MatchResult) ends. False for a stale finish or without sessions."""
+        if self.sessions is None or done.handle is None:
+            return False
+        return self.sessions.finish(session_id, generation, done.handle._node)
+
+    def close_session(self, session_id) -> None:
+        """Remove the session's references (its cache entries stay)."""
+        if self.sessions is not None:
+            self.sessions.close(session_id)
+
     def ack(self, action_id: int, ok: bool = True) -> None:
         """The data plane finished (or failed) transfer `action_id`: on success the payload is
         valid on its destination; on failure the destination slots are freed and the source
@@ -339,7 +362,7 @@ class RadixCache:
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
                after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
-               state_slots=None) -> InsertResult:
+               state_slots=None, priority: int = 0) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
         rest go to the new leaf, and pages past num_tokens (a partial tail) are freed too.
@@ -350,7 +373,9 @@ class RadixCache:
         `swa_pages`: SWA pages the request computed for its window, in position order; they
         fill [max(pages_from, num_tokens - window), num_tokens), healing tombstones; the rest
         are freed. `state_slots`: the request's MAMBA slots (private state first, then
-        snapshot slots): they become checkpoints where the strategy says, or are freed."""
+        snapshot slots): they become checkpoints where the strategy says, or are freed.
+        `priority`: the request's priority; every node on the inserted path keeps the highest
+        it has seen (the `priority` and `session` policies read it)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
@@ -387,21 +412,27 @@ class RadixCache:
                     raise ValueError("not enough pages for the new tokens")
                 leaf = tree.add_leaf(node, seq.data[prefix << 3 : num_tokens << 3])
                 self._outstanding_pages -= hi - lo
+                if self._track_keys:
+                    leaf.pkeys = seq.page_keys(P)[prefix // P : num_tokens // P]
+                leaf.priority = priority
                 self.full.attach(leaf, pages[lo:hi])
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
+        final = leaf or node
+        if priority:
+            n = final
+            while n.parent is not None and n.priority < priority:
+                n.priority = priority
+                n = n.parent
         if self.hier is not None:
             for nd in visited:
                 self.full.touched(nd)
                 self.hier.touched(nd)
             if leaf is not None:
-                if self.hier.storage is not None:
-                    leaf.pkeys = seq.page_keys(P)[prefix // P : num_tokens // P]
                 self.hier.on_insert(leaf)
         elif visited is not None:
-            self._after_hybrid_insert(visited, leaf or node, leaf, pages_from, num_tokens, swa_pages,
-                                      state_slots)
-        return InsertResult(prefix, freed)
+            self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
+        return InsertResult(prefix, freed, LockHandle(final))
 
     def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
         """Give host-only nodes at the bottom of the path (at or after pages_from) the L1

@@ -46,13 +46,26 @@ def policy_names() -> list[str]:
 
 
 class Policy:
-    """Base class. `key(node)` must be cheap and must not decrease while a node is a
-    candidate unless the caller re-pushes it (the cache re-pushes on every access)."""
+    """Base class. `key(node)` must be cheap. The core re-offers a node whenever something a
+    key may read changes through the cache (an access, a lock, a session reference); a policy
+    whose key also moves on its own (with time, e.g. the next use of `belady`) sets
+    ``volatile = True`` and the queue re-ranks a candidate whose key moved when it pops it.
+
+    `key_for(component)` gives the key used for one component's candidates ("full", "swa",
+    "mamba"); by default the same `key` for all. Flags the cache reads:
+    ``uses_sessions`` (register session references), ``needs_keys`` (keep stable page keys
+    on nodes)."""
 
     name = "?"
+    volatile = False
+    uses_sessions = False
+    needs_keys = False
 
     def key(self, node):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def key_for(self, component: str):
+        return self.key
 
 
 @register_policy("lru")
@@ -80,36 +93,81 @@ class FIFO(Policy):
         return node.created
 
 
+@register_policy("priority")
+class PriorityLRU(Policy):
+    """Request priority first (a node keeps the highest priority of the requests that
+    inserted or extended it; lower goes first), then least recently used."""
+
+    def key(self, node):
+        return (node.priority, node.tick)
+
+
+@register_policy("slru")
+class SLRU(Policy):
+    """Segmented LRU as a sort key: nodes hit at most once (probation) go before nodes hit
+    twice or more (protected); LRU within each segment."""
+
+    def key(self, node):
+        return (node.hits >= 2, node.tick)
+
+
+@register_policy("session")
+class SessionAware(Policy):
+    """The seed's session-aware eviction (sessions.py registers the references):
+    FULL ranks (referenced, session refcount, base priority, LRU) — unreferenced first;
+    SWA and MAMBA take unreferenced entries of their regions first, then referenced ones,
+    LRU within each. References change the order only: nothing is pinned."""
+
+    uses_sessions = True
+
+    def key(self, node):
+        r = node.srefs
+        return (r > 0, r, node.priority, node.tick)
+
+    def key_for(self, component: str):
+        if component == "swa":
+            return lambda node: (bool(node.comp[1].sess), node.tick)
+        if component == "mamba":
+            return lambda node: (node.comp[2].srefs > 0, node.tick)
+        return self.key
+
+
 class EvictionQueue:
     """Min-heap of (key, node id, node) with lazy invalidation."""
 
-    __slots__ = ("policy", "_heap", "_is_candidate")
+    __slots__ = ("policy", "_heap", "_is_candidate", "_key", "_volatile")
 
-    def __init__(self, policy: Policy, is_candidate: Callable):
+    def __init__(self, policy: Policy, is_candidate: Callable, component: str = "full"):
         self.policy = policy
         self._heap: list = []
         self._is_candidate = is_candidate
+        self._key = policy.key_for(component)
+        self._volatile = policy.volatile
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def push(self, node) -> None:
         """Offer `node` with its current key (call when it becomes a candidate or its key changes)."""
-        heapq.heappush(self._heap, (self.policy.key(node), node.id, node))
+        heapq.heappush(self._heap, (self._key(node), node.id, node))
 
     def pop(self):
         """Remove and return the candidate with the smallest key, or None."""
-        heap, key, ok = self._heap, self.policy.key, self._is_candidate
+        heap, key, ok = self._heap, self._key, self._is_candidate
         while heap:
-            k, _, node = heapq.heappop(heap)
-            if ok(node) and key(node) == k:
-                return node
+            k, i, node = heapq.heappop(heap)
+            if ok(node):
+                now = key(node)
+                if now == k:
+                    return node
+                if self._volatile:  # the key moved on its own: rank it again
+                    heapq.heappush(heap, (now, i, node))
         return None
 
     def maybe_compact(self, live: int) -> None:
         """Drop stale entries when they dominate the heap (amortised O(1) per push)."""
         if len(self._heap) > 2 * live + 4096:
-            key, ok = self.policy.key, self._is_candidate
+            key, ok = self._key, self._is_candidate
             seen = set()
             fresh = []
             for k, i, node in self._heap:
@@ -121,5 +179,5 @@ class EvictionQueue:
 
     def live_ids(self) -> set:
         """Ids of candidates with a valid entry (for invariant checks)."""
-        key, ok = self.policy.key, self._is_candidate
-        return {i for k, i, node in self._heap if ok(node) and key(node) == k}
+        key, ok = self._key, self._is_candidate
+        return {i for k, i, node in self._heap if ok(node) and (key(node) == k or self._volatile)}

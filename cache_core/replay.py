@@ -53,9 +53,12 @@ class ReplayStepper:
     def __init__(self, cache: RadixCache):
         self.cache = cache
 
-    def step(self, prompt, output=None, seq: TokenSeq | None = None) -> StepResult:
+    def step(self, prompt, output=None, seq: TokenSeq | None = None, session_id=None,
+             priority: int = 0) -> StepResult:
         """Serve one request. `seq`, when given, must be TokenSeq(prompt + output[:-1])
-        (a workload that keeps histories contiguous builds it without a copy)."""
+        (a workload that keeps histories contiguous builds it without a copy). With a
+        session-aware policy a request with `session_id` registers its session's region when
+        it completes."""
         cache = self.cache
         P = cache.page_size
         prompt = as_tokens(prompt)
@@ -69,6 +72,7 @@ class ReplayStepper:
             seq = TokenSeq(s)
         ls = seq.length
 
+        gen = cache.session_begin(session_id) if session_id is not None else 0
         m = cache.match(seq, max(lp - 1, 0) // P * P)  # (a)
         cache.lock(m)  # (b)
         if cache.hier is not None:  # host and storage hits load into L1 (acks are immediate)
@@ -105,13 +109,17 @@ class ReplayStepper:
                     cache.free_swa(swa_pages)
                 return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
             cache.finalize(m, states[0])
+        done = m
         if pages is not None:  # (d)
-            cache.insert(seq, aligned, pages, cached, after=m, swa_pages=swa_pages, state_slots=states)
+            done = cache.insert(seq, aligned, pages, cached, after=m, swa_pages=swa_pages, state_slots=states,
+                                priority=priority)
         elif states is not None:
             cache.free_states(states)
         prompt_aligned = lp // P * P
         if ls > lp and 0 < prompt_aligned < aligned:
             cache.insert(seq, prompt_aligned, after=m)
+        if session_id is not None:
+            cache.session_finish(session_id, gen, done)
         cache.unlock(m)  # (e)
         return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
                           m.device, m.host_tokens, m.storage_tokens)
@@ -141,3 +149,29 @@ class ReplayStepper:
         if slots is None and snaps:
             slots = cache.alloc_states(1)
         return None if slots is None else [int(x) for x in slots]
+
+
+class MissSplit:
+    """Splits each request's miss into *cold* tokens (no earlier request ever cached that
+    prefix) and *evicted* tokens (it was cached once: evicted since, or not reusable under the
+    component votes). A bare, unbounded radix topology (no pools, no policy) records every
+    sequence a request would cache; its match length is "ever cached"."""
+
+    def __init__(self, page_size: int):
+        from .tree import RadixTree
+
+        self.P = page_size
+        self.tree = RadixTree(page_size, lambda *a: None, lambda n: None)
+
+    def observe(self, prompt, output, seq: TokenSeq, cached: int) -> tuple[int, int]:
+        """(cold_tokens, evicted_miss_tokens) of a request that got `cached` tokens."""
+        P, tree = self.P, self.tree
+        lp = len(prompt)
+        node, ever, _ = tree.walk(seq.data, max(lp - 1, 0) // P * P, tree.fresh(), False)
+        aligned = seq.length // P * P
+        if aligned > ever:
+            end, prefix, _ = tree.walk(seq.data, aligned, tree.fresh(), False, node, ever)
+            if prefix < aligned:
+                tree.add_leaf(end, seq.data[prefix << 3 : aligned << 3])
+        evicted = max(0, ever - cached)
+        return lp - cached - evicted, evicted

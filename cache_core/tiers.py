@@ -247,7 +247,7 @@ class Hierarchy:
         self.full.hier = self
         l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
         self.pool = PagePool(None if l2 is None else l2 // self.P) if cfg.has_l2 else None
-        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.queue = EvictionQueue(cache.policy, self._is_candidate, "full")
         self.storage = StorageIndex(None if cfg.l3_tokens is None else cfg.l3_tokens // self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
         self.pending: dict[int, tuple] = {}

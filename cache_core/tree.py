@@ -55,7 +55,9 @@ class Node:
     end: int = 0  # tokens from the root to the end of this node's edge
     host: "np.ndarray | None" = None  # FULL pages on L2 (tiers only)
     pending: int = 0  # transfers in flight that read or fill this node (tiers only)
-    pkeys: "np.ndarray | None" = None  # page keys of this edge (only when an L3 tier exists)
+    pkeys: "np.ndarray | None" = None  # page keys of this edge (L3 tier or a policy that needs them)
+    priority: int = 0  # highest request priority that inserted or extended this node
+    srefs: int = 0  # sessions whose registered FULL region (prefix path) covers this node
     comp: list = field(default_factory=list)  # per-component payloads, by ComponentKind
 
     @property
@@ -189,6 +191,8 @@ class RadixTree:
         parent = child.parent
         upper = self._new_node(child.key[:cut], parent)
         upper.lock_ref = child.lock_ref
+        upper.srefs = child.srefs
+        upper.priority = child.priority
         upper.end = parent.end + upper_tokens
         if not self.lazy:
             upper.hits = child.hits

@@ -39,6 +39,13 @@ def _pos_int(text: str) -> int:
     return v
 
 
+def _sizes(text: str) -> str:
+    """A comma-separated list of sizes (a comparison run over capacities)."""
+    for part in text.split(","):
+        _size(part)
+    return text
+
+
 def _size(text: str) -> str:
     """Syntax check of a size option (tokens, bytes with a unit, or 'unbounded'); the value is
     converted once --kv-bytes-per-token is known."""
@@ -59,10 +66,12 @@ def _is_nonneg_number(text: str) -> bool:
 
 
 def _policy(text: str) -> str:
+    """One policy name, or a comma-separated list (a comparison run)."""
     from cache_core.eviction import policy_names
 
-    if text not in policy_names():
-        raise argparse.ArgumentTypeError(f"unknown policy {text!r}; expected one of {', '.join(policy_names())}")
+    for name in text.split(","):
+        if name not in policy_names():
+            raise argparse.ArgumentTypeError(f"unknown policy {name!r}; expected one of {', '.join(policy_names())}")
     return text
 
 
@@ -79,12 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "match/lock/allocate/insert/unlock rules. Writes requests.csv, summary.json "
                            "and config.yaml to --out."))
     r.add_argument("trace", nargs="?", help="JSONL trace file (see docs/ARCHITECTURE.md, Trace format)")
-    r.add_argument("--workload", choices=["multiturn"],
+    r.add_argument("--workload", choices=["multiturn", "agentic"],
                    help="generate requests instead of reading a trace (knobs: --set workload.KEY=VALUE)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=48 (repeatable)")
     r.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")
-    r.add_argument("--capacity-tokens", "--l1-tokens", dest="capacity_tokens", type=_size, default=None,
+    r.add_argument("--capacity-tokens", "--l1-tokens", dest="capacity_tokens", type=_sizes, default=None,
                    help="L1 KV capacity: tokens, or bytes with a unit (500GiB; needs --kv-bytes-per-token); "
                         "usable = floor(N / page) * page (default: unbounded)")
     r.add_argument("--l2-tokens", type=_size, default=None,
@@ -103,7 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore L3 hits shorter than this (default 256, as SGLang)")
     r.add_argument("--kv-bytes-per-token", type=_nonneg_int, default=0,
                    help="KV bytes per token, to read sizes given in bytes and to report bytes per link")
-    r.add_argument("--policy", type=_policy, default="lru", help="eviction policy: lru, lfu or fifo (default lru)")
+    r.add_argument("--policy", type=_policy, default="lru",
+                   help="eviction policy: lru, lfu, fifo, priority, slru, session or belady (OPT approx.); "
+                        "a comma-separated list with several --capacity-tokens values runs every "
+                        "combination and prints one table (default lru)")
+    r.add_argument("--jobs", type=_pos_int, default=1, help="parallel processes for a comparison run (default 1)")
+    r.add_argument("--no-miss-split", action="store_true",
+                   help="skip the cold vs evicted miss split (saves the shadow replay)")
     r.add_argument("--block-size", type=_pos_int, default=None,
                    help="tokens per hash_ids block (default: the line's block_size, else 512)")
     r.add_argument("--components", default="full",
@@ -171,7 +186,8 @@ def _cmd_replay(args) -> int:
         if args.sets and args.workload is None:
             raise ValueError("--set workload.KEY=VALUE needs --workload")
         bpt = args.kv_bytes_per_token
-        l1 = parse_size(args.capacity_tokens, "--capacity-tokens", bpt)
+        caps = [parse_size(c, "--capacity-tokens", bpt) for c in (args.capacity_tokens or "").split(",") if c] or [None]
+        l1 = caps[0]
         l2 = parse_size(args.l2_tokens, "--l2-tokens", bpt)
         l3_given = args.l3_tokens is not None
         l3 = parse_size(args.l3_tokens, "--l3-tokens", bpt, allow_unbounded=True)
@@ -184,13 +200,21 @@ def _cmd_replay(args) -> int:
                                write_policy=args.write_policy,
                                write_through_threshold=args.write_through_threshold, l3_write=args.l3_write,
                                min_prefetch_tokens=args.min_prefetch_tokens, kv_bytes_per_token=bpt)
-        summary = run_replay(ReplayOptions(
+        opts = ReplayOptions(
             trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets), tiers=tiers,
             page_size=args.page_size, capacity_tokens=l1,
-            policy=args.policy, block_size=args.block_size, check_invariants=args.check_invariants,
+            policy=args.policy.split(",")[0], block_size=args.block_size, check_invariants=args.check_invariants,
             components=args.components, swa_tokens=args.swa_tokens,
             swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
-            progress=not args.no_progress), args.out, command=args.command_line)
+            progress=not args.no_progress, miss_split=not args.no_miss_split)
+        policies = args.policy.split(",")
+        if len(policies) > 1 or len(caps) > 1:
+            from .compare import run_comparison
+
+            table = run_comparison(opts, policies, caps, args.out, args.jobs, command=args.command_line)
+            print(table)
+            return 0
+        summary = run_replay(opts, args.out, command=args.command_line)
     except TraceError as e:
         sys.stderr.write(f"radixsim replay: {e}\n")
         return EXIT_BAD_INPUT

@@ -12,6 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from cache_core import CacheConfig, RadixCache, ReplayStepper
+from cache_core.belady import Belady, NextUseOracle
+from cache_core.keys import page_keys
+from cache_core.replay import MissSplit
 from cache_core.config import MambaConfig, SidecarConfig, SwaConfig
 from cache_core.tiers import TierConfig
 from cache_core import invariants
@@ -36,6 +39,7 @@ class ReplayOptions:
     swa_full_tokens_ratio: float = 0.1
     mamba_slots: int | None = None
     tiers: TierConfig | None = None
+    miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
 
 
 def parse_components(spec: str) -> dict:
@@ -105,18 +109,33 @@ def _progress(total: int | None, enabled: bool):
 class _Item:
     """One request for the stepper, from a trace line or a workload generator."""
 
-    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq")
+    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq", "priority")
 
-    def __init__(self, rid, session_id, rnd, prompt, output, seq=None):
+    def __init__(self, rid, session_id, rnd, prompt, output, seq=None, priority=None):
         self.rid, self.session_id, self.round = rid, session_id, rnd
-        self.prompt, self.output, self.seq = prompt, output, seq
+        self.prompt, self.output, self.seq, self.priority = prompt, output, seq, priority
+
+
+class _Close:
+    __slots__ = ("session_id",)
+
+    def __init__(self, session_id):
+        self.session_id = session_id
 
 
 class _Row:
-    __slots__ = ("rid", "session_id", "round")
+    __slots__ = ("rid", "session_id", "round", "split")
 
-    def __init__(self, rid, session_id, rnd):
-        self.rid, self.session_id, self.round = rid, session_id, rnd
+    def __init__(self, rid, session_id, rnd, split=None):
+        self.rid, self.session_id, self.round, self.split = rid, session_id, rnd, split
+
+
+def _seq(prompt, output):
+    from cache_core import TokenSeq
+
+    if output is not None and len(output) > 1:
+        return TokenSeq(np.concatenate([prompt, output[:-1]]))
+    return TokenSeq(prompt)
 
 
 def _trace_items(opts: ReplayOptions):
@@ -126,30 +145,43 @@ def _trace_items(opts: ReplayOptions):
     def gen():
         for rec in trace:
             if isinstance(rec, TraceEvent):
-                continue  # session events are used by session-aware policies (not in replay yet)
+                yield _Close(rec.session_id)
+                continue
             out = rec.output_tokens if rec.output_tokens is not None else (
                 fresh.take(rec.output_length) if rec.output_length else None)
-            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out)
+            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out, priority=rec.priority)
+
+    def future():  # prompts' page keys in order, for `belady`
+        return [page_keys(it.prompt, opts.page_size)[0] for it in gen() if isinstance(it, _Item)]
 
     total = trace.count_lines() if opts.progress and sys.stderr.isatty() else None
-    return gen(), total, {"trace": str(opts.trace), "trace_block_size": lambda: trace.block_size_used}
+    return gen(), total, {"trace": str(opts.trace), "trace_block_size": lambda: trace.block_size_used}, future
+
+
+WORKLOADS = ("multiturn", "agentic")
 
 
 def make_workload(name: str, overrides, page_size: int):
     """A workload generator by name, with `overrides` ((key, value), ...) of its config."""
+    from scenarios.agentic import AgenticConfig, AgenticWorkload
     from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
 
-    if name != "multiturn":
-        raise ValueError(f"unknown workload {name!r}; expected 'multiturn'")
-    fields = {f.name for f in dataclasses.fields(MultiTurnConfig)}
-    kw = {"page_size": page_size}
+    kinds = {"multiturn": (MultiTurnConfig, MultiTurnWorkload), "agentic": (AgenticConfig, AgenticWorkload)}
+    if name not in kinds:
+        raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")
+    cfg_cls, wl_cls = kinds[name]
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    kw = {"page_size": page_size} if "page_size" in fields else {}
     for key, value in overrides:
         if key not in fields:
             raise ValueError(f"unknown workload key 'workload.{key}'; expected one of "
                              f"{', '.join('workload.' + f for f in sorted(fields))}")
-        kw[key] = value
-    cfg = MultiTurnConfig(**kw)
-    return MultiTurnWorkload(cfg), cfg
+        kw[key] = tuple(value) if isinstance(value, list) else value
+    try:
+        cfg = cfg_cls(**kw)
+    except TypeError as e:
+        raise ValueError(f"workload {name}: {e}") from None
+    return wl_cls(cfg), cfg
 
 
 def _workload_items(opts: ReplayOptions):
@@ -157,6 +189,8 @@ def _workload_items(opts: ReplayOptions):
 
     wl, cfg = make_workload(opts.workload, opts.workload_set, opts.page_size)
     P = opts.page_size
+    if opts.workload == "agentic":
+        return _agentic_items(wl, cfg, P)
 
     def gen():
         for r in wl:
@@ -164,7 +198,26 @@ def _workload_items(opts: ReplayOptions):
                 else TokenSeq(r.sequence)
             yield _Item(r.rid, r.session_id, r.round, r.prompt, r.output, seq)
 
-    return gen(), len(wl), {"workload": {"kind": opts.workload, **dataclasses.asdict(cfg)}}
+    def future():
+        return [np.array(r.page_keys) for r in wl]
+
+    return gen(), len(wl), {"workload": {"kind": opts.workload, **dataclasses.asdict(cfg)}}, future
+
+
+def _agentic_items(wl, cfg, P: int):
+    from scenarios.agentic import AgenticClose
+
+    def gen():
+        for r in wl:
+            if isinstance(r, AgenticClose):
+                yield _Close(r.session_id)
+            else:
+                yield _Item(r.rid, r.session_id, None, r.prompt, r.output)
+
+    def future():
+        return [page_keys(it.prompt, P)[0] for it in gen() if isinstance(it, _Item)]
+
+    return gen(), None, {"workload": {"kind": "agentic", **dataclasses.asdict(cfg)}}, future
 
 
 def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
@@ -172,19 +225,32 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
     config.yaml (and rounds.csv when requests have rounds) to out_dir. Returns the summary.
     Raises TraceError / ValueError on bad input."""
     config = build_config(opts)
-    items, total, source = _workload_items(opts) if opts.workload else _trace_items(opts)
+    items, total, source, future = _workload_items(opts) if opts.workload else _trace_items(opts)
     cache = RadixCache(config)
+    belady = isinstance(cache.policy, Belady)
+    if belady:
+        cache.policy.oracle = NextUseOracle(future())
     stepper = ReplayStepper(cache)
+    shadow = MissSplit(config.page_size) if opts.miss_split else None
     rows = []
     lost: dict[str, int] = {c.name: 0 for c in cache.voters}
     bar = _progress(total, opts.progress)
+    closes = 0
     for it in items:
-        r = stepper.step(it.prompt, it.output, seq=it.seq)
+        if isinstance(it, _Close):
+            cache.close_session(it.session_id)
+            closes += 1
+            continue
+        if belady:
+            cache.policy.now = len(rows)
+        seq = it.seq if it.seq is not None else _seq(it.prompt, it.output)
+        r = stepper.step(it.prompt, it.output, seq=seq, session_id=it.session_id, priority=it.priority or 0)
+        split = shadow.observe(it.prompt, it.output, seq, r.cached_tokens) if shadow is not None else None
         if opts.check_invariants:
             invariants.check(cache)
         for name, k, _ in r.lost:
             lost[name] += k
-        rows.append((_Row(it.rid, it.session_id, it.round), r))  # not `it`: it holds the tokens
+        rows.append((_Row(it.rid, it.session_id, it.round, split), r))  # not `it`: it holds the tokens
         if bar is not None:
             bar.update()
     if bar is not None:
@@ -197,12 +263,20 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
                  "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
                  "cached_tokens": r.cached_tokens, "cached_device": r.cached_device,
                  "cached_host": r.cached_host, "cached_storage": r.cached_storage,
-                 "evicted_tokens": r.evicted_tokens, "rejected": r.rejected} for it, r in rows]
+                 "evicted_tokens": r.evicted_tokens, "rejected": r.rejected,
+                 "cold_tokens": None if it.split is None else it.split[0],
+                 "evicted_miss_tokens": None if it.split is None else it.split[1]} for it, r in rows]
     results.write_requests(out, req_rows)
     rounds = results.round_table(req_rows)
     if rounds:
         results.write_rounds(out, rounds)
     summary = {"mode": "replay", **results.totals(req_rows, rounds), "rejected": sum(r.rejected for _, r in rows)}
+    if shadow is not None:
+        summary["cold_miss_tokens"] = sum(it.split[0] for it, _ in rows)
+        summary["evicted_miss_tokens"] = sum(it.split[1] for it, _ in rows)
+    if cache.sessions is not None:
+        summary["sessions"] = {"closed_events": closes, "stale_finishes": cache.sessions.stale_finishes,
+                               "open_with_references": cache.sessions.referenced_sessions()}
     summary.update({
         "evicted_tokens": sum(r.evicted_tokens for _, r in rows),
         "evictions": _evictions(cache),

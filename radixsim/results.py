@@ -24,6 +24,8 @@ REQUEST_COLUMNS = [
     "ttft_s", "queue_s", "load_s", "compute_s", "prompt_tokens", "output_tokens",
     "cached_tokens", "cached_device", "cached_host", "cached_storage", "evicted_tokens",
     "rejected",
+    # beyond DESIGN.md's columns: the miss split (cold = never cached before)
+    "cold_tokens", "evicted_miss_tokens",
 ]
 SUMMARY_KEYS = [
     "requests", "total_prompt_tokens", "total_cached_tokens", "hit_rate", "hit_rate_device",

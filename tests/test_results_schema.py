@@ -25,6 +25,8 @@ DESIGN_REQUEST_COLUMNS = [
     "queue_s", "load_s", "compute_s", "prompt_tokens", "output_tokens", "cached_tokens",
     "cached_device", "cached_host", "cached_storage", "evicted_tokens", "rejected",
 ]
+# beyond DESIGN.md: the miss split (issue "policy research kit"): cold + evicted_miss + cached = prompt
+MISS_COLUMNS = ["cold_tokens", "evicted_miss_tokens"]
 TIME_COLUMNS = ["round", "arrival_s", "start_s", "first_token_s", "finish_s", "ttft_s", "queue_s",
                 "load_s", "compute_s"]
 DESIGN_SUMMARY_KEYS = [
@@ -95,9 +97,9 @@ def read_csv(out):
 def test_request_columns_match_design(tmp_path):
     out = replay(tmp_path, write_trace(tmp_path), "o")
     header, _, _ = read_csv(out)
-    assert header == DESIGN_REQUEST_COLUMNS
-    assert radixsim.results.REQUEST_COLUMNS == DESIGN_REQUEST_COLUMNS
-    assert (out / "requests.csv").read_text().splitlines()[0] == ",".join(DESIGN_REQUEST_COLUMNS)
+    assert header == DESIGN_REQUEST_COLUMNS + MISS_COLUMNS
+    assert radixsim.results.REQUEST_COLUMNS == DESIGN_REQUEST_COLUMNS + MISS_COLUMNS
+    assert (out / "requests.csv").read_text().splitlines()[0] == ",".join(DESIGN_REQUEST_COLUMNS + MISS_COLUMNS)
 
 
 @pytest.mark.parametrize("page,cached", [(1, CACHED_P1), (4, CACHED_P4)])
@@ -105,7 +107,7 @@ def test_requests_rows_exact(tmp_path, page, cached):
     out = replay(tmp_path, write_trace(tmp_path), "o", "--page-size", str(page))
     _, rows, raw = read_csv(out)
     assert len(raw) == 1 + 4
-    assert all(len(r) == len(DESIGN_REQUEST_COLUMNS) for r in raw)
+    assert all(len(r) == len(DESIGN_REQUEST_COLUMNS) + len(MISS_COLUMNS) for r in raw)
     assert [r["rid"] for r in rows] == ["0", "1", "2", "3"]
     assert [r["session_id"] for r in rows] == ["", "", "s", ""]
     for r in rows:
@@ -118,17 +120,20 @@ def test_requests_rows_exact(tmp_path, page, cached):
     assert [r["cached_storage"] for r in rows] == ["0"] * 4
     assert [r["evicted_tokens"] for r in rows] == ["0"] * 4
     assert [r["rejected"] for r in rows] == ["0"] * 4
+    # unbounded: nothing was ever evicted, so every miss is cold
+    assert [int(r["cold_tokens"]) for r in rows] == [p - c for p, c in zip(PROMPT, cached)]
+    assert [r["evicted_miss_tokens"] for r in rows] == ["0"] * 4
 
 
 def test_requests_csv_exact_text_page4(tmp_path):
     out = replay(tmp_path, write_trace(tmp_path), "o", "--page-size", "4")
     empty = "," * (len(TIME_COLUMNS) + 1)  # the comma after session_id and after each time column
     assert (out / "requests.csv").read_text() == (
-        ",".join(DESIGN_REQUEST_COLUMNS) + "\n"
-        f"0,{empty}10,3,0,0,0,0,0,0\n"
-        f"1,{empty}7,2,4,4,0,0,0,0\n"
-        f"2,s{empty}13,0,12,12,0,0,0,0\n"
-        f"3,{empty}12,1,8,8,0,0,0,0\n"
+        ",".join(DESIGN_REQUEST_COLUMNS + MISS_COLUMNS) + "\n"
+        f"0,{empty}10,3,0,0,0,0,0,0,10,0\n"
+        f"1,{empty}7,2,4,4,0,0,0,0,3,0\n"
+        f"2,s{empty}13,0,12,12,0,0,0,0,1,0\n"
+        f"3,{empty}12,1,8,8,0,0,0,0,4,0\n"
     )
 
 
@@ -156,7 +161,12 @@ def test_bounded_capacity_rows_and_summary(tmp_path):
     assert [int(r["cached_tokens"]) for r in rows] == [0, 0, 3, 0, 4]
     assert [int(r["evicted_tokens"]) for r in rows] == [0, 6, 0, 3, 6]
     assert [r["rejected"] for r in rows] == ["0"] * 5
+    # "ever cached" = an unbounded replay's match: A 0, B 0, C 3 (B's 10,11,12), D 5 (A's 0..4,
+    # evicted since: 5 evicted-miss tokens), E 4 (C's 10,11,12,0, still cached)
+    assert [int(r["cold_tokens"]) for r in rows] == [6, 6, 1, 1, 1]
+    assert [int(r["evicted_miss_tokens"]) for r in rows] == [0, 0, 0, 5, 0]
     s = json.loads((out / "summary.json").read_text())
+    assert (s["cold_miss_tokens"], s["evicted_miss_tokens"]) == (15, 5)
     assert s["requests"] == 5
     assert s["total_prompt_tokens"] == 27
     assert s["total_cached_tokens"] == 7
@@ -187,7 +197,7 @@ def test_summary_exact(tmp_path, page, cached, tree_tokens, nodes):
     keys = list(s)
     assert keys[: len(DESIGN_SUMMARY_KEYS)] == DESIGN_SUMMARY_KEYS
     assert set(keys[len(DESIGN_SUMMARY_KEYS):]) == {"mode", "evicted_tokens", "evictions", "bytes_per_link",
-                                                   "cache"}
+                                                   "cache", "cold_miss_tokens", "evicted_miss_tokens"}
     total_cached = sum(cached)
     assert s["mode"] == "replay"
     assert s["requests"] == 4

@@ -60,6 +60,8 @@ class FullComponent(Component):
         cut = upper_tokens // self.page_size
         upper.value = lower.value[:cut]
         lower.value = lower.value[cut:]
+        if lower.pkeys is not None:
+            upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
 
     def attach(self, leaf, pages: np.ndarray) -> None:
         """Give a new (unlocked) leaf its pages."""

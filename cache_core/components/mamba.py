@@ -29,11 +29,12 @@ MAMBA = ComponentKind.MAMBA
 
 
 class MambaPayload:
-    __slots__ = ("slot", "locks")
+    __slots__ = ("slot", "locks", "srefs")
 
     def __init__(self, slot: int):
         self.slot = slot  # -1 = tombstone
         self.locks = 0
+        self.srefs = 0  # sessions whose reusable frontier is this checkpoint
 
 
 class _MambaVoter:
@@ -56,7 +57,7 @@ class MambaComponent(Component):
         self.tree = cache.tree
         self.every = every_tokens
         self.pool = PagePool(slots)
-        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.queue = EvictionQueue(cache.policy, self._is_candidate, "mamba")
         self.private = 0  # slots held by running requests
         self.evicted_slots = 0
         self.evicted_nodes = 0
@@ -136,6 +137,21 @@ class MambaComponent(Component):
             pl.locks -= 1
             if pl.locks == 0:
                 self.touched(node)
+
+    # -- session references (sessions.py) ------------------------------------------------------
+    def add_session_ref(self, node) -> bool:
+        pl = node.comp[MAMBA] if node.parent is not None else None
+        if pl is None:
+            return False
+        pl.srefs += 1
+        self.touched(node)
+        return True
+
+    def drop_session_ref(self, node) -> None:
+        pl = node.comp[MAMBA]
+        if pl is not None:
+            pl.srefs -= 1
+            self.touched(node)
 
     # -- eviction ------------------------------------------------------------------------------
     def evict(self, num: int) -> int:

@@ -29,12 +29,13 @@ SWA = ComponentKind.SWA
 
 
 class SwaPayload:
-    __slots__ = ("pages", "ntomb", "locks")
+    __slots__ = ("pages", "ntomb", "locks", "sess")
 
-    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None):
+    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None, sess: list | None = None):
         self.pages = pages
         self.ntomb = ntomb
         self.locks = locks if locks is not None else []  # window starts of live locks
+        self.sess = sess if sess is not None else []  # window starts of session references
 
 
 class _SwaVoter:
@@ -88,7 +89,7 @@ class SwaComponent(Component):
         self.window = window_tokens
         self.window_pages = -(-window_tokens // self.P)
         self.pool = PagePool(None if capacity_tokens is None else capacity_tokens // self.P)
-        self.queue = EvictionQueue(cache.policy, self._is_candidate)
+        self.queue = EvictionQueue(cache.policy, self._is_candidate, "swa")
         self.evicted_pages = 0
         self.evicted_nodes = 0
 
@@ -118,7 +119,8 @@ class SwaComponent(Component):
         up, lo = pl.pages[:cut], pl.pages[cut:]
         ut = int((up < 0).sum())
         upper_end = upper.end
-        upper.comp[SWA] = SwaPayload(up, ut, [ws for ws in pl.locks if ws < upper_end])
+        upper.comp[SWA] = SwaPayload(up, ut, [ws for ws in pl.locks if ws < upper_end],
+                                     [ws for ws in pl.sess if ws < upper_end])
         pl.pages, pl.ntomb = lo, pl.ntomb - ut
 
     def on_remove(self, node) -> None:
@@ -181,6 +183,25 @@ class SwaComponent(Component):
                 pl.locks.remove(ws)
                 if not pl.locks:
                     self.touched(n)
+            n = n.parent
+
+    # -- session references (sessions.py) ------------------------------------------------------
+    def add_session_ref(self, node, ws: int) -> None:
+        n = node
+        while n.parent is not None and n.end > ws:
+            pl = n.comp[SWA]
+            if pl is not None:
+                pl.sess.append(ws)
+                self.touched(n)
+            n = n.parent
+
+    def drop_session_ref(self, node, ws: int) -> None:
+        n = node
+        while n.parent is not None and n.end > ws:
+            pl = n.comp[SWA]
+            if pl is not None and ws in pl.sess:
+                pl.sess.remove(ws)
+                self.touched(n)
             n = n.parent
 
     # -- eviction ------------------------------------------------------------------------------

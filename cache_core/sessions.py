@@ -1,0 +1,143 @@
+"""Session references: stable session ids steer eviction ORDER without pinning memory.
+
+When a request of a session completes successfully, the session's reusable region is
+registered (replacing its previous one):
+- FULL: the prefix path from the root to the end of the request's cached sequence
+  (``node.srefs`` counts the sessions whose path covers a node);
+- SWA: its tail window plus one page (the window start is recorded on every SWA payload
+  that intersects [end - W - P, end), like window locks, so splits stay exact);
+- MAMBA: the checkpoint at that frontier.
+
+`close(sid)` removes the references but not the cache entries. Generations and a bounded
+set of recently closed ids (default 8192, oldest forgotten first) stop a request that
+finishes after its session was closed — or closed and reopened — from restoring released
+references. Costs: register/release O(depth of the region), close O(depth), begin O(1).
+The `session` policy (eviction.py) reads these counts; L3 is not affected.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class _State:
+    __slots__ = ("gen", "node", "ws", "mamba")
+
+    def __init__(self, gen: int):
+        self.gen = gen
+        self.node = None  # FULL frontier
+        self.ws = 0  # SWA window start of the region
+        self.mamba = None  # node whose MAMBA payload holds this session's reference
+
+
+class SessionRegistry:
+    def __init__(self, cache, closed_bound: int = 8192):
+        if closed_bound < 0:
+            raise ValueError(f"closed_bound must be >= 0, got {closed_bound}")
+        self.cache = cache
+        self.closed_bound = closed_bound
+        self.sessions: dict = {}
+        self.closed: OrderedDict = OrderedDict()  # sid -> last generation
+        self._at: dict = {}  # node id -> [sids whose frontier or MAMBA ref sits there]
+        self.stale_finishes = 0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def begin(self, sid) -> int:
+        """A request of `sid` starts: returns the generation it belongs to (reopens a
+        recently closed id with a new generation)."""
+        st = self.sessions.get(sid)
+        if st is None:
+            gen = self.closed.pop(sid, 0) + 1
+            st = self.sessions[sid] = _State(gen)
+        return st.gen
+
+    def finish(self, sid, gen: int, node) -> bool:
+        """A request of `sid` from generation `gen` completed with its cached sequence ending
+        at `node`: register the region. False (nothing changes) for a stale finish."""
+        st = self.sessions.get(sid)
+        if st is None or st.gen != gen or sid in self.closed:
+            self.stale_finishes += 1
+            return False
+        self._release(sid, st)
+        self._register(sid, st, node)
+        return True
+
+    def close(self, sid) -> None:
+        """Drop `sid`'s references (entries stay cached); later finishes of it are stale."""
+        st = self.sessions.pop(sid, None)
+        gen = st.gen if st is not None else self.closed.get(sid, 0)
+        if st is not None:
+            self._release(sid, st)
+        self.closed[sid] = gen
+        self.closed.move_to_end(sid)
+        while len(self.closed) > self.closed_bound:
+            self.closed.popitem(last=False)
+
+    # -- regions ----------------------------------------------------------------------------------
+    def _register(self, sid, st: _State, node) -> None:
+        cache = self.cache
+        if node is None or node.parent is None:
+            return
+        st.node = node
+        self._at.setdefault(node.id, []).append(sid)
+        n = node
+        while n.parent is not None:
+            n.srefs += 1
+            n = n.parent
+        cache.full.touched(node)
+        if cache.hier is not None:
+            cache.hier.touched(node)
+        if cache.swa is not None:
+            st.ws = max(0, node.end - cache.swa.window - cache.page_size)
+            cache.swa.add_session_ref(node, st.ws)
+        if cache.mamba is not None and cache.mamba.add_session_ref(node):
+            st.mamba = node  # the frontier itself, so on_remove finds it through `_at`
+
+    def _release(self, sid, st: _State) -> None:
+        node = st.node
+        if node is None:
+            return
+        cache = self.cache
+        self._forget(node, sid)
+        n = node
+        while n.parent is not None:
+            n.srefs -= 1
+            if cache.voters:
+                for c in cache.voters:
+                    c.touched(n)
+            n = n.parent
+        cache.full.touched(node)
+        if cache.hier is not None:
+            cache.hier.touched(node)
+        if cache.swa is not None:
+            cache.swa.drop_session_ref(node, st.ws)
+        if st.mamba is not None:
+            cache.mamba.drop_session_ref(st.mamba)
+        st.node = st.mamba = None
+
+    def _forget(self, node, sid) -> None:
+        lst = self._at.get(node.id)
+        if lst is not None:
+            lst.remove(sid)
+            if not lst:
+                del self._at[node.id]
+
+    def on_remove(self, node) -> None:
+        """A node left the tree: sessions whose frontier was there keep the rest of their
+        region (the frontier moves to the parent); a MAMBA reference there is gone."""
+        sids = self._at.pop(node.id, None)
+        if not sids:
+            return
+        parent = node.parent
+        for sid in sids:
+            st = self.sessions.get(sid)
+            if st is None:
+                continue
+            if st.mamba is node:
+                st.mamba = None
+            if st.node is node:
+                st.node = parent if parent is not None and parent.parent is not None else None
+                if st.node is not None:
+                    self._at.setdefault(st.node.id, []).append(sid)
+
+    def referenced_sessions(self) -> int:
+        return sum(1 for st in self.sessions.values() if st.node is not None)
