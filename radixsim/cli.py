@@ -121,9 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip the cold vs evicted miss split (saves the shadow replay)")
     r.add_argument("--block-size", type=_pos_int, default=None,
                    help="tokens per hash_ids block (default: the line's block_size, else 512)")
-    r.add_argument("--components", default="full",
+    r.add_argument("--components", default=None,
                    help="comma-separated components: full, swa:WINDOW, mamba[:every=K], sidecar:NAME@full|swa "
-                        "(default: full)")
+                        "(default: full, or the --model preset's)")
+    r.add_argument("--model", default=None,
+                   help="a model preset (scenarios/presets.py, e.g. dsv4-flash, inkling-small, qwen3-next-80b): "
+                        "its components, SWA window, sidecars, KV bytes per token and MAMBA state size")
+    r.add_argument("--mamba-every", type=_pos_int, default=None,
+                   help="also checkpoint MAMBA state every K tokens (K a multiple of the page size)")
+    r.add_argument("--mamba-full-memory-ratio", type=float, default=0.1,
+                   help="with --model: MAMBA slots = RATIO x FULL KV memory / state size (default 0.1)")
     r.add_argument("--swa-tokens", type=_nonneg_int, default=None,
                    help="SWA pool in tokens (default: --swa-full-tokens-ratio x the FULL pool)")
     r.add_argument("--swa-full-tokens-ratio", type=float, default=0.1,
@@ -134,7 +141,31 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--check-invariants", action="store_true",
                    help="recount every invariant after each request (slow; for debugging)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    t = sub.add_parser("trace", help="write a generated workload as a JSONL trace",
+                       description=("Write a generated workload as a JSONL trace (the format replay reads): "
+                                    "agentic = SWE-bench-like sessions with tool loops, sub-agents and "
+                                    "close_session events. Knobs: --set workload.KEY=VALUE."))
+    t.add_argument("workload", choices=["agentic"], help="which generator")
+    t.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a workload knob, e.g. --set workload.num_sessions=32 (repeatable)")
+    t.add_argument("--out", required=True, help="trace file to write")
     return p
+
+
+def _cmd_trace(args) -> int:
+    from .replay import make_workload
+
+    try:
+        wl, _ = make_workload(args.workload, _workload_sets(args.sets), 1)
+        n = wl.write_trace(args.out)
+    except (ValueError, OSError) as e:
+        sys.stderr.write(f"radixsim trace: {e}\n")
+        return EXIT_BAD_INPUT
+    s = wl.summary()
+    print(f"{args.out}: {n:,} bytes, {s['requests']} requests, {s['sessions']} sessions "
+          f"(+{s['sub_agents']} sub-agents), {s['total_prompt_tokens']:,} prompt tokens")
+    return 0
 
 
 def parse_size(text: str | None, option: str, bytes_per_token: int, allow_unbounded: bool = False):
@@ -186,6 +217,11 @@ def _cmd_replay(args) -> int:
         if args.sets and args.workload is None:
             raise ValueError("--set workload.KEY=VALUE needs --workload")
         bpt = args.kv_bytes_per_token
+        if args.model is not None:
+            from scenarios.presets import bytes_per_token, get_model
+
+            model = get_model(args.model)  # ValueError lists the known presets
+            bpt = bpt or int(bytes_per_token(model, "full") + (bytes_per_token(model, "swa") if model.swa_layers else 0))
         caps = [parse_size(c, "--capacity-tokens", bpt) for c in (args.capacity_tokens or "").split(",") if c] or [None]
         l1 = caps[0]
         l2 = parse_size(args.l2_tokens, "--l2-tokens", bpt)
@@ -204,8 +240,9 @@ def _cmd_replay(args) -> int:
             trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets), tiers=tiers,
             page_size=args.page_size, capacity_tokens=l1,
             policy=args.policy.split(",")[0], block_size=args.block_size, check_invariants=args.check_invariants,
-            components=args.components, swa_tokens=args.swa_tokens,
+            components=args.components, model=args.model, swa_tokens=args.swa_tokens,
             swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
+            mamba_every=args.mamba_every, mamba_full_memory_ratio=args.mamba_full_memory_ratio,
             progress=not args.no_progress, miss_split=not args.no_miss_split)
         policies = args.policy.split(",")
         if len(policies) > 1 or len(caps) > 1:
@@ -243,6 +280,8 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     if args.command == "replay":
         return _cmd_replay(args)
+    if args.command == "trace":
+        return _cmd_trace(args)
     parser.error(f"unknown command {args.command}")  # pragma: no cover
 
 

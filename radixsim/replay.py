@@ -34,10 +34,13 @@ class ReplayOptions:
     block_size: int | None = None
     check_invariants: bool = False
     progress: bool = True
-    components: str = "full"
+    components: str | None = None  # None: "full", or the model preset's components
+    model: str | None = None  # a model preset: components, windows, sidecars, MAMBA slot size
     swa_tokens: int | None = None
     swa_full_tokens_ratio: float = 0.1
     mamba_slots: int | None = None
+    mamba_every: int | None = None
+    mamba_full_memory_ratio: float = 0.1
     tiers: TierConfig | None = None
     miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
 
@@ -73,15 +76,48 @@ def parse_components(spec: str) -> dict:
     return out
 
 
+def model_components(name: str, every: int | None = None) -> str:
+    """The --components spec a model preset implies (its sidecars included)."""
+    from scenarios.presets import get_model
+
+    m = get_model(name)
+    parts = ["full"]
+    if m.swa_layers:
+        parts.append(f"swa:{m.swa_window_tokens}")
+    if m.state_bytes:
+        parts.append("mamba" + (f":every={every}" if every else ""))
+    parts += [f"sidecar:{sc.name}@{sc.follows}" for sc in m.sidecars]
+    return ",".join(parts)
+
+
+def _mamba_slots_from_model(name: str, l1_tokens: int | None, ratio: float) -> int | None:
+    """SGLang's --mamba-full-memory-ratio: slots = ratio x FULL KV bytes / state bytes."""
+    from scenarios.presets import bytes_per_token, get_model
+
+    if l1_tokens is None:
+        return None
+    m = get_model(name)
+    return max(1, int(ratio * l1_tokens * bytes_per_token(m, "full") // m.state_bytes))
+
+
 def build_config(opts: ReplayOptions) -> CacheConfig:
-    comps = parse_components(opts.components)
+    spec = opts.components or (model_components(opts.model, opts.mamba_every) if opts.model else "full")
+    comps = parse_components(spec)
     swa = mamba = None
     if comps["swa"] is not None:
         swa = SwaConfig(window_tokens=comps["swa"]["window_tokens"], capacity_tokens=opts.swa_tokens,
                         full_tokens_ratio=opts.swa_full_tokens_ratio)
     if comps["mamba"] is not None:
-        mamba = MambaConfig(slots=opts.mamba_slots, every_tokens=comps["mamba"]["every_tokens"])
+        slots = opts.mamba_slots
+        if slots is None and opts.model is not None:
+            slots = _mamba_slots_from_model(opts.model, opts.capacity_tokens, opts.mamba_full_memory_ratio)
+        every = comps["mamba"]["every_tokens"] or opts.mamba_every
+        mamba = MambaConfig(slots=slots, every_tokens=every)
     sidecars = tuple(SidecarConfig(**sc) for sc in comps["sidecars"])
+    if opts.model is not None and not opts.components:  # the preset's sidecars carry their bytes
+        from scenarios.presets import get_model
+
+        sidecars = tuple(get_model(opts.model).sidecars)
     return CacheConfig(page_size=opts.page_size, capacity_tokens=opts.capacity_tokens, policy=opts.policy,
                        swa=swa, mamba=mamba, sidecars=sidecars, tiers=opts.tiers)
 
@@ -300,6 +336,8 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
         cache_doc["swa_tokens"] = config.swa_tokens
     if config.mamba:
         cache_doc["mamba_slots"] = config.mamba.slots
+    if opts.model:
+        cache_doc["model"] = opts.model
     if config.tiers is not None:
         cache_doc["tiers"] = {**dataclasses.asdict(config.tiers),
                               "l2_resolved_tokens": config.tiers.l2_size(config.usable_tokens)}
