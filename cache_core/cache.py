@@ -213,6 +213,8 @@ class RadixCache:
             self.full.touched(nd)
             hier.touched(nd)
             hier.on_hit(nd)
+        if node.parent is not None and (not visited or node is not visited[-1]):
+            hier.on_hit(node)  # the upper half of a split is the part walked through
         d = node
         while d.parent is not None and d.value is None:
             d = d.parent
@@ -400,13 +402,14 @@ class RadixCache:
                 raise ValueError("pages must start at a page boundary inside the cached prefix")
             lo = (prefix - pages_from) // P
             hi = (num_tokens - pages_from) // P
+            dup = lo  # leading pages of tokens the tree already holds on L1: duplicates
             if self.hier is not None:  # recomputed tokens the tree holds on L2 only: back to L1
-                lo = self._heal_l1(node, pages, pages_from, lo)
-            if lo:
-                self.free(pages[:lo])
+                dup = self._heal_l1(node, pages, pages_from, lo)
+            if dup:
+                self.free(pages[:dup])
             if hi < len(pages):
                 self.free(pages[hi:])
-            freed = lo + max(0, len(pages) - hi)
+            freed = dup + max(0, len(pages) - hi)
             if prefix < num_tokens:
                 if hi > len(pages):
                     raise ValueError("not enough pages for the new tokens")

@@ -32,8 +32,9 @@ def dump(cache, limit: int = 60) -> str:
         shown = toks[:8].tolist()
         more = "..." if len(toks) > 8 else ""
         lines.append(f"{'  ' * depth}#{node.id} len={len(toks)} {shown}{more} lock={node.lock_ref} "
-                     f"tick={node.tick} hits={node.hits} pages={node.value[:4].tolist()}"
-                     f"{'...' if len(node.value) > 4 else ''}")
+                     f"tick={node.tick} hits={node.hits} "
+                     + " ".join(f"{t}={pg[:4].tolist()}{'...' if len(pg) > 4 else ''}"
+                                for t, pg in (("L1", node.value), ("L2", node.host)) if pg is not None))
         for c in node.children.values():
             rec(c, depth + 1)
 

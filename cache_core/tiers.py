@@ -339,13 +339,13 @@ class Hierarchy:
 
         def done(ok, node=node, pages=pages):
             node.pending -= 1
-            if not ok or not node.alive:
+            if ok and node.alive:
+                node.host = pages
+                if self.storage is not None and self.cfg.l3_write == "on_insert":
+                    self._store(node)
+            else:
                 self.pool.free(pages)
-                return
-            node.host = pages
-            if self.storage is not None and self.cfg.l3_write == "on_insert":
-                self._store(node)
-            self.full.touched(node)
+            self.full.touched(node)  # popped while in flight? offer it again
             self.touched(node)
 
         self._emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done)
@@ -389,10 +389,11 @@ class Hierarchy:
 
             def done(ok, node=node, pages=pages):
                 node.pending -= 1
-                if not ok or not node.alive:
+                if ok and node.alive:
+                    full.set_l1(node, pages)
+                else:
                     full.pool.free(pages)
-                    return
-                full.set_l1(node, pages)
+                self.touched(node)
 
             self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
@@ -404,6 +405,10 @@ class Hierarchy:
         """Storage hit: pages `keys` following `parent` (which ends at token `start`) come from
         L3 into L2 as a new host-only node. Returns the node, or None without L2 space."""
         n_pages = len(keys)
+        if parent.parent is not None and parent.host is None:  # L2 stays prefix-closed
+            self.backup_chain(parent)
+            if parent.host is None:
+                return None
         pages = self._alloc_l2(n_pages)
         if pages is None:
             return None
@@ -418,8 +423,10 @@ class Hierarchy:
             node.pending -= 1
             if not ok:
                 self.pool.free(pages)
-                if not node.children and node.lock_ref == 0:
-                    tree.remove_leaf(node)
+                if not node.children and node.lock_ref == 0 and node.alive:
+                    parent = tree.remove_leaf(node)
+                    self.touched(parent)
+                    self.full.touched(parent)
                 return
             node.host = pages
             self.touched(node)

@@ -162,13 +162,14 @@ class RadixTree:
                     last = child
                     if visited is not None:
                         child.tick = tick
-                        child.hits += count_hit
                         visited.append(child)
                     kb = child.key
                     limit = min(len(kb), end - pos) >> 3
                     m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
                     # m >= one page: the first page matched through the dict key
                     node = self.split(child, m) if split and (m << 3) < len(kb) else child
+                    if visited is not None:  # the hit belongs to the part walked through
+                        node.hits += count_hit
                     pos += m << 3
                     break
             last = child

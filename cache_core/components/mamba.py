@@ -29,12 +29,13 @@ MAMBA = ComponentKind.MAMBA
 
 
 class MambaPayload:
-    __slots__ = ("slot", "locks", "srefs")
+    __slots__ = ("slot", "locks", "srefs", "host")
 
     def __init__(self, slot: int):
-        self.slot = slot  # -1 = tombstone
+        self.slot = slot  # L1 state slot; -1 = not on L1 (a tombstone there)
         self.locks = 0
         self.srefs = 0  # sessions whose reusable frontier is this checkpoint
+        self.host = -1  # with tiers: L2 state slot, -1 = none
 
 
 class _MambaVoter:
@@ -43,9 +44,9 @@ class _MambaVoter:
     @staticmethod
     def mask(node, start: int, npages: int):
         pl = node.comp[MAMBA]
-        if pl is None or pl.slot < 0:
+        if pl is None or (pl.slot < 0 and pl.host < 0):
             return False
-        return END  # only the boundary at the node's end
+        return END  # only the boundary at the node's end (on any tier)
 
 
 class MambaComponent(Component):
@@ -78,7 +79,7 @@ class MambaComponent(Component):
 
     def useless_leaf(self, node) -> bool:
         pl = node.comp[MAMBA]
-        return pl is None or pl.slot < 0
+        return pl is None or (pl.slot < 0 and pl.host < 0)
 
     # -- payload hooks ---------------------------------------------------------------------------
     def on_split(self, upper, lower, upper_tokens: int) -> None:
@@ -88,7 +89,21 @@ class MambaComponent(Component):
         pl = node.comp[MAMBA]
         if pl is not None and pl.slot >= 0:
             self.pool.free_one(pl.slot)
+        if pl is not None and pl.host >= 0:
+            self.host_pool.free_one(pl.host)
         node.comp[MAMBA] = None
+
+    # -- tiers (the checkpoint follows its node between L1 and L2) -----------------------------
+    host_pool = None  # set by the hierarchy when an L2 tier exists
+
+    def drop_l1(self, node) -> int:
+        """Free the node's L1 checkpoint slot (an L2 copy may remain); returns slots freed."""
+        pl = node.comp[MAMBA]
+        if pl is None or pl.slot < 0:
+            return 0
+        self.pool.free_one(pl.slot)
+        pl.slot = -1
+        return 1
 
     def put_checkpoint(self, node, slot: int) -> bool:
         """Store `slot` as `node`'s checkpoint; False (slot not taken) if it has one."""
@@ -161,16 +176,13 @@ class MambaComponent(Component):
             node = self.queue.pop()
             if node is None:
                 break
-            if not node.children and node.lock_ref == 0:
+            if not node.children and node.lock_ref == 0 and self.host_pool is None:
                 before = self.pool.free_pages
                 self.cache._remove_subtree_leaf(node)
                 freed += self.pool.free_pages - before
                 self.evicted_nodes += 1
                 continue
-            pl = node.comp[MAMBA]
-            self.pool.free_one(pl.slot)
-            pl.slot = -1
-            freed += 1
+            freed += self.drop_l1(node)  # with tiers an L2 copy may remain
         self.evicted_slots += freed
         self.queue.maybe_compact(self.tree.num_nodes)
         return freed

@@ -29,13 +29,23 @@ SWA = ComponentKind.SWA
 
 
 class SwaPayload:
-    __slots__ = ("pages", "ntomb", "locks", "sess")
+    __slots__ = ("pages", "ntomb", "locks", "sess", "host")
 
-    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None, sess: list | None = None):
-        self.pages = pages
-        self.ntomb = ntomb
+    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None, sess: list | None = None,
+                 host: np.ndarray | None = None):
+        self.pages = pages  # L1 SWA pages, -1 = not on L1 (tombstone there)
+        self.ntomb = ntomb  # pages not on L1
         self.locks = locks if locks is not None else []  # window starts of live locks
         self.sess = sess if sess is not None else []  # window starts of session references
+        self.host = host  # with tiers: L2 SWA pages (-1 = not on L2), or None
+
+    def present(self, n: int | None = None) -> np.ndarray:
+        """Pages held on some tier (L1 or L2), as a bool mask."""
+        p = self.pages if n is None else self.pages[:n]
+        if self.host is None:
+            return p >= 0
+        h = self.host if n is None else self.host[:n]
+        return (p >= 0) | (h >= 0)
 
 
 class _SwaVoter:
@@ -53,7 +63,9 @@ class _SwaVoter:
         P, W = self.P, self.W
         pl = node.comp[SWA]
         pages = pl.pages[:npages] if pl is not None else None
-        if pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
+        if pl is not None and pl.host is not None and pl.ntomb:
+            pages = np.where(pl.present(npages), 0, -1)  # votes see the union of tiers
+        elif pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
             run0 = self.run
             self.run += npages * P
             if self.clean:
@@ -108,7 +120,7 @@ class SwaComponent(Component):
 
     def useless_leaf(self, node) -> bool:
         pl = node.comp[SWA]
-        return pl is None or pl.ntomb == len(pl.pages)
+        return pl is None or not pl.present().any()
 
     # -- payload hooks -----------------------------------------------------------------------
     def on_split(self, upper, lower, upper_tokens: int) -> None:
@@ -119,15 +131,34 @@ class SwaComponent(Component):
         up, lo = pl.pages[:cut], pl.pages[cut:]
         ut = int((up < 0).sum())
         upper_end = upper.end
+        host_up = None
+        if pl.host is not None:
+            host_up, pl.host = pl.host[:cut], pl.host[cut:]
         upper.comp[SWA] = SwaPayload(up, ut, [ws for ws in pl.locks if ws < upper_end],
-                                     [ws for ws in pl.sess if ws < upper_end])
+                                     [ws for ws in pl.sess if ws < upper_end], host_up)
         pl.pages, pl.ntomb = lo, pl.ntomb - ut
 
     def on_remove(self, node) -> None:
         pl = node.comp[SWA]
         if pl is not None and pl.ntomb < len(pl.pages):
             self.pool.free(pl.pages[pl.pages >= 0])
+        if pl is not None and pl.host is not None:
+            self.host_pool.free(pl.host[pl.host >= 0])
         node.comp[SWA] = None
+
+    # -- tiers (cache_core/tiers.py moves FULL; SWA pages follow their node) --------------------
+    host_pool = None  # set by the hierarchy when an L2 tier exists
+
+    def drop_l1(self, node) -> int:
+        """Free the node's L1 SWA pages (they stay wherever L2 holds them); returns pages."""
+        pl = node.comp[SWA]
+        if pl is None or pl.ntomb == len(pl.pages):
+            return 0
+        present = pl.pages[pl.pages >= 0]
+        self.pool.free(present)
+        pl.pages = np.full(len(pl.pages), -1, dtype=INDEX_DTYPE)
+        pl.ntomb = len(pl.pages)
+        return len(present)
 
     def attach_window(self, bottom, lo: int, hi: int, pages: np.ndarray, new_leaf) -> np.ndarray:
         """Give the pages of [lo, hi) on the path ending at `bottom` (whose end is hi) SWA
@@ -213,17 +244,13 @@ class SwaComponent(Component):
             if node is None:
                 break
             pl = node.comp[SWA]
-            if not node.children and node.lock_ref == 0:
+            if not node.children and node.lock_ref == 0 and self.host_pool is None:
                 before = self.pool.free_pages
                 self.cache._remove_subtree_leaf(node)
                 freed += self.pool.free_pages - before
                 self.evicted_nodes += 1
                 continue
-            present = pl.pages[pl.pages >= 0]
-            self.pool.free(present)
-            pl.pages = np.full(len(pl.pages), -1, dtype=INDEX_DTYPE)
-            pl.ntomb = len(pl.pages)
-            freed += len(present)
+            freed += self.drop_l1(node)  # with tiers an L2 copy may remain
         self.evicted_pages += freed
         self.queue.maybe_compact(self.tree.num_nodes)
         return freed
