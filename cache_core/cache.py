@@ -30,6 +30,7 @@ from .eviction import make_policy
 from .keys import as_tokens, page_keys
 from .sessions import SessionRegistry
 from .tiers import Hierarchy, TieredFull
+from .tiers_hybrid import attach_pools, load_boundary, prefetch_components, storage_boundary
 from .tree import RadixTree
 from .vote import vote
 
@@ -122,6 +123,8 @@ class RadixCache:
         self.mamba = (MambaComponent(self, config.mamba.slots, config.mamba.every_tokens)
                       if config.mamba else None)
         self.components = [c for c in (self.full, self.swa, self.mamba) if c is not None]
+        if self.hier is not None and (self.swa is not None or self.mamba is not None) and self.hier.pool is not None:
+            attach_pools(self.hier, config.usable_tokens, config.tiers.l2_size(config.usable_tokens))
         self.sessions = SessionRegistry(self) if self.policy.uses_sessions else None
         self._track_keys = self.policy.needs_keys or (self.hier is not None and self.hier.storage is not None)
         self.voters = [c for c in (self.swa, self.mamba) if c is not None]
@@ -206,6 +209,8 @@ class RadixCache:
 
     def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
         """Device run, then host run (tree), then storage run (L3, by page key)."""
+        if self.voters:
+            return self._match_tiers_voted(seq, n, tick)
         hier, P = self.hier, self.page_size
         visited = []
         node, matched, _ = self.tree.walk(seq.data, n, tick, True, visited=visited)
@@ -226,13 +231,66 @@ class RadixCache:
             storage = run if run >= hier.cfg.min_prefetch_tokens else 0
         return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
 
+    def _match_tiers_voted(self, seq, n: int, tick: int) -> MatchResult:
+        """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
+        every component accepts (tiers_hybrid.storage_boundary)."""
+        hier, P, tree = self.hier, self.page_size, self.tree
+        visited = []
+        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
+        for nd in visited:
+            for c in self.components:
+                c.touched(nd)
+            hier.touched(nd)
+        vals: list = []
+        best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
+        storage = 0
+        if hier.storage is not None and traversed < n:
+            keys = seq.page_keys(P)[traversed // P : n // P]
+            run = hier.storage.leading(keys)
+            swa_state = (0, True)
+            for v in vals:
+                if hasattr(v, "run"):
+                    swa_state = (v.run, v.clean)
+            j = storage_boundary(self, keys, run, swa_state) if run else 0
+            if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
+                storage = j * P
+                tnode = visited[-1] if visited else tree.root
+                if tnode.parent is not None and tnode.end > traversed:
+                    tnode = tree.split(tnode, traversed - tnode.parent.end)
+                node, best, cut = tnode, traversed, None
+        if storage == 0:
+            if node is None:
+                node = tree.root
+            elif cut < node.num_tokens:
+                node = tree.split(node, cut)
+        d = node
+        while d.parent is not None and d.value is None:
+            d = d.parent
+        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage)
+
+    def _fallback_l1(self, node):
+        """The deepest boundary at or above `node` that L1 alone can serve (all components)."""
+        path = []
+        n = node
+        while n.parent is not None:
+            path.append(n)
+            n = n.parent
+        path.reverse()
+        on_l1 = [x for x in path if x.value is not None]
+        if not on_l1:
+            return self.tree.root
+        best, bnode, cut, _ = vote(self.voters, on_l1, on_l1[-1].end, self.page_size, l1_only=True)
+        if bnode is None:
+            return self.tree.root
+        return self.tree.split(bnode, cut) if cut < bnode.num_tokens else bnode
+
     def load(self, m: MatchResult, seq) -> MatchResult:
         """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
         newly allocated L1 pages. Returns the match to use from now on: locked, its
         cached_tokens = device + loaded host + loaded storage tokens (tokens count as
         cached only once loaded), the old lock released. Without tiers: `m` itself."""
         hier = self.hier
-        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0):
+        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
             return m
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         node = m.handle._node
@@ -253,9 +311,19 @@ class RadixCache:
             P = self.page_size
             keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
             pnode = hier.prefetch(node, seq.data, node.end, keys)
+            if pnode is not None and self.voters:
+                prefetch_components(hier, pnode, keys)
             if pnode is not None and pnode.host is not None and hier.load_host([pnode]):
                 top, storage = pnode, pnode.num_tokens
-        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, m.device, host, storage)
+        if self.voters and top.parent is not None:
+            self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
+            ok = load_boundary(self, top)
+            self.unlock(MatchResult(top.end, LockHandle(top)))
+            if not ok or (top is not node and storage == 0):  # votes were for `node`
+                top = self._fallback_l1(top)
+                host = max(0, top.end - m.device)
+                storage = 0
+        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end), host, storage)
         self.lock(new)
         self.unlock(m)
         return new
@@ -427,14 +495,14 @@ class RadixCache:
             while n.parent is not None and n.priority < priority:
                 n.priority = priority
                 n = n.parent
+        if self.voters:
+            self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
         if self.hier is not None:
             for nd in visited:
                 self.full.touched(nd)
                 self.hier.touched(nd)
             if leaf is not None:
                 self.hier.on_insert(leaf)
-        elif visited is not None:
-            self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
         return InsertResult(prefix, freed, LockHandle(final))
 
     def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:

@@ -90,9 +90,6 @@ class CacheConfig:
             raise ValueError(f"sidecar names must be unique, got {names}")
         if any(s.follows == "swa" for s in self.sidecars) and self.swa is None:
             raise ValueError("a sidecar follows 'swa' but the cache has no SWA component")
-        if self.tiered and (self.swa is not None or self.mamba is not None):
-            raise ValueError("L2/L3 tiers support the FULL component only so far "
-                             "(SWA and MAMBA on tiers are not built yet)")
 
     @property
     def tiered(self) -> bool:

@@ -170,7 +170,13 @@ def _check_swa(cache, nodes, errors) -> None:
         if pl.ntomb < len(pl.pages) and not pl.locks and n.id not in live:
             errors.append(f"node #{n.id}: SWA candidate missing from its eviction queue")
     held = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
-    _pool_errors("swa pool", swa.pool, held, cache._outstanding_swa, errors)
+    _pool_errors("swa pool", swa.pool, np.concatenate([held, _in_flight(cache, "L1", "swa")]),
+                 cache._outstanding_swa, errors)
+    if swa.host_pool is not None:
+        host = [n.comp[SWA].host[n.comp[SWA].host >= 0] for n in nodes[1:]
+                if n.comp[SWA] is not None and n.comp[SWA].host is not None]
+        host.append(_in_flight(cache, "L2", "swa"))
+        _pool_errors("swa L2 pool", swa.host_pool, np.concatenate(host), 0, errors)
 
 
 def _check_mamba(cache, nodes, errors) -> None:
@@ -190,14 +196,20 @@ def _check_mamba(cache, nodes, errors) -> None:
                 errors.append(f"node #{n.id}: MAMBA checkpoint missing from its eviction queue")
         if pl.locks != handles.get(n.id, 0):
             errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")
-    _pool_errors("mamba pool", mamba.pool, np.array(held, dtype=np.int64), mamba.private, errors)
+    _pool_errors("mamba pool", mamba.pool, np.concatenate([np.array(held, dtype=np.int64),
+                                                           _in_flight(cache, "L1", "mamba")]), mamba.private, errors)
+    if mamba.host_pool is not None:
+        host = [n.comp[MAMBA].host for n in nodes[1:] if n.comp[MAMBA] is not None and n.comp[MAMBA].host >= 0]
+        _pool_errors("mamba L2 pool", mamba.host_pool,
+                     np.concatenate([np.array(host, dtype=np.int64), _in_flight(cache, "L2", "mamba")]), 0, errors)
 
 
-def _in_flight(cache, tier: str) -> np.ndarray:
+def _in_flight(cache, tier: str, component: str = "full") -> np.ndarray:
     """Destination slots of transfers not yet acknowledged (allocated, not yet valid)."""
     if cache.hier is None:
         return np.empty(0, dtype=np.int64)
-    parts = [t.dst for t, _ in cache.hier.pending.values() if t.dst_tier == tier and t.dst is not None]
+    parts = [np.atleast_1d(np.asarray(t.dst, dtype=np.int64)) for t, _ in cache.hier.pending.values()
+             if t.dst_tier == tier and t.dst is not None and t.component == component]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 

@@ -37,6 +37,7 @@ from .actions import L1, L2, L3, Transfer
 from .allocator import PagePool
 from .components.full import FullComponent
 from .eviction import EvictionQueue
+from .tiers_hybrid import backup_components, demote_components, store_keys
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
@@ -125,8 +126,12 @@ class StorageIndex:
                 d.move_to_end(k)
 
     def put(self, keys) -> None:
+        self.put_many(keys.tolist())
+
+    def put_many(self, keys: list) -> None:
+        """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
         d = self._keys
-        for k in keys.tolist():
+        for k in keys:
             d[k] = None
             d.move_to_end(k)
         cap = self.capacity_pages
@@ -225,6 +230,8 @@ class TieredFull(FullComponent):
         if node.host is not None and not node.pending:
             self.pool.free(node.value)
             node.value = None
+            if hier.cache.voters:
+                demote_components(hier.cache, node)
             self.evictable_tokens -= n
             self.demoted_tokens += n
             self.evicted_tokens += n
@@ -297,12 +304,13 @@ class Hierarchy:
         return self.pool.alloc(pages)
 
     # -- transfers ----------------------------------------------------------------------------------
-    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done) -> Transfer:
+    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full") -> Transfer:
         self._ids += 1
-        t = Transfer(self._ids, kind, "full", src_tier, dst_tier, tokens,
-                     tokens * self.cfg.kv_bytes_per_token, src, dst, keys,
-                     tuple(s.name for s in self.cache.config.sidecars if s.follows == "full"))
-        self.tokens_moved[f"{src_tier}->{dst_tier}"] += tokens
+        t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens,
+                     tokens * self.cfg.kv_bytes_per_token if component == "full" else 0, src, dst, keys,
+                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component))
+        if component == "full":
+            self.tokens_moved[f"{src_tier}->{dst_tier}"] += tokens
         if self.cache.actions is not None:
             self.cache.actions.append(t)
         if self.auto_ack:
@@ -341,6 +349,8 @@ class Hierarchy:
             node.pending -= 1
             if ok and node.alive:
                 node.host = pages
+                if self.cache.voters:
+                    backup_components(self, node)
                 if self.storage is not None and self.cfg.l3_write == "on_insert":
                     self._store(node)
             else:
@@ -355,10 +365,12 @@ class Hierarchy:
         if node.pkeys is None:
             return
         storage = self.storage
+        extra = store_keys(self.cache, node) if self.cache.voters else []
 
-        def done(ok, keys=node.pkeys):
+        def done(ok, keys=node.pkeys, extra=extra):
             if ok:
                 storage.put(keys)
+                storage.put_many(extra)
 
         self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done)
 

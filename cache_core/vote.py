@@ -39,11 +39,15 @@ def _and(a, b):
     return a & b
 
 
-def vote(voters, visited, traversed: int, page_size: int):
+def vote(voters, visited, traversed: int, page_size: int, l1_only: bool = False, out: list | None = None):
     """Return (reusable_tokens, node, cut, lost) where `node` holds the reusable boundary
     `cut` tokens into its edge (cut == its length: the boundary is its end; node None: the
-    root) and `lost` is ((name, tokens, reason), ...) for components that stopped short."""
-    validators = [c.validator() for c in voters]
+    root) and `lost` is ((name, tokens, reason), ...) for components that stopped short.
+    Validators see payloads on every tier unless `l1_only`; `out` receives them (their state
+    at the end of the walk)."""
+    validators = [c.validator(l1_only) for c in voters]
+    if out is not None:
+        out.extend(validators)
     own = [0] * len(validators)
     best, best_node, best_cut = 0, None, 0
     for nd in visited:

@@ -45,8 +45,9 @@ class Component:
 
     kind: ComponentKind
 
-    def validator(self):
-        """Return an object with ``accept(node, end_tokens) -> bool``, or None to accept all."""
+    def validator(self, l1_only: bool = False):
+        """Return a voter with ``mask(node, start, npages)`` (see vote.py), or None to accept
+        all. `l1_only`: vote on what is on the device tier only."""
         return None
 
     def finalize(self, node, matched_tokens: int) -> list:

@@ -39,14 +39,16 @@ class MambaPayload:
 
 
 class _MambaVoter:
-    __slots__ = ()
+    __slots__ = ("l1_only",)
 
-    @staticmethod
-    def mask(node, start: int, npages: int):
+    def __init__(self, l1_only: bool = False):
+        self.l1_only = l1_only
+
+    def mask(self, node, start: int, npages: int):
         pl = node.comp[MAMBA]
-        if pl is None or (pl.slot < 0 and pl.host < 0):
+        if pl is None or (pl.slot < 0 and (self.l1_only or pl.host < 0)):
             return False
-        return END  # only the boundary at the node's end (on any tier)
+        return END  # only the boundary at the node's end (on any tier unless l1_only)
 
 
 class MambaComponent(Component):
@@ -74,8 +76,8 @@ class MambaComponent(Component):
         if node is not None and node.parent is not None and self._is_candidate(node):
             self.queue.push(node)
 
-    def validator(self):
-        return _MambaVoter()
+    def validator(self, l1_only: bool = False):
+        return _MambaVoter(l1_only)
 
     def useless_leaf(self, node) -> bool:
         pl = node.comp[MAMBA]

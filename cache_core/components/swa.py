@@ -51,10 +51,11 @@ class SwaPayload:
 class _SwaVoter:
     """Walks down the FULL path keeping the present-SWA run that ends at the position."""
 
-    __slots__ = ("W", "P", "run", "clean")
+    __slots__ = ("W", "P", "run", "clean", "l1_only")
 
-    def __init__(self, window: int, page_size: int):
+    def __init__(self, window: int, page_size: int, l1_only: bool = False):
         self.W, self.P = window, page_size
+        self.l1_only = l1_only
         self.run = 0  # present SWA tokens ending at the current position
         self.clean = True  # no tombstone since the root
 
@@ -63,7 +64,7 @@ class _SwaVoter:
         P, W = self.P, self.W
         pl = node.comp[SWA]
         pages = pl.pages[:npages] if pl is not None else None
-        if pl is not None and pl.host is not None and pl.ntomb:
+        if pl is not None and pl.host is not None and pl.ntomb and not self.l1_only:
             pages = np.where(pl.present(npages), 0, -1)  # votes see the union of tiers
         elif pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
             run0 = self.run
@@ -115,8 +116,8 @@ class SwaComponent(Component):
         if node is not None and node.parent is not None and self._is_candidate(node):
             self.queue.push(node)
 
-    def validator(self):
-        return _SwaVoter(self.window, self.P)
+    def validator(self, l1_only: bool = False):
+        return _SwaVoter(self.window, self.P, l1_only)
 
     def useless_leaf(self, node) -> bool:
         pl = node.comp[SWA]

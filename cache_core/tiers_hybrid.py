@@ -1,0 +1,213 @@
+"""SWA pages and MAMBA checkpoints on the tiers: they follow their node.
+
+FULL decides where a node lives (tiers.py); the other components' payloads move with it:
+- backup (L1 -> L2) copies the node's L1 SWA pages and its checkpoint into the components'
+  own L2 pools (sized like the FULL L2 pool: the same ratio to their L1 pool);
+- demotion (FULL leaves L1) frees the node's L1 SWA pages and checkpoint: what has an L2 copy
+  stays reusable from L2, the rest becomes a tombstone;
+- component pressure on L1 (SWA/MAMBA eviction) frees only L1 copies (never nodes);
+- L3 holds SWA pages under ("swa", page key) and checkpoints under ("mamba", key of the
+  page they end), next to FULL pages under their key;
+- votes see the union of tiers; `load` brings back exactly what the reused boundary needs:
+  FULL pages of the path, SWA pages of the window before it, the checkpoint at it. If a
+  component cannot be loaded, the match falls back to the deepest boundary L1 alone accepts.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .actions import L1, L2, L3
+from .allocator import INDEX_DTYPE, PagePool
+from .components.mamba import MAMBA
+from .components.swa import SWA, SwaPayload
+
+
+def attach_pools(hier, l1_tokens, l2_tokens) -> None:
+    """Give SWA and MAMBA an L2 pool each, scaled like FULL's L2 to L1."""
+    cache = hier.cache
+    ratio = None if l2_tokens is None or not l1_tokens else l2_tokens / l1_tokens
+    if cache.swa is not None:
+        cap = cache.swa.pool.capacity_pages
+        cache.swa.host_pool = PagePool(None if cap is None or ratio is None else int(cap * ratio))
+    if cache.mamba is not None:
+        cap = cache.mamba.pool.capacity_pages
+        cache.mamba.host_pool = PagePool(None if cap is None or ratio is None else int(cap * ratio))
+
+
+def _alloc_host(hier, pool, n: int):
+    """n slots of a component's L2 pool, evicting host-only leaves (any component) if short."""
+    if n <= 0:
+        return np.empty(0, dtype=INDEX_DTYPE)
+    got = pool.alloc(n)
+    tries = 0
+    while got is None and tries < 64 and len(hier.queue):
+        if not hier.evict_l2(hier.P * n):
+            break
+        got = pool.alloc(n)
+        tries += 1
+    return got
+
+
+def backup_components(hier, node) -> None:
+    cache = hier.cache
+    swa, mamba = cache.swa, cache.mamba
+    if swa is not None and node.comp[SWA] is not None:
+        pl = node.comp[SWA]
+        if pl.host is None:
+            pl.host = np.full(len(pl.pages), -1, dtype=INDEX_DTYPE)
+        idx = np.flatnonzero((pl.pages >= 0) & (pl.host < 0))
+        dst = _alloc_host(hier, swa.host_pool, len(idx))
+        if dst is not None and len(idx):
+            node.pending += 1
+
+            def done(ok, node=node, idx=idx, dst=dst):
+                node.pending -= 1
+                q = node.comp[SWA] if node.alive else None
+                if not ok or q is None:
+                    swa.host_pool.free(dst)
+                    return
+                q.host = q.host.copy()
+                q.host[idx] = dst
+
+            hier._emit("backup", L1, L2, len(idx) * hier.P, pl.pages[idx], dst, None, done, "swa")
+    if mamba is not None and node.comp[MAMBA] is not None:
+        pl = node.comp[MAMBA]
+        if pl.slot >= 0 and pl.host < 0:
+            dst = _alloc_host(hier, mamba.host_pool, 1)
+            if dst is not None:
+                node.pending += 1
+
+                def done_m(ok, node=node, slot=int(dst[0])):
+                    node.pending -= 1
+                    q = node.comp[MAMBA] if node.alive else None
+                    if not ok or q is None:
+                        mamba.host_pool.free_one(slot)
+                        return
+                    q.host = slot
+
+                hier._emit("backup", L1, L2, 0, pl.slot, int(dst[0]), None, done_m, "mamba")
+
+
+def demote_components(cache, node) -> None:
+    if cache.swa is not None:
+        cache.swa.drop_l1(node)
+    if cache.mamba is not None:
+        cache.mamba.drop_l1(node)
+
+
+def store_keys(cache, node) -> list:
+    """L3 keys of the component payloads a node holds on L2."""
+    keys = []
+    pk = node.pkeys
+    if pk is None:
+        return keys
+    swa = node.comp[SWA] if cache.swa is not None else None
+    if swa is not None and swa.host is not None:
+        keys += [("swa", int(k)) for k in pk[swa.host >= 0]]
+    mp = node.comp[MAMBA] if cache.mamba is not None else None
+    if mp is not None and mp.host >= 0 and len(pk):
+        keys.append(("mamba", int(pk[-1])))
+    return keys
+
+
+def storage_boundary(cache, keys, run_pages: int, swa_state) -> int:
+    """Deepest page count j <= run_pages of the L3 run that every component accepts: SWA needs
+    the window before it (continuing the tree's present run `swa_state` = (run, clean)), MAMBA
+    a checkpoint stored at it. 0 when none."""
+    storage, P = cache.hier.storage, cache.page_size
+    run, clean = swa_state
+    best = 0
+    for j in range(1, run_pages + 1):
+        k = int(keys[j - 1])
+        ok = True
+        if cache.swa is not None:
+            if ("swa", k) in storage:
+                run += P
+            else:
+                run, clean = 0, False
+            ok = clean or run >= cache.swa.window
+        if ok and cache.mamba is not None:
+            ok = ("mamba", k) in storage
+        if ok:
+            best = j
+    return best
+
+
+def prefetch_components(hier, node, keys) -> None:
+    """Bring the component payloads of a prefetched node from L3 into L2 (with its FULL)."""
+    cache = hier.cache
+    storage = hier.storage
+    node.pending += 1  # not an L2 victim while its own payloads are being placed
+    try:
+        _prefetch_payloads(hier, cache, storage, node, keys)
+    finally:
+        node.pending -= 1
+
+
+def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
+    if cache.swa is not None:
+        have = np.array([("swa", int(k)) in storage for k in keys], dtype=bool)
+        host = np.full(len(keys), -1, dtype=INDEX_DTYPE)
+        dst = _alloc_host(hier, cache.swa.host_pool, int(have.sum()))
+        if dst is not None:
+            host[have] = dst
+            if len(dst):
+                hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], lambda ok: None, "swa")
+        node.comp[SWA] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys), host=host)
+    if cache.mamba is not None:
+        from .components.mamba import MambaPayload
+
+        pl = node.comp[MAMBA] = MambaPayload(-1)
+        if len(keys) and ("mamba", int(keys[-1])) in storage:
+            dst = _alloc_host(hier, cache.mamba.host_pool, 1)
+            if dst is not None:
+                pl.host = int(dst[0])
+                hier._emit("prefetch", L3, L2, 0, None, pl.host, keys[-1:], lambda ok: None, "mamba")
+
+
+def load_boundary(cache, node) -> bool:
+    """Make the payloads that reuse at `node`'s end needs valid on L1: the SWA window pages
+    before it and its MAMBA checkpoint (from L2). False if a pool cannot supply them."""
+    hier, P = cache.hier, cache.page_size
+    swa, mamba = cache.swa, cache.mamba
+    if swa is not None:
+        lo = max(0, node.end - swa.window_pages * P)
+        segs = []
+        n = node
+        while n.parent is not None and n.end > lo:
+            pl = n.comp[SWA]
+            j0 = max(0, (lo - n.parent.end) // P)
+            if pl is not None and pl.host is not None:
+                idx = np.flatnonzero((pl.pages[j0:] < 0) & (pl.host[j0:] >= 0)) + j0
+                if len(idx):
+                    segs.append((n, idx))
+            n = n.parent
+        need = sum(len(i) for _, i in segs)
+        if need:
+            if swa.pool.free_pages < need and not swa.pool.unbounded:
+                swa.evict(need - swa.pool.free_pages)
+            pages = swa.pool.alloc(need)
+            if pages is None:
+                return False
+            used = 0
+            for n, idx in segs:
+                pl = n.comp[SWA]
+                dst = pages[used : used + len(idx)]
+                used += len(idx)
+                pl.pages = pl.pages.copy()
+                pl.pages[idx] = dst
+                pl.ntomb -= len(idx)
+                hier._emit("load", L2, L1, len(idx) * P, pl.host[idx], dst, None, lambda ok: None, "swa")
+                swa.touched(n)
+    if mamba is not None and node.parent is not None:
+        pl = node.comp[MAMBA]
+        if pl is not None and pl.slot < 0 and pl.host >= 0:
+            if mamba.pool.free_pages < 1 and not mamba.pool.unbounded:
+                mamba.evict(1)
+            got = mamba.pool.alloc(1)
+            if got is None:
+                return False
+            pl.slot = int(got[0])
+            hier._emit("load", L2, L1, 0, pl.host, pl.slot, None, lambda ok: None, "mamba")
+            mamba.touched(node)
+    return True
