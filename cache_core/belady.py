@@ -56,7 +56,7 @@ class Belady(Policy):
 
     def key(self, node):
         if self.oracle is None:
-            raise RuntimeError("belady needs the future: set policy.oracle (replay does) before evicting")
+            raise RuntimeError("belady needs the future: set policy.oracle (replay does) before the first insert")
         pk = node.pkeys
         nxt = _INF if pk is None or not len(pk) else self.oracle.next_use(int(pk[0]), self.now)
         return (-nxt, node.tick)

@@ -495,6 +495,7 @@ class RadixCache:
             while n.parent is not None and n.priority < priority:
                 n.priority = priority
                 n = n.parent
+            self.full.touched(final)  # its key may have changed
         if self.voters:
             self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
         if self.hier is not None:

@@ -8,10 +8,10 @@ registered (replacing its previous one):
   that intersects [end - W - P, end), like window locks, so splits stay exact);
 - MAMBA: the checkpoint at that frontier.
 
-`close(sid)` removes the references but not the cache entries. Generations and a bounded
-set of recently closed ids (default 8192, oldest forgotten first) stop a request that
-finishes after its session was closed — or closed and reopened — from restoring released
-references. Costs: register/release O(depth of the region), close O(depth), begin O(1).
+`close(sid)` removes the references but not the cache entries. Generations (one counter
+for all ids, so a generation is never reused) and a bounded set of recently closed ids
+(default 8192, oldest forgotten first) stop a request that finishes after its session was
+closed — or closed and reopened — from restoring released references. Costs: register/release O(depth of the region), close O(depth), begin O(1).
 The `session` policy (eviction.py) reads these counts; L3 is not affected.
 """
 from __future__ import annotations
@@ -39,6 +39,7 @@ class SessionRegistry:
         self.closed: OrderedDict = OrderedDict()  # sid -> last generation
         self._at: dict = {}  # node id -> [sids whose frontier or MAMBA ref sits there]
         self.stale_finishes = 0
+        self._gen = 0
 
     # -- lifecycle --------------------------------------------------------------------------------
     def begin(self, sid) -> int:
@@ -46,8 +47,9 @@ class SessionRegistry:
         recently closed id with a new generation)."""
         st = self.sessions.get(sid)
         if st is None:
-            gen = self.closed.pop(sid, 0) + 1
-            st = self.sessions[sid] = _State(gen)
+            self.closed.pop(sid, None)
+            self._gen += 1  # one counter for all ids: a forgotten closed id cannot reuse a generation
+            st = self.sessions[sid] = _State(self._gen)
         return st.gen
 
     def finish(self, sid, gen: int, node) -> bool:

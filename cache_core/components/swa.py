@@ -164,37 +164,34 @@ class SwaComponent(Component):
     def attach_window(self, bottom, lo: int, hi: int, pages: np.ndarray, new_leaf) -> np.ndarray:
         """Give the pages of [lo, hi) on the path ending at `bottom` (whose end is hi) SWA
         pages, healing tombstones; the new leaf starts as tombstones outside the window.
-        Consumes `pages` in position order; returns the ones not needed (duplicates)."""
+        `pages[i]` holds the SWA KV of position lo + i*P: a page whose position already holds
+        SWA KV is a duplicate. Returns the pages not used (duplicates and extras)."""
         P = self.P
         if new_leaf is not None:
             k = new_leaf.num_tokens // P
             new_leaf.comp[SWA] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
-        need = (hi - lo) // P
-        if need <= 0:
+        if (hi - lo) // P <= 0 or not len(pages):
             return pages
-        # collect (node, first page index in node) bottom-up, then assign top-down
-        segs = []
+        used = np.zeros(len(pages), dtype=bool)
         node = bottom
         while node.parent is not None and node.end > lo:
             start = node.parent.end
-            segs.append((node, max(0, (lo - start) // P)))
-            node = node.parent
-        used = 0
-        for node, j0 in reversed(segs):
             pl = node.comp[SWA]
             if pl is None:
                 k = node.num_tokens // P
                 pl = node.comp[SWA] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
-            hole = np.flatnonzero(pl.pages[j0:] < 0) + j0
-            take = min(len(hole), len(pages) - used)
-            if take:
-                if not pl.pages.flags.writeable or pl.pages.base is not None:
-                    pl.pages = pl.pages.copy()
-                pl.pages[hole[:take]] = pages[used : used + take]
-                pl.ntomb -= take
-                used += take
+            j0 = max(0, (lo - start) // P)
+            js = np.arange(j0, len(pl.pages))
+            off = (start - lo) // P + js  # index into `pages` of each position
+            sel = (off < len(pages)) & (pl.pages[j0:] < 0)
+            if sel.any():
+                pl.pages = pl.pages.copy()
+                pl.pages[js[sel]] = pages[off[sel]]
+                used[off[sel]] = True
+                pl.ntomb -= int(sel.sum())
             self.touched(node)
-        return pages[used:]
+            node = node.parent
+        return pages[~used]
 
     # -- locks ---------------------------------------------------------------------------------
     def lock(self, node) -> None:
