@@ -145,9 +145,11 @@ class ReplayStepper:
         snaps = 0
         if every and aligned > cached:
             snaps = max(0, (aligned - 1) // every - cached // every)
-        slots = cache.alloc_states(1 + snaps)
-        if slots is None and snaps:
-            slots = cache.alloc_states(1)
+        want = 1 + snaps
+        avail = cache.mamba.available_slots
+        if avail is not None and avail < want:  # all snapshots or none: evict nothing in vain
+            want = 1
+        slots = cache.alloc_states(want)
         return None if slots is None else [int(x) for x in slots]
 
 

@@ -62,6 +62,7 @@ class MambaComponent(Component):
         self.pool = PagePool(slots)
         self.queue = EvictionQueue(cache.policy, self._is_candidate, "mamba")
         self.private = 0  # slots held by running requests
+        self.locked = 0  # checkpoints with a lock (payloads with locks > 0)
         self.evicted_slots = 0
         self.evicted_nodes = 0
         self.copies = 0
@@ -147,13 +148,23 @@ class MambaComponent(Component):
         pl = node.comp[MAMBA] if node.parent is not None else None
         if pl is not None:
             pl.locks += 1
+            self.locked += pl.locks == 1
 
     def unlock(self, node) -> None:
         pl = node.comp[MAMBA] if node.parent is not None else None
         if pl is not None:
             pl.locks -= 1
             if pl.locks == 0:
+                self.locked -= 1
                 self.touched(node)
+
+    @property
+    def available_slots(self) -> int | None:
+        """Free slots plus checkpoints that eviction could free (None: unbounded)."""
+        if self.pool.unbounded:
+            return None
+        held = self.pool.capacity_pages - self.pool.free_pages - self.private
+        return self.pool.free_pages + max(0, held - self.locked)
 
     # -- session references (sessions.py) ------------------------------------------------------
     def add_session_ref(self, node) -> bool:
