@@ -220,12 +220,16 @@ class RadixCache:
             hier.on_hit(nd)
         if node.parent is not None and (not visited or node is not visited[-1]):
             hier.on_hit(node)  # the upper half of a split is the part walked through
+        cut = False
+        while node.parent is not None and node.value is None and node.host is None:
+            node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
+        matched = min(matched, node.end)
         d = node
         while d.parent is not None and d.value is None:
             d = d.parent
         device = d.end
         storage = 0
-        if hier.storage is not None and matched < n:
+        if hier.storage is not None and matched < n and not cut:
             keys = seq.page_keys(P)
             run = hier.storage.leading(keys[matched // P : n // P]) * P
             storage = run if run >= hier.cfg.min_prefetch_tokens else 0
@@ -307,14 +311,18 @@ class RadixCache:
                 break
             top = c
         storage = 0
+        held = None
         if top is node and m.storage_tokens and m.traversed_tokens == node.end:
             P = self.page_size
             keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
             pnode = hier.prefetch(node, seq.data, node.end, keys)
-            if pnode is not None and self.voters:
-                prefetch_components(hier, pnode, keys)
-            if pnode is not None and pnode.host is not None and hier.load_host([pnode]):
-                top, storage = pnode, pnode.num_tokens
+            if pnode is not None:
+                if self.voters:
+                    prefetch_components(hier, pnode, keys)  # holds pnode in flight meanwhile
+                held = MatchResult(pnode.end, LockHandle(pnode))
+                self.lock(held)  # no eviction takes it while it is being loaded
+                if pnode.host is not None and hier.load_host([pnode]):
+                    top, storage = pnode, pnode.num_tokens
         if self.voters and top.parent is not None:
             self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
             ok = load_boundary(self, top)
@@ -326,6 +334,8 @@ class RadixCache:
         new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end), host, storage)
         self.lock(new)
         self.unlock(m)
+        if held is not None:
+            self.unlock(held)
         return new
 
     # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
@@ -478,7 +488,10 @@ class RadixCache:
             if hi < len(pages):
                 self.free(pages[hi:])
             freed = dup + max(0, len(pages) - hi)
-            if prefix < num_tokens:
+            if prefix < num_tokens and self.hier is not None and node.parent is not None and node.value is None:
+                self.free(pages[lo:hi])  # its parent is not on L1 (still loading): do not cache below it
+                freed += hi - lo
+            elif prefix < num_tokens:
                 if hi > len(pages):
                     raise ValueError("not enough pages for the new tokens")
                 leaf = tree.add_leaf(node, seq.data[prefix << 3 : num_tokens << 3])
@@ -515,6 +528,8 @@ class RadixCache:
         while n.parent is not None and n.value is None and not n.pending and n.parent.end >= pages_from:
             chain.append(n)
             n = n.parent
+        if n.parent is not None and n.value is None:
+            return lo  # above them a node is still loading: heal nothing, L1 stays prefix-closed
         P = self.page_size
         for h in chain:
             a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P

@@ -153,7 +153,7 @@ class TieredFull(FullComponent):
         if not node.alive or node.value is None or node.lock_ref or node.pending:
             return False
         for c in node.children.values():
-            if c.value is not None:
+            if c.value is not None or (c.pending and c.host is not None):  # on L1, or loading onto it
                 return False
         return True
 
@@ -171,6 +171,8 @@ class TieredFull(FullComponent):
             upper.host, lower.host = lower.host[:cut], lower.host[cut:]
         if lower.pkeys is not None:
             upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
+        if lower.pending and self.hier is not None:
+            self.hier.split_in_flight(upper, lower)
 
     def on_remove(self, node) -> None:
         if node.value is not None:
@@ -257,7 +259,8 @@ class Hierarchy:
         self.queue = EvictionQueue(cache.policy, self._is_candidate, "full")
         self.storage = StorageIndex(None if cfg.l3_tokens is None else cfg.l3_tokens // self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
-        self.pending: dict[int, tuple] = {}
+        self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
+        self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
         self._ids = 0
         self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}
         self.evicted_l2_tokens = 0
@@ -285,9 +288,12 @@ class Hierarchy:
             node = self.queue.pop()
             if node is None:
                 break
-            if self.storage is not None and self.cfg.l3_write == "on_l2_evict":
-                self._store(node)
             n = node.num_tokens
+            if self.storage is not None and self.cfg.l3_write == "on_l2_evict":
+                self._store(node, remove=True)  # removed once the store is acknowledged
+                if not node.alive:
+                    freed += n
+                continue
             parent = tree.remove_leaf(node)
             freed += n
             self.evicted_l2_tokens += n
@@ -304,7 +310,11 @@ class Hierarchy:
         return self.pool.alloc(pages)
 
     # -- transfers ----------------------------------------------------------------------------------
-    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full") -> Transfer:
+    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
+              node=None) -> Transfer:
+        """Record a transfer. With `node`, the transfer covers that node's token range: every
+        node covering the range (the node, or the pieces a later split makes of it) is held
+        in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
         self._ids += 1
         t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens,
                      tokens * self.cfg.kv_bytes_per_token if component == "full" else 0, src, dst, keys,
@@ -313,17 +323,61 @@ class Hierarchy:
             self.tokens_moved[f"{src_tier}->{dst_tier}"] += tokens
         if self.cache.actions is not None:
             self.cache.actions.append(t)
+        span = None if node is None else (node, node.parent.end, node.end)
+        if span is not None:
+            node.pending += 1
         if self.auto_ack:
-            done(True)
+            self._finish(done, span, True)
         else:
             self.pending[t.id] = (t, done)
+            if span is not None:
+                self._spans[t.id] = span
         return t
+
+    def _finish(self, done, span, ok: bool) -> None:
+        if span is None:
+            done(ok)
+            return
+        node, s, e = span
+        pieces = []
+        n = node
+        while n is not None and n.parent is not None and n.end > s:
+            n.pending -= 1
+            pieces.append((n, slice((n.parent.end - s) // self.P, (n.end - s) // self.P)))
+            n = n.parent
+        pieces.reverse()  # top-down
+        done(ok, pieces)
+        for x, _ in pieces:  # no longer in flight: eviction may consider them again
+            if x.alive:
+                self.full.touched(x)
+                self.touched(x)
+        if pieces and pieces[0][0].alive:  # a parent blocked by a child in flight is free again
+            self.full.touched(pieces[0][0].parent)
 
     def ack(self, action_id: int, ok: bool = True) -> None:
         t, done = self.pending.pop(action_id)
+        span = self._spans.pop(action_id, None)
         if not ok:
             self.failed += 1
-        done(ok)
+        self._finish(done, span, ok)
+
+    def split_in_flight(self, upper, lower) -> None:
+        """A split of a node in flight: the upper piece is held by every transfer whose range
+        it shares (transfers on `lower`'s own path only)."""
+        if not lower.pending or not self.pending:
+            return
+        a, b = upper.parent.end, upper.end
+        count = 0
+        for node, s, e in self._spans.values():
+            if s >= b or e <= a:
+                continue
+            n = node
+            while n is not None and n.parent is not None and n.end > s:
+                if n is lower:
+                    count += 1
+                    break
+                n = n.parent
+        upper.pending = count
 
     # -- write path -----------------------------------------------------------------------------
     def backup_chain(self, node) -> None:
@@ -335,44 +389,68 @@ class Hierarchy:
         while n.parent is not None and n.host is None and not n.pending:
             chain.append(n)
             n = n.parent
-        for n in reversed(chain):
-            if n.value is None or not self._backup(n):
-                return
+        if n.parent is not None and n.host is None:
+            return  # the nearest ancestor's own backup is still in flight: L2 stays prefix-closed
+        chain.reverse()
+        if self.auto_ack:
+            for n in chain:
+                if n.value is None or not self._backup(n, ()):
+                    return
+        elif chain and chain[0].value is not None:
+            self._backup(chain[0], tuple(chain[1:]))  # the rest follows each ack, top-down
 
-    def _backup(self, node) -> bool:
+    def _backup(self, node, rest: tuple) -> bool:
         pages = self._alloc_l2(node.num_tokens // self.P)
         if pages is None:
             return False
-        node.pending += 1
 
-        def done(ok, node=node, pages=pages):
-            node.pending -= 1
-            if ok and node.alive:
-                node.host = pages
-                if self.cache.voters:
-                    backup_components(self, node)
-                if self.storage is not None and self.cfg.l3_write == "on_insert":
-                    self._store(node)
-            else:
-                self.pool.free(pages)
-            self.full.touched(node)  # popped while in flight? offer it again
-            self.touched(node)
+        def done(ok, pieces, pages=pages, rest=rest):
+            for x, sl in pieces:  # top-down: a piece's parent is on L2 before it is
+                good = ok and x.alive and x.host is None and (x.parent.parent is None or x.parent.host is not None)
+                if good:
+                    x.host = pages[sl]
+                    if self.cache.voters:
+                        backup_components(self, x)
+                    if self.storage is not None and self.cfg.l3_write == "on_insert":
+                        self._store(x)
+                else:
+                    self.pool.free(pages[sl])
+                    ok = False
+                self.full.touched(x)  # popped while in flight? offer it again
+                self.touched(x)
+            if ok and rest and rest[0].alive and rest[0].value is not None and rest[0].host is None:
+                self._backup(rest[0], rest[1:])
 
-        self._emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done)
+        self._emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
         return True
 
-    def _store(self, node) -> None:
+    def _store(self, node, remove: bool = False) -> None:
+        """Copy a node's L2 pages to L3 (its L2 pages are held until the ack); with `remove`
+        (on_l2_evict) the node leaves the tree once the store is acknowledged."""
         if node.pkeys is None:
+            if remove:
+                self._drop(node)
             return
         storage = self.storage
         extra = store_keys(self.cache, node) if self.cache.voters else []
 
-        def done(ok, keys=node.pkeys, extra=extra):
+        def done(ok, pieces, keys=node.pkeys, extra=extra, node=node):
             if ok:
                 storage.put(keys)
                 storage.put_many(extra)
+            if remove:
+                self._drop(node)
 
-        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done)
+        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node)
+
+    def _drop(self, node) -> None:
+        """Remove an L2-evicted host-only leaf (if it still is one)."""
+        if node.alive and self._is_candidate(node):
+            n = node.num_tokens
+            parent = self.cache.tree.remove_leaf(node)
+            self.evicted_l2_tokens += n
+            self.touched(parent)
+            self.full.touched(parent)
 
     def on_insert(self, leaf) -> None:
         if self.cfg.write_policy == "write_through":
@@ -391,23 +469,31 @@ class Hierarchy:
         loaded = 0
         full = self.full
         for node in nodes:
+            if not node.alive:
+                break
+            if node.value is not None:
+                loaded += node.num_tokens
+                continue
+            if node.pending or node.host is None:  # already loading, or not on L2 yet: wait
+                break
             need = node.num_tokens // self.P
             if full.pool.free_pages < need and not full.pool.unbounded:
                 full.evict(need * self.P - full.free_tokens)
             pages = full.pool.alloc(need)
             if pages is None:
                 break
-            node.pending += 1
 
-            def done(ok, node=node, pages=pages):
-                node.pending -= 1
-                if ok and node.alive:
-                    full.set_l1(node, pages)
-                else:
-                    full.pool.free(pages)
-                self.touched(node)
+            def done(ok, pieces, pages=pages):
+                for x, sl in pieces:
+                    good = ok and x.alive and x.value is None and (x.parent.parent is None or x.parent.value is not None)
+                    if good:
+                        full.set_l1(x, pages[sl])
+                    else:
+                        full.pool.free(pages[sl])
+                        ok = False
+                    self.touched(x)
 
-            self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done)
+            self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
                 break
             loaded += node.num_tokens
@@ -428,22 +514,22 @@ class Hierarchy:
         node = tree.add_leaf(parent, seq_data[start << 3 : (start + n_pages * self.P) << 3])
         node.value = None
         node.pkeys = keys
-        node.pending += 1
         self.storage.touch(keys)
 
-        def done(ok, node=node, pages=pages):
-            node.pending -= 1
+        def done(ok, pieces, pages=pages, node=node):
             if not ok:
                 self.pool.free(pages)
-                if not node.children and node.lock_ref == 0 and node.alive:
-                    parent = tree.remove_leaf(node)
-                    self.touched(parent)
-                    self.full.touched(parent)
+                for x, _ in reversed(pieces):  # bottom-up: drop what nothing else uses
+                    if x.alive and not x.children and x.lock_ref == 0 and x.host is None and x.value is None:
+                        parent = tree.remove_leaf(x)
+                        self.touched(parent)
+                        self.full.touched(parent)
                 return
-            node.host = pages
-            self.touched(node)
+            for x, sl in pieces:
+                x.host = pages[sl]
+                self.touched(x)
 
-        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done)
+        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done, node=node)
         return node
 
     def stats(self) -> dict:

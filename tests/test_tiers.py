@@ -650,9 +650,6 @@ def test_replay_heal_of_a_host_only_node_beyond_the_match_limit():
 
 
 # -- reproducers of in-flight bugs ----------------------------------------------------------------
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: splitting a node with a transfer in flight leaves the "
-                   "pending count and the callback's full page array on the lower half; the ack gives "
-                   "it 2 L2 pages for 1 page of tokens and the upper half no copy")
 def test_split_of_a_node_with_a_pending_backup():
     c = make(P=1, l1=8, hicache_ratio=2, auto_ack=False)
     request(c, [1, 2, 3, 4])
@@ -663,9 +660,6 @@ def test_split_of_a_node_with_a_pending_backup():
     assert node_at(c, [1, 2]).host is not None
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: a second request loads a node whose load is already in "
-                   "flight: two loads, two sets of L1 pages; after both acks the first set leaks and "
-                   "evictable_tokens counts the node twice")
 def test_two_requests_loading_the_same_host_node():
     c, a = _demoted_A()
     seq = TokenSeq(AB)
@@ -679,8 +673,6 @@ def test_two_requests_loading_the_same_host_node():
     assert len(loads) == 1  # actual: 2 loads of the same node
 
 
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: two concurrent loads of one node: after both acks "
-                   "evictable_tokens 16 vs recount 8, pages: free 0 + tree 2 != capacity 4")
 def test_two_requests_loading_the_same_host_node_invariants():
     c, a = _demoted_A()
     seq = TokenSeq(AB)
@@ -694,8 +686,6 @@ def test_two_requests_loading_the_same_host_node_invariants():
     check(c)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: on_l2_evict emits the store L2->L3 and frees its source "
-                   "L2 pages at once: they are back in the free list while the store is in flight")
 def test_store_source_pages_are_held_while_in_flight():
     c = make(l1=8, l2_tokens=8, l3=True, l3_write="on_l2_evict", auto_ack=False)
     request(c, A)
@@ -707,9 +697,6 @@ def test_store_source_pages_are_held_while_in_flight():
     assert set(t.src.tolist()).isdisjoint(c.hier.pool.free_view().tolist())  # actual: both free
 
 
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: a request whose load is in flight recomputes and inserts "
-                   "below the loading node; when the load fails the new leaf is on L1 under a "
-                   "host-only parent (L1 not prefix-closed)")
 def test_failed_load_with_a_child_inserted_meanwhile():
     c, a = _demoted_A(l1=32)
     seq = TokenSeq(AB)
@@ -725,9 +712,6 @@ def test_failed_load_with_a_child_inserted_meanwhile():
     check(c)  # actual: "on L1 below a parent that is not"
 
 
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: a request whose prefetch is in flight inserts its "
-                   "recomputed tokens below the prefetch node; when the prefetch succeeds that node is "
-                   "on L2 only with an L1 child (L1 not prefix-closed)")
 def test_successful_prefetch_with_a_child_inserted_meanwhile():
     c = make(l1=32, l2_tokens=32, l3=True, min_prefetch_tokens=0, auto_ack=False)
     request(c, A)
@@ -747,9 +731,6 @@ def test_successful_prefetch_with_a_child_inserted_meanwhile():
     check(c)  # actual: "on L1 below a parent that is not"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="bug: a match walks into a node whose prefetch is in flight and "
-                   "reports it as host tokens; load then emits a 'load' L2->L1 with src None for a "
-                   "node that has no L2 copy")
 def test_match_through_an_in_flight_prefetch():
     c = make(l1=32, l2_tokens=32, l3=True, min_prefetch_tokens=0, auto_ack=False)
     request(c, A)
@@ -821,22 +802,17 @@ def test_failed_load_after_an_l2_eviction_attempt():
     assert c.hier.evict_l2(8) == 8  # actual: 0 ("L2 candidate missing from its eviction queue")
 
 
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: a child's backup is emitted (and may complete) while its "
-                   "parent's backup is in flight; if the parent's backup then fails the child is on L2 "
-                   "under a parent that is not (L2 not prefix-closed)")
 def test_failed_parent_backup_with_backed_up_child():
     c = make(P=1, l1=16, hicache_ratio=2, auto_ack=False)
     request(c, [1, 2, 3, 4])
     request(c, [1, 2, 3, 4, 5, 6])
-    assert [t.tokens for t, _ in c.hier.pending.values()] == [4, 2]
-    c.ack(2)
+    # the child's backup waits: its parent's own backup is still in flight (L2 prefix-closed)
+    assert [t.tokens for t, _ in c.hier.pending.values()] == [4]
     c.ack(1, ok=False)
     check(c)
+    assert node_at(c, [1, 2, 3, 4]).host is None and node_at(c, [1, 2, 3, 4, 5, 6]).host is None
 
 
-@pytest.mark.xfail(strict=True, raises=invariants.InvariantError, reason="bug: a node whose child is loading onto L1 is still an L1 "
-                   "eviction candidate; it is demoted and the load then lands under a parent that is "
-                   "not on L1")
 def test_parent_demoted_while_child_loads():
     c = make(P=1, l1=16, hicache_ratio=2, auto_ack=False)
     request(c, [1, 2])

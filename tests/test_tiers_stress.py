@@ -159,16 +159,27 @@ class Run:
         pool = c.hier.pool if t.dst_tier == L2 else c.full.pool
         free = set(pool.free_view().tolist())
         attr = "value" if t.dst_tier == L1 else "host"
-        holders = [n for n in c.tree.iter_nodes() if n.parent is not None
-                   and getattr(n, attr) is not None and getattr(n, attr).tolist() == dst]
+        # a node split while in flight holds its slice of the pages: collect every holder
+        held = {}
+        for n in c.tree.iter_nodes():
+            if n.parent is not None and getattr(n, attr) is not None:
+                for j, p in enumerate(getattr(n, attr).tolist()):
+                    held[p] = (n, j)
         if ok:
-            assert len(holders) == 1 and set(dst).isdisjoint(free), (t, dst)
-            nd = holders[0]
-            assert nd.pkeys.tolist() == t.keys.tolist()
-            if t.kind == "load":
-                assert nd.host.tolist() == t.src.tolist()
+            placed = [p for p in dst if p in held]
+            if placed:
+                assert set(dst).isdisjoint(free), (t, dst)
+            else:  # refused at the ack (its parent is no longer on the tier): slots back to the pool
+                assert set(dst) <= free, (t, dst)
+            # all placed, or none (the ack found its node's parent not on the tier any more)
+            assert len(placed) in (len(dst), 0) or t.kind == "prefetch", (t, dst, placed)
+            for i, p in enumerate(placed if len(placed) == len(dst) else []):
+                n, j = held[p]
+                assert int(n.pkeys[j]) == int(t.keys[i])
+                if t.kind == "load":
+                    assert int(n.host[j]) == int(t.src[i])
         else:
-            assert holders == [] and set(dst) <= free, (t, dst)
+            assert all(p not in held for p in dst) and set(dst) <= free, (t, dst)
             if t.kind in ("backup", "load"):  # the source stays valid
                 src_attr = "value" if t.src_tier == L1 else "host"
                 assert any(getattr(n, src_attr) is not None and getattr(n, src_attr).tolist() == t.src.tolist()
@@ -188,6 +199,10 @@ class Run:
     def drain(self):
         while self.c.hier.pending:
             self.ack_some(all_=True)
+
+    def blocked(self, seq, n):
+        """Some node on the path is in flight (or not on L1 because one above it is)."""
+        return any(nd.pending for nd, _ in self.path(seq, n))
 
     def splits_pending(self, seq, n):
         return any(nd.pending and k < nd.num_tokens for nd, k in self.path(seq, n))
@@ -288,12 +303,14 @@ class Run:
                     # (e) heal the host-only part and add the new leaf in two inserts
                     cut = (prefix - m.cached_tokens) // P
                     c.insert(seq, prefix, pages[:cut], m.cached_tokens, after=after)
-                    assert self.on_l1(seq, prefix)
+                    assert self.on_l1(seq, prefix) or self.blocked(seq, prefix)
                     c.insert(seq, aligned, pages[cut:], prefix, after=after)
                     self.counts["healed"] += 1
                 else:
                     c.insert(seq, aligned, pages, m.cached_tokens, after=after)
-                assert self.on_l1(seq, aligned)
+                # on L1, unless a node on the path is in flight: the core then heals / caches
+                # nothing below it (L1 stays prefix-closed)
+                assert self.on_l1(seq, aligned) or self.blocked(seq, aligned)
         if rng.random() < 0.3:
             self.held.append(m)
         else:
@@ -341,6 +358,8 @@ def _run(P, wp, l3w, protocol, ops=OPS):
                 run.c.unlock(run.held.pop())
             run.after([])
             assert run.c.hier.pending == {}
+        # with on_l2_evict a victim leaves L2 only once its store is acknowledged: count at the end
+        run.counts["l2_evicted"] = max(run.counts["l2_evicted"], run.c.hier.evicted_l2_tokens)
         counts = run.counts if counts is None else {k: counts[k] + v if k != "max_pending" else max(counts[k], v)
                                                     for k, v in run.counts.items()}
     return counts
@@ -356,11 +375,11 @@ def test_tiers_stress_protocol(P, wp, l3w):
     assert counts["max_pending"] >= 3, counts
 
 
-@pytest.mark.xfail(strict=True, reason="the core breaks invariants under fully random acks; see the "
-                   "xfail reproducers in tests/test_tiers.py (split of an in-flight node, concurrent "
-                   "loads, insert below an in-flight load/prefetch, failed backups/loads/prefetches not "
-                   "re-queued, failed parent backup below a backed-up child, parent demoted while its "
-                   "child loads, prefetch below a node without L2 copy)")
+@pytest.mark.xfail(strict=True, reason="under fully random acks (splits of in-flight nodes allowed, random "
+                   "failures everywhere) this driver's oracle and the core still disagree: its match "
+                   "oracle does not model the core's cut at an in-flight prefetch, and its ack oracle "
+                   "expects a failed transfer's source on the node it was emitted for; the invariants "
+                   "themselves now hold in these runs (see docs/ARCHITECTURE.md, open work)")
 @pytest.mark.parametrize("P,wp,l3w", CONFIGS, ids=[f"P{p}-{w}-{m}" for p, w, m in CONFIGS])
 def test_tiers_stress_random(P, wp, l3w):
     _run(P, wp, l3w, protocol=False)
