@@ -487,7 +487,7 @@ class RadixCache:
                 self.free(pages[:dup])
             if hi < len(pages):
                 self.free(pages[hi:])
-            freed = dup + max(0, len(pages) - hi)
+            freed = min(dup, len(pages)) + max(0, len(pages) - hi)
             if prefix < num_tokens and self.hier is not None and node.parent is not None and node.value is None:
                 self.free(pages[lo:hi])  # its parent is not on L1 (still loading): do not cache below it
                 freed += hi - lo

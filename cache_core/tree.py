@@ -15,10 +15,11 @@ Access statistics are kept *lazily*, so a walk writes O(1) of them instead of O(
 only the deepest node a walk visits stores the call's tick (and, for a match, one hit);
 when a node leaves the tree its parent absorbs them (tick = max, hits += child's). Every
 ancestor is visited whenever a descendant is, so for any node with no children — the only
-nodes a policy ever ranks — the stored tick equals "last call that visited it" and the
-stored hits equal "match calls that walked through it", exactly as if every visited node
-had been updated. (An internal node's stored values are lower bounds until it becomes a
-leaf.) A component that takes nodes out of its own candidate region without removing
+nodes a policy ever ranks — the stored hits equal "match calls that walked through it" and
+the stored tick is the tick of the last call that visited it, or a fresh tick that call
+created below it (a new leaf, a split): both lie between that call's tick and the next
+call's, so every comparison with other nodes comes out as if every visited node had been
+updated. (An internal node's stored values are lower bounds until it becomes a leaf.) A component that takes nodes out of its own candidate region without removing
 them from the tree calls `absorb(parent, child)` the same way.
 
 Complexity: a walk costs one dict lookup and one memcmp per visited node, plus one numpy
