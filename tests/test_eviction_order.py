@@ -24,19 +24,7 @@ POLICIES = ["lru", "lfu", "fifo"]
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
-def toks(s: str) -> list[int]:
-    return [ord(c) for c in s]
-
-
-def edge(node) -> str:
-    return "".join(chr(t) for t in node.tokens().tolist())
-
-
-def shape(cache) -> dict:
-    def rec(node):
-        return {edge(c): rec(c) for c in node.children.values()}
-
-    return rec(cache.tree.root)
+from helpers import edge, shape, toks  # noqa: E402  (shared test helpers)
 
 
 def new_cache(policy, page_size=1, capacity=256):

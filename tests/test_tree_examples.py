@@ -19,21 +19,7 @@ from cache_core import invariants
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
-def toks(s: str) -> list[int]:
-    return [ord(c) for c in s]
-
-
-def edge(node) -> str:
-    return "".join(chr(t) for t in node.tokens().tolist())
-
-
-def shape(cache) -> dict:
-    """The tree as nested {edge string: subtree} dicts (order-insensitive, exact)."""
-
-    def rec(node):
-        return {edge(c): rec(c) for c in node.children.values()}
-
-    return rec(cache.tree.root)
+from helpers import edge, shape, toks  # noqa: E402  (shared test helpers)
 
 
 def find(cache, path: str):

@@ -72,3 +72,23 @@ class Component:
 
     def stats(self) -> dict:
         return {}
+
+    def evict_payloads(self, num: int) -> tuple[int, int]:
+        """The eviction loop SWA and MAMBA share: pop candidates in policy order; an unlocked
+        leaf goes whole (when no L2 tier exists: it serves nothing without this payload),
+        otherwise only this component's L1 payload is dropped (`drop_l1`; an L2 copy may
+        remain). Returns (units freed, nodes removed)."""
+        freed = removed = 0
+        while freed < num:
+            node = self.queue.pop()
+            if node is None:
+                break
+            if not node.children and node.lock_ref == 0 and self.host_pool is None:
+                before = self.pool.free_pages
+                self.cache._remove_subtree_leaf(node)
+                freed += self.pool.free_pages - before
+                removed += 1
+                continue
+            freed += self.drop_l1(node)
+        self.queue.maybe_compact(self.cache.tree.num_nodes)
+        return freed, removed

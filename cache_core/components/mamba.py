@@ -184,20 +184,9 @@ class MambaComponent(Component):
     # -- eviction ------------------------------------------------------------------------------
     def evict(self, num: int) -> int:
         """Free at least `num` checkpoint slots in policy order; returns slots freed."""
-        freed = 0
-        while freed < num:
-            node = self.queue.pop()
-            if node is None:
-                break
-            if not node.children and node.lock_ref == 0 and self.host_pool is None:
-                before = self.pool.free_pages
-                self.cache._remove_subtree_leaf(node)
-                freed += self.pool.free_pages - before
-                self.evicted_nodes += 1
-                continue
-            freed += self.drop_l1(node)  # with tiers an L2 copy may remain
+        freed, removed = self.evict_payloads(num)
         self.evicted_slots += freed
-        self.queue.maybe_compact(self.tree.num_nodes)
+        self.evicted_nodes += removed
         return freed
 
     def stats(self) -> dict:
