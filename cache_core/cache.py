@@ -245,6 +245,7 @@ class RadixCache:
             for c in self.components:
                 c.touched(nd)
             hier.touched(nd)
+            hier.on_hit(nd)
         vals: list = []
         best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
         storage = 0
@@ -325,10 +326,14 @@ class RadixCache:
                     top, storage = pnode, pnode.num_tokens
         if self.voters and top.parent is not None:
             self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
-            ok = load_boundary(self, top)
+            load_boundary(self, top)
             self.unlock(MatchResult(top.end, LockHandle(top)))
-            if not ok or (top is not node and storage == 0):  # votes were for `node`
-                top = self._fallback_l1(top)
+            # reuse exactly what L1 can now serve: the deepest boundary at or above `top` that
+            # every component accepts from L1 alone (a payload that could not be loaded, or a
+            # storage run that did not arrive, moves the boundary up)
+            served = self._fallback_l1(top)
+            if served is not top:
+                top = served
                 host = max(0, top.end - m.device)
                 storage = 0
         new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end), host, storage)
