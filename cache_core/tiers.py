@@ -60,7 +60,9 @@ class TierConfig:
     prefetch_timeout_base_s: float = 1.0
     prefetch_timeout_per_1k_s: float = 0.25
     min_prefetch_tokens: int = 256
-    kv_bytes_per_token: int = 0  # for the bytes field of transfers (from the model preset)
+    kv_bytes_per_token: int = 0  # FULL bytes per token, for transfers' bytes (model preset)
+    swa_bytes_per_token: int = 0  # SWA bytes per token
+    state_bytes: int = 0  # bytes of one MAMBA checkpoint
 
     def __post_init__(self):
         for name in ("l2_tokens", "l3_tokens"):
@@ -262,7 +264,8 @@ class Hierarchy:
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
         self._ids = 0
-        self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}
+        self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}  # FULL tokens
+        self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
         self.evicted_l2_tokens = 0
         self.failed = 0
 
@@ -316,11 +319,15 @@ class Hierarchy:
         node covering the range (the node, or the pieces a later split makes of it) is held
         in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
         self._ids += 1
-        t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens,
-                     tokens * self.cfg.kv_bytes_per_token if component == "full" else 0, src, dst, keys,
+        cfg = self.cfg
+        nbytes = (tokens * cfg.kv_bytes_per_token if component == "full" else
+                  tokens * cfg.swa_bytes_per_token if component == "swa" else cfg.state_bytes)
+        t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
                      tuple(s.name for s in self.cache.config.sidecars if s.follows == component))
+        link = f"{src_tier}->{dst_tier}"
         if component == "full":
-            self.tokens_moved[f"{src_tier}->{dst_tier}"] += tokens
+            self.tokens_moved[link] += tokens
+        self.bytes_moved[link] += int(nbytes)  # every component (with --model: sidecars included)
         if self.cache.actions is not None:
             self.cache.actions.append(t)
         span = None if node is None else (node, node.parent.end, node.end)

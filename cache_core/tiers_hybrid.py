@@ -9,8 +9,9 @@ FULL decides where a node lives (tiers.py); the other components' payloads move 
 - L3 holds SWA pages under ("swa", page key) and checkpoints under ("mamba", key of the
   page they end), next to FULL pages under their key;
 - votes see the union of tiers; `load` brings back exactly what the reused boundary needs:
-  FULL pages of the path, SWA pages of the window before it, the checkpoint at it. If a
-  component cannot be loaded, the match falls back to the deepest boundary L1 alone accepts.
+  FULL pages of the path, SWA pages of the window before it, the checkpoint at it; each
+  payload becomes valid on its destination only when its transfer is acknowledged. The
+  match then reuses the deepest boundary L1 alone accepts (all of it once the loads are in).
 """
 from __future__ import annotations
 
@@ -145,24 +146,44 @@ def prefetch_components(hier, node, keys) -> None:
 
 
 def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
-    if cache.swa is not None:
+    swa, mamba = cache.swa, cache.mamba
+    if swa is not None:
         have = np.array([("swa", int(k)) in storage for k in keys], dtype=bool)
-        host = np.full(len(keys), -1, dtype=INDEX_DTYPE)
-        dst = _alloc_host(hier, cache.swa.host_pool, int(have.sum()))
-        if dst is not None:
-            host[have] = dst
-            if len(dst):
-                hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], lambda ok: None, "swa")
-        node.comp[SWA] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys), host=host)
-    if cache.mamba is not None:
+        node.comp[SWA] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys),
+                                    host=np.full(len(keys), -1, dtype=INDEX_DTYPE))
+        dst = _alloc_host(hier, swa.host_pool, int(have.sum()))
+        if dst is not None and len(dst):
+            idx = np.flatnonzero(have)
+            node.pending += 1
+
+            def done_s(ok, node=node, idx=idx, dst=dst):  # valid on L2 only once acknowledged
+                node.pending -= 1
+                q = node.comp[SWA] if node.alive else None
+                if ok and q is not None:
+                    q.host = q.host.copy()
+                    q.host[idx] = dst
+                else:
+                    swa.host_pool.free(dst)
+
+            hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], done_s, "swa")
+    if mamba is not None:
         from .components.mamba import MambaPayload
 
-        pl = node.comp[MAMBA] = MambaPayload(-1)
+        node.comp[MAMBA] = MambaPayload(-1)
         if len(keys) and ("mamba", int(keys[-1])) in storage:
-            dst = _alloc_host(hier, cache.mamba.host_pool, 1)
+            dst = _alloc_host(hier, mamba.host_pool, 1)
             if dst is not None:
-                pl.host = int(dst[0])
-                hier._emit("prefetch", L3, L2, 0, None, pl.host, keys[-1:], lambda ok: None, "mamba")
+                node.pending += 1
+
+                def done_m(ok, node=node, slot=int(dst[0])):
+                    node.pending -= 1
+                    q = node.comp[MAMBA] if node.alive else None
+                    if ok and q is not None:
+                        q.host = slot
+                    else:
+                        mamba.host_pool.free_one(slot)
+
+                hier._emit("prefetch", L3, L2, 0, None, int(dst[0]), keys[-1:], done_m, "mamba")
 
 
 def load_boundary(cache, node) -> bool:
@@ -194,11 +215,20 @@ def load_boundary(cache, node) -> bool:
                 pl = n.comp[SWA]
                 dst = pages[used : used + len(idx)]
                 used += len(idx)
-                pl.pages = pl.pages.copy()
-                pl.pages[idx] = dst
-                pl.ntomb -= len(idx)
-                hier._emit("load", L2, L1, len(idx) * P, pl.host[idx], dst, None, lambda ok: None, "swa")
-                swa.touched(n)
+                n.pending += 1
+
+                def done_s(ok, n=n, idx=idx, dst=dst):  # valid on L1 only once acknowledged
+                    n.pending -= 1
+                    q = n.comp[SWA] if n.alive else None
+                    if ok and q is not None and (q.pages[idx] < 0).all():
+                        q.pages = q.pages.copy()
+                        q.pages[idx] = dst
+                        q.ntomb -= len(idx)
+                        swa.touched(n)
+                    else:
+                        swa.pool.free(dst)
+
+                hier._emit("load", L2, L1, len(idx) * P, pl.host[idx], dst, None, done_s, "swa")
     if mamba is not None and node.parent is not None:
         pl = node.comp[MAMBA]
         if pl is not None and pl.slot < 0 and pl.host >= 0:
@@ -207,7 +237,16 @@ def load_boundary(cache, node) -> bool:
             got = mamba.pool.alloc(1)
             if got is None:
                 return False
-            pl.slot = int(got[0])
-            hier._emit("load", L2, L1, 0, pl.host, pl.slot, None, lambda ok: None, "mamba")
-            mamba.touched(node)
+            node.pending += 1
+
+            def done_m(ok, node=node, slot=int(got[0])):
+                node.pending -= 1
+                q = node.comp[MAMBA] if node.alive else None
+                if ok and q is not None and q.slot < 0:
+                    q.slot = slot
+                    mamba.touched(node)
+                else:
+                    mamba.pool.free_one(slot)
+
+            hier._emit("load", L2, L1, 0, pl.host, int(got[0]), None, done_m, "mamba")
     return True

@@ -217,11 +217,14 @@ def _cmd_replay(args) -> int:
         if args.sets and args.workload is None:
             raise ValueError("--set workload.KEY=VALUE needs --workload")
         bpt = args.kv_bytes_per_token
+        swa_bpt = state_bytes = 0
         if args.model is not None:
             from scenarios.presets import bytes_per_token, get_model
 
             model = get_model(args.model)  # ValueError lists the known presets
-            bpt = bpt or int(bytes_per_token(model, "full") + (bytes_per_token(model, "swa") if model.swa_layers else 0))
+            bpt = bpt or int(bytes_per_token(model, "full"))
+            swa_bpt = int(bytes_per_token(model, "swa")) if model.swa_layers else 0
+            state_bytes = int(model.state_bytes)
         caps = [parse_size(c, "--capacity-tokens", bpt) for c in (args.capacity_tokens or "").split(",") if c] or [None]
         l1 = caps[0]
         l2 = parse_size(args.l2_tokens, "--l2-tokens", bpt)
@@ -235,7 +238,8 @@ def _cmd_replay(args) -> int:
             tiers = TierConfig(l2_tokens=l2, hicache_ratio=args.hicache_ratio, l3=l3_given, l3_tokens=l3,
                                write_policy=args.write_policy,
                                write_through_threshold=args.write_through_threshold, l3_write=args.l3_write,
-                               min_prefetch_tokens=args.min_prefetch_tokens, kv_bytes_per_token=bpt)
+                               min_prefetch_tokens=args.min_prefetch_tokens, kv_bytes_per_token=bpt,
+                               swa_bytes_per_token=swa_bpt, state_bytes=state_bytes)
         opts = ReplayOptions(
             trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets), tiers=tiers,
             page_size=args.page_size, capacity_tokens=l1,

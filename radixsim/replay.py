@@ -320,9 +320,8 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
         "cache": cache.stats(),
     })
     if cache.hier is not None:
-        moved = cache.hier.tokens_moved
-        summary["tokens_per_link"] = dict(moved)
-        summary["bytes_per_link"] = {k: v * cache.hier.cfg.kv_bytes_per_token for k, v in moved.items()}
+        summary["tokens_per_link"] = dict(cache.hier.tokens_moved)
+        summary["bytes_per_link"] = dict(cache.hier.bytes_moved)
     if cache.voters:
         traversed = sum(r.traversed_tokens for _, r in rows)
         summary["total_traversed_tokens"] = traversed
