@@ -19,7 +19,8 @@ nodes a policy ever ranks — the stored hits equal "match calls that walked thr
 the stored tick is the tick of the last call that visited it, or a fresh tick that call
 created below it (a new leaf, a split): both lie between that call's tick and the next
 call's, so every comparison with other nodes comes out as if every visited node had been
-updated. (An internal node's stored values are lower bounds until it becomes a leaf.) A component that takes nodes out of its own candidate region without removing
+updated. (An internal node's stored values mean nothing until it becomes a leaf: they may
+lag behind its descendants' visits, or hold a creation tick absorbed from a removed child.) A component that takes nodes out of its own candidate region without removing
 them from the tree calls `absorb(parent, child)` the same way.
 
 Complexity: a walk costs one dict lookup and one memcmp per visited node, plus one numpy
