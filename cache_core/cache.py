@@ -57,6 +57,16 @@ class TokenSeq:
     def __len__(self) -> int:
         return self.length
 
+    @classmethod
+    def join(cls, *parts) -> "TokenSeq":
+        """The concatenation of int64 token arrays, copied once (no intermediate array)."""
+        arrs = [as_tokens(p) for p in parts]
+        seq = cls.__new__(cls)
+        seq.data = b"".join(memoryview(a) for a in arrs if len(a))
+        seq.length = sum(len(a) for a in arrs)
+        seq._keys = seq._keys_page = None
+        return seq
+
     def page_keys(self, page_size: int) -> np.ndarray:
         """Stable keys of every full page (cache_core.keys), computed once."""
         if self._keys is None or self._keys_page != page_size:

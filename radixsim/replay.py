@@ -159,6 +159,14 @@ class _Close:
         self.session_id = session_id
 
 
+class _NoEvictionSplit:
+    """The miss split of a cache that never evicts or rejects: all misses are cold."""
+
+    @staticmethod
+    def observe(prompt, output, seq, cached: int) -> tuple[int, int]:
+        return len(prompt) - cached, 0
+
+
 class _Row:
     __slots__ = ("rid", "session_id", "round", "split")
 
@@ -170,7 +178,7 @@ def _seq(prompt, output):
     from cache_core import TokenSeq
 
     if output is not None and len(output) > 1:
-        return TokenSeq(np.concatenate([prompt, output[:-1]]))
+        return TokenSeq.join(prompt, output[:-1])
     return TokenSeq(prompt)
 
 
@@ -268,6 +276,8 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
         cache.policy.oracle = NextUseOracle(future())
     stepper = ReplayStepper(cache)
     shadow = MissSplit(config.page_size) if opts.miss_split else None
+    if shadow is not None and config.capacity_tokens is None and not cache.voters and cache.hier is None:
+        shadow = _NoEvictionSplit()  # unbounded FULL: nothing is ever evicted, every miss is cold
     rows = []
     lost: dict[str, int] = {c.name: 0 for c in cache.voters}
     bar = _progress(total, opts.progress)
