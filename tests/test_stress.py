@@ -407,9 +407,9 @@ def test_random_ops(page, policy, seed):
 
 
 def test_insert_freed_pages_reports_pages_handed_back():
-    """Reproducer: `InsertResult.freed_pages` is documented as the pages handed back, but when
-    the tree already holds every token and `pages` cover fewer than num_tokens - pages_from
-    tokens, it reports (prefix - pages_from) / P, more than len(pages)."""
+    """`InsertResult.freed_pages` is the number of pages handed back, also when the tree
+    already holds every token and `pages` cover fewer than num_tokens - pages_from tokens
+    (it once reported (prefix - pages_from) / P, more than len(pages))."""
     cache = RadixCache(CacheConfig(page_size=2, capacity_tokens=20))
     seq = [1, 2, 3, 4, 5, 6]
     cache.insert(seq, 6, cache.alloc(3), 0)  # tree holds all 6 tokens
