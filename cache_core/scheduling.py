@@ -254,7 +254,7 @@ class DfsWeight(SchedulePolicy):
 
     So deeper, heavier subtrees are served together, and requests that matched nothing
     (sitting at the root) come last. Not subject to the 128-request fcfs fallback (SGLang
-    applies that to lpm only)."""
+    applies it to lpm, not to dfs-weight)."""
 
     def order(self, waiting, ctx=None):
         if ctx is None or ctx.path_key is None:
