@@ -81,9 +81,12 @@ class SessionRegistry:
             return
         st.node = node
         self._at.setdefault(node.id, []).append(sid)
+        rank_inner = cache.hier is not None or cache.voters  # internal nodes are ranked too
         n = node
         while n.parent is not None:
             n.srefs += 1
+            if rank_inner:  # its key changed: offer it again wherever it is a candidate
+                self._touch(n)
             n = n.parent
         cache.full.touched(node)
         if cache.hier is not None:
@@ -100,12 +103,12 @@ class SessionRegistry:
             return
         cache = self.cache
         self._forget(node, sid)
+        rank_inner = cache.hier is not None or cache.voters
         n = node
         while n.parent is not None:
             n.srefs -= 1
-            if cache.voters:
-                for c in cache.voters:
-                    c.touched(n)
+            if rank_inner:
+                self._touch(n)
             n = n.parent
         cache.full.touched(node)
         if cache.hier is not None:
@@ -115,6 +118,14 @@ class SessionRegistry:
         if st.mamba is not None:
             cache.mamba.drop_session_ref(st.mamba)
         st.node = st.mamba = None
+
+    def _touch(self, n) -> None:
+        cache = self.cache
+        cache.full.touched(n)
+        if cache.hier is not None:
+            cache.hier.touched(n)
+        for c in cache.voters:
+            c.touched(n)
 
     def _forget(self, node, sid) -> None:
         lst = self._at.get(node.id)
