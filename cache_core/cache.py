@@ -520,8 +520,11 @@ class RadixCache:
         final = leaf or node
         if priority:
             n = final
+            rank_inner = self.hier is not None or self.voters  # internal nodes are ranked too
             while n.parent is not None and n.priority < priority:
                 n.priority = priority
+                if rank_inner:
+                    self._touch_all(n)
                 n = n.parent
             self.full.touched(final)  # its key may have changed
         if self.voters:
@@ -533,6 +536,14 @@ class RadixCache:
             if leaf is not None:
                 self.hier.on_insert(leaf)
         return InsertResult(prefix, freed, LockHandle(final))
+
+    def _touch_all(self, n) -> None:
+        """`n`'s policy key changed: offer it again to every queue it may be a candidate of."""
+        self.full.touched(n)
+        if self.hier is not None:
+            self.hier.touched(n)
+        for c in self.voters:
+            c.touched(n)
 
     def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
         """Give host-only nodes at the bottom of the path (at or after pages_from) the L1

@@ -120,12 +120,7 @@ class SessionRegistry:
         st.node = st.mamba = None
 
     def _touch(self, n) -> None:
-        cache = self.cache
-        cache.full.touched(n)
-        if cache.hier is not None:
-            cache.hier.touched(n)
-        for c in cache.voters:
-            c.touched(n)
+        self.cache._touch_all(n)
 
     def _forget(self, node, sid) -> None:
         lst = self._at.get(node.id)

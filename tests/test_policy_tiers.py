@@ -42,3 +42,34 @@ def test_session_policy_with_tiers_keeps_every_candidate_queued(policy, l3):
     tiers = cache.stats()["tiers"]
     assert tiers["l2_evicted_tokens"] > 0 and tiers["l1_demoted_tokens"] > 0
     assert (tiers.get("l3_pages", 0) > 0) == l3
+
+
+@pytest.mark.parametrize("policy", ["priority", "session"])
+@pytest.mark.parametrize("hybrid", [False, True])
+def test_priority_and_session_keys_with_tiers_stress(policy, hybrid):
+    """Seeded: priorities and session references change keys of internal nodes (ranked with
+    tiers and SWA/MAMBA); every step keeps every candidate queued (invariants.check)."""
+    import random
+
+    from cache_core import MambaConfig, SwaConfig
+
+    kw = {"swa": SwaConfig(window_tokens=8, capacity_tokens=40),
+          "mamba": MambaConfig(slots=10, every_tokens=8)} if hybrid else {}
+    rng = random.Random(7)
+    c = RadixCache(CacheConfig(page_size=4, capacity_tokens=200, policy=policy,
+                               tiers=TierConfig(hicache_ratio=2, l3=True, min_prefetch_tokens=0), **kw))
+    st = ReplayStepper(c)
+    hist: dict = {}
+    hits = 0
+    for _ in range(800):
+        sid = rng.randrange(6)
+        p = hist.get(sid, []) + [rng.randrange(50) for _ in range(rng.randrange(1, 20))]
+        out = [rng.randrange(50) for _ in range(3)]
+        r = st.step(p, out, session_id=sid, priority=rng.randrange(3))
+        hits += r.cached_host + r.cached_storage
+        hist[sid] = p + out
+        if len(hist[sid]) > 100:
+            hist[sid] = []
+            c.close_session(sid)
+        invariants.check(c)
+    assert hits > 0
