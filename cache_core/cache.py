@@ -568,6 +568,8 @@ class RadixCache:
             for c in self.components:
                 c.touched(nd)
         swa, mamba = self.swa, self.mamba
+        hi = min(hi, final.end)  # nothing was cached past a node still in flight (tiers)
+        lo = min(lo, hi)
         if swa is not None:
             given = _EMPTY if swa_pages is None else swa_pages
             w_lo = max(lo, hi - swa.window_pages * self.page_size, 0)

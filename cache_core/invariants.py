@@ -167,7 +167,7 @@ def _check_swa(cache, nodes, errors) -> None:
         held.append(pl.pages[pl.pages >= 0])
         if sorted(pl.locks) != sorted(expect_locks.get(n.id, [])):
             errors.append(f"node #{n.id}: SWA window locks {sorted(pl.locks)} != {sorted(expect_locks.get(n.id, []))}")
-        if pl.ntomb < len(pl.pages) and not pl.locks and n.id not in live:
+        if swa._is_candidate(n) and n.id not in live:
             errors.append(f"node #{n.id}: SWA candidate missing from its eviction queue")
     held = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
     _pool_errors("swa pool", swa.pool, np.concatenate([held, _in_flight(cache, "L1", "swa")]),
@@ -192,7 +192,7 @@ def _check_mamba(cache, nodes, errors) -> None:
             continue
         if pl.slot >= 0:
             held.append(pl.slot)
-            if pl.locks == 0 and n.id not in live:
+            if mamba._is_candidate(n) and n.id not in live:
                 errors.append(f"node #{n.id}: MAMBA checkpoint missing from its eviction queue")
         if pl.locks != handles.get(n.id, 0):
             errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")

@@ -116,7 +116,8 @@ class ReplayStepper:
         elif states is not None:
             cache.free_states(states)
         prompt_aligned = lp // P * P
-        if ls > lp and 0 < prompt_aligned < aligned:
+        inserted = pages is not None and done.handle is not None and done.handle._node.end == aligned
+        if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
             cache.insert(seq, prompt_aligned, after=m)
         if session_id is not None:
             cache.session_finish(session_id, gen, done)

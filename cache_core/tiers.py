@@ -356,8 +356,7 @@ class Hierarchy:
         done(ok, pieces)
         for x, _ in pieces:  # no longer in flight: eviction may consider them again
             if x.alive:
-                self.full.touched(x)
-                self.touched(x)
+                self.cache._touch_all(x)
         if pieces and pieces[0][0].alive:  # a parent blocked by a child in flight is free again
             self.full.touched(pieces[0][0].parent)
 

@@ -59,18 +59,20 @@ def backup_components(hier, node) -> None:
         idx = np.flatnonzero((pl.pages >= 0) & (pl.host < 0))
         dst = _alloc_host(hier, swa.host_pool, len(idx))
         if dst is not None and len(idx):
-            node.pending += 1
 
-            def done(ok, node=node, idx=idx, dst=dst):
-                node.pending -= 1
-                q = node.comp[SWA] if node.alive else None
-                if not ok or q is None:
-                    swa.host_pool.free(dst)
-                    return
-                q.host = q.host.copy()
-                q.host[idx] = dst
+            def done(ok, pieces, idx=idx, dst=dst):  # pieces: the node, or its halves after a split
+                for x, sl in pieces:
+                    sel = (idx >= sl.start) & (idx < sl.stop)
+                    q = x.comp[SWA] if x.alive else None
+                    if ok and q is not None:
+                        if q.host is None:
+                            q.host = np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
+                        q.host = q.host.copy()
+                        q.host[idx[sel] - sl.start] = dst[sel]
+                    else:
+                        swa.host_pool.free(dst[sel])
 
-            hier._emit("backup", L1, L2, len(idx) * hier.P, pl.pages[idx], dst, None, done, "swa")
+            hier._emit("backup", L1, L2, len(idx) * hier.P, pl.pages[idx], dst, None, done, "swa", node=node)
     if mamba is not None and node.comp[MAMBA] is not None:
         pl = node.comp[MAMBA]
         if pl.slot >= 0 and pl.host < 0:
@@ -83,8 +85,10 @@ def backup_components(hier, node) -> None:
                     q = node.comp[MAMBA] if node.alive else None
                     if not ok or q is None:
                         mamba.host_pool.free_one(slot)
-                        return
-                    q.host = slot
+                    else:
+                        q.host = slot
+                    if node.alive:
+                        cache._touch_all(node)
 
                 hier._emit("backup", L1, L2, 0, pl.slot, int(dst[0]), None, done_m, "mamba")
 
@@ -143,6 +147,7 @@ def prefetch_components(hier, node, keys) -> None:
         _prefetch_payloads(hier, cache, storage, node, keys)
     finally:
         node.pending -= 1
+        cache._touch_all(node)
 
 
 def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
@@ -154,18 +159,18 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
         dst = _alloc_host(hier, swa.host_pool, int(have.sum()))
         if dst is not None and len(dst):
             idx = np.flatnonzero(have)
-            node.pending += 1
 
-            def done_s(ok, node=node, idx=idx, dst=dst):  # valid on L2 only once acknowledged
-                node.pending -= 1
-                q = node.comp[SWA] if node.alive else None
-                if ok and q is not None:
-                    q.host = q.host.copy()
-                    q.host[idx] = dst
-                else:
-                    swa.host_pool.free(dst)
+            def done_s(ok, pieces, idx=idx, dst=dst):  # valid on L2 only once acknowledged
+                for x, sl in pieces:
+                    sel = (idx >= sl.start) & (idx < sl.stop)
+                    q = x.comp[SWA] if x.alive else None
+                    if ok and q is not None:
+                        q.host = q.host.copy()
+                        q.host[idx[sel] - sl.start] = dst[sel]
+                    else:
+                        swa.host_pool.free(dst[sel])
 
-            hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], done_s, "swa")
+            hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], done_s, "swa", node=node)
     if mamba is not None:
         from .components.mamba import MambaPayload
 
@@ -182,6 +187,8 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
                         q.host = slot
                     else:
                         mamba.host_pool.free_one(slot)
+                    if node.alive:
+                        cache._touch_all(node)
 
                 hier._emit("prefetch", L3, L2, 0, None, int(dst[0]), keys[-1:], done_m, "mamba")
 
@@ -215,20 +222,20 @@ def load_boundary(cache, node) -> bool:
                 pl = n.comp[SWA]
                 dst = pages[used : used + len(idx)]
                 used += len(idx)
-                n.pending += 1
 
-                def done_s(ok, n=n, idx=idx, dst=dst):  # valid on L1 only once acknowledged
-                    n.pending -= 1
-                    q = n.comp[SWA] if n.alive else None
-                    if ok and q is not None and (q.pages[idx] < 0).all():
-                        q.pages = q.pages.copy()
-                        q.pages[idx] = dst
-                        q.ntomb -= len(idx)
-                        swa.touched(n)
-                    else:
-                        swa.pool.free(dst)
+                def done_s(ok, pieces, idx=idx, dst=dst):  # valid on L1 only once acknowledged
+                    for x, sl in pieces:
+                        sel = (idx >= sl.start) & (idx < sl.stop)
+                        loc = idx[sel] - sl.start
+                        q = x.comp[SWA] if x.alive else None
+                        if ok and q is not None and (q.pages[loc] < 0).all():
+                            q.pages = q.pages.copy()
+                            q.pages[loc] = dst[sel]
+                            q.ntomb -= len(loc)
+                        else:
+                            swa.pool.free(dst[sel])
 
-                hier._emit("load", L2, L1, len(idx) * P, pl.host[idx], dst, None, done_s, "swa")
+                hier._emit("load", L2, L1, len(idx) * P, pl.host[idx], dst, None, done_s, "swa", node=n)
     if mamba is not None and node.parent is not None:
         pl = node.comp[MAMBA]
         if pl is not None and pl.slot < 0 and pl.host >= 0:
@@ -244,9 +251,10 @@ def load_boundary(cache, node) -> bool:
                 q = node.comp[MAMBA] if node.alive else None
                 if ok and q is not None and q.slot < 0:
                     q.slot = slot
-                    mamba.touched(node)
                 else:
                     mamba.pool.free_one(slot)
+                if node.alive:
+                    cache._touch_all(node)
 
             hier._emit("load", L2, L1, 0, pl.host, int(got[0]), None, done_m, "mamba")
     return True

@@ -191,6 +191,9 @@ class RadixTree:
         """Cut `child`'s edge after `upper_tokens`; the new upper node gets a fresh tick."""
         pb = self._pb
         cut = upper_tokens << 3
+        if not 0 < cut < len(child.key) or not child.alive:
+            raise ValueError(f"split of node {child.id} at {upper_tokens} tokens: outside its "
+                             f"{len(child.key) >> 3}-token edge (or the node is gone)")
         parent = child.parent
         upper = self._new_node(child.key[:cut], parent)
         upper.lock_ref = child.lock_ref

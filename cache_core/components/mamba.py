@@ -70,7 +70,7 @@ class MambaComponent(Component):
     # -- candidates --------------------------------------------------------------------------
     @staticmethod
     def _is_candidate(node) -> bool:
-        pl = node.comp[MAMBA] if node.alive else None
+        pl = node.comp[MAMBA] if node.alive and not node.pending else None  # not while in flight
         return pl is not None and pl.slot >= 0 and pl.locks == 0
 
     def touched(self, node) -> None:

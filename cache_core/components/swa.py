@@ -109,7 +109,7 @@ class SwaComponent(Component):
     # -- candidates --------------------------------------------------------------------------
     @staticmethod
     def _is_candidate(node) -> bool:
-        pl = node.comp[SWA] if node.alive else None
+        pl = node.comp[SWA] if node.alive and not node.pending else None  # not while in flight
         return pl is not None and pl.ntomb < len(pl.pages) and not pl.locks
 
     def touched(self, node) -> None:
