@@ -353,6 +353,8 @@ class Hierarchy:
             pieces.append((n, slice((n.parent.end - s) // self.P, (n.end - s) // self.P)))
             n = n.parent
         pieces.reverse()  # top-down
+        if not pieces:  # the node left the tree meanwhile: the callback frees what it holds
+            pieces = [(node, slice(0, (e - s) // self.P))]
         done(ok, pieces)
         for x, _ in pieces:  # no longer in flight: eviction may consider them again
             if x.alive:

@@ -23,6 +23,15 @@ from .components.mamba import MAMBA
 from .components.swa import SWA, SwaPayload
 
 
+def _settled(cache, node) -> None:
+    """A transfer on `node` finished: it and its parent (which a child in flight blocks from
+    L1 eviction) may be eviction candidates again."""
+    if node.alive:
+        cache._touch_all(node)
+        if node.parent is not None:
+            cache.full.touched(node.parent)
+
+
 def attach_pools(hier, l1_tokens, l2_tokens) -> None:
     """Give SWA and MAMBA an L2 pool each, scaled like FULL's L2 to L1."""
     cache = hier.cache
@@ -87,8 +96,7 @@ def backup_components(hier, node) -> None:
                         mamba.host_pool.free_one(slot)
                     else:
                         q.host = slot
-                    if node.alive:
-                        cache._touch_all(node)
+                    _settled(cache, node)
 
                 hier._emit("backup", L1, L2, 0, pl.slot, int(dst[0]), None, done_m, "mamba")
 
@@ -147,7 +155,7 @@ def prefetch_components(hier, node, keys) -> None:
         _prefetch_payloads(hier, cache, storage, node, keys)
     finally:
         node.pending -= 1
-        cache._touch_all(node)
+        _settled(cache, node)
 
 
 def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
@@ -187,8 +195,7 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
                         q.host = slot
                     else:
                         mamba.host_pool.free_one(slot)
-                    if node.alive:
-                        cache._touch_all(node)
+                    _settled(cache, node)
 
                 hier._emit("prefetch", L3, L2, 0, None, int(dst[0]), keys[-1:], done_m, "mamba")
 
@@ -253,8 +260,7 @@ def load_boundary(cache, node) -> bool:
                     q.slot = slot
                 else:
                     mamba.pool.free_one(slot)
-                if node.alive:
-                    cache._touch_all(node)
+                _settled(cache, node)
 
             hier._emit("load", L2, L1, 0, pl.host, int(got[0]), None, done_m, "mamba")
     return True
