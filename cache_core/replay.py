@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from .cache import RadixCache, TokenSeq
 from .keys import as_tokens
@@ -66,10 +65,9 @@ class ReplayStepper:
         n_out = 0 if output is None else len(output)
         if seq is None:
             if output is not None and len(output) > 1:
-                s = np.concatenate([prompt, as_tokens(output)[:-1]])
+                seq = TokenSeq.join(prompt, as_tokens(output)[:-1])
             else:
-                s = prompt
-            seq = TokenSeq(s)
+                seq = TokenSeq(prompt)
         ls = seq.length
 
         gen = cache.session_begin(session_id) if session_id is not None else 0
