@@ -18,31 +18,22 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
-_POLICIES: dict[str, type] = {}
+from .registry import Registry
+
+_REGISTRY = Registry("eviction policy")
 
 
 def register_policy(name: str):
     """Class decorator: make a policy available by name (`--policy name`)."""
-
-    def deco(cls):
-        if name in _POLICIES:
-            raise ValueError(f"eviction policy {name!r} is already registered")
-        cls.name = name
-        _POLICIES[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def make_policy(name: str):
-    try:
-        return _POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(policy_names())}") from None
+    return _REGISTRY.make(name)
 
 
 def policy_names() -> list[str]:
-    return sorted(_POLICIES)
+    return _REGISTRY.names()
 
 
 class Policy:

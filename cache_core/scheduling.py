@@ -38,6 +38,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .registry import Registry
+
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 _STATES = (WAITING, RUNNING, FINISHED)
 
@@ -158,33 +160,21 @@ class SchedulingContext:
     path_key: Callable[[Request], tuple] | None = None
 
 
-_POLICIES: dict[str, type] = {}
+_REGISTRY = Registry("schedule policy")
 
 
 def register_schedule_policy(name: str):
     """Class decorator: make a waiting-queue policy available by name."""
-
-    def deco(cls):
-        if name in _POLICIES:
-            raise ValueError(f"schedule policy {name!r} is already registered")
-        cls.name = name
-        _POLICIES[name] = cls
-        return cls
-
-    return deco
+    return _REGISTRY.register(name)
 
 
 def make_schedule_policy(name: str, **kwargs):
     """A fresh instance of the policy `name` (kwargs go to its constructor, e.g. seed)."""
-    try:
-        cls = _POLICIES[name]
-    except KeyError:
-        raise ValueError(f"unknown schedule policy {name!r}; known: {', '.join(schedule_policy_names())}") from None
-    return cls(**kwargs)
+    return _REGISTRY.make(name, **kwargs)
 
 
 def schedule_policy_names() -> list[str]:
-    return sorted(_POLICIES)
+    return _REGISTRY.names()
 
 
 class SchedulePolicy:

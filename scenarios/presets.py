@@ -1,7 +1,7 @@
 """Model and hardware presets, each number tied to its source.
 
 Every numeric field of a preset has an entry in its ``sources`` dict: either the line of
-``/work/shared/MODELS.md`` / ``HARDWARE.md`` it comes from (``"MODELS.md <section>: ..."``, which
+``../shared/MODELS.md`` / ``HARDWARE.md`` it comes from (``"MODELS.md <section>: ..."``, which
 in turn names the SGLang / transformers / config.json line), or an explicit
 ``"assumption: ..."`` saying what was assumed and why. ``__post_init__`` checks that, and
 recomputes every stated byte count from the geometry, so a preset cannot silently disagree

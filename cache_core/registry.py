@@ -1,0 +1,32 @@
+"""A small name -> class registry (eviction policies, waiting-queue policies)."""
+from __future__ import annotations
+
+
+class Registry:
+    """Classes registered by name; `make(name, **kw)` builds a fresh instance."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._classes: dict[str, type] = {}
+
+    def register(self, name: str):
+        """Class decorator: make the class available by `name` (sets `cls.name`)."""
+
+        def deco(cls):
+            if name in self._classes:
+                raise ValueError(f"{self.what} {name!r} is already registered")
+            cls.name = name
+            self._classes[name] = cls
+            return cls
+
+        return deco
+
+    def make(self, name: str, **kwargs):
+        try:
+            cls = self._classes[name]
+        except KeyError:
+            raise ValueError(f"unknown {self.what} {name!r}; known: {', '.join(self.names())}") from None
+        return cls(**kwargs)
+
+    def names(self) -> list[str]:
+        return sorted(self._classes)
