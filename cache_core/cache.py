@@ -25,7 +25,7 @@ from .allocator import INDEX_DTYPE
 from .components.full import FullComponent
 from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
-from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig  # noqa: F401 (re-export)
+from .config import CacheConfig
 from .eviction import make_policy
 from .keys import as_tokens, page_keys
 from .sessions import SessionRegistry
@@ -179,7 +179,7 @@ class RadixCache:
         """Remove an unlocked leaf, then every ancestor that becomes an unlocked leaf no
         voting component can use (e.g. all SWA tombstones, no MAMBA checkpoint). Returns
         (last parent, FULL tokens removed); they count as FULL evictions."""
-        full, tree, root = self.full, self.tree, self.tree.root
+        full, root = self.full, self.tree.root
         parent, n = full.remove_leaf(node)
         while (parent is not root and not parent.children and parent.lock_ref == 0
                and any(c.useless_leaf(parent) for c in self.voters)):

@@ -31,8 +31,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
-import numpy as np
-
 from .actions import L1, L2, L3, Transfer
 from .allocator import PagePool
 from .components.full import FullComponent

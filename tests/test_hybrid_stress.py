@@ -306,7 +306,7 @@ class Run:
                         assert len(got) == 1 and not snaps
 
     def op_match(self):
-        c, P = self.cache, self.P
+        c = self.cache
         toks = self.prompt()
         limit = self.rng.randint(0, len(toks))
         want = oracle_match(c, toks, limit)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import os
 
 import hypothesis.strategies as st
-import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -181,7 +180,7 @@ class NaiveCache:
             aligned = len(s) // P * P
             at, prefix = self.walk(s[:aligned], count_hit=False)
             if prefix < aligned:
-                leaf = self.new_node(s[prefix:aligned], at)
+                self.new_node(s[prefix:aligned], at)
         aligned = len(s) // P * P
         prompt_aligned = lp // P * P
         if len(s) > lp and 0 < prompt_aligned < aligned:

@@ -9,7 +9,6 @@
 Tests read tree nodes directly (`children`, `tokens()`, `lock_ref`, `tick`, `hits`) to
 assert the exact shape; `invariants.check` runs after every step.
 """
-import numpy as np
 import pytest
 
 from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq
