@@ -16,101 +16,28 @@ All costs are logical: the cache is given no clock, sleeps never and touches no 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from .actions import L1, Alloc, CopyState, Free
+from .actions import L1, Alloc, Free
 from .allocator import INDEX_DTYPE
 from .components.full import FullComponent
 from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
 from .config import CacheConfig
 from .eviction import make_policy
-from .keys import as_tokens, page_keys
+from .cache_hybrid import HybridOps
+from .cache_tiers import TierOps
+from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
 from .tiers import Hierarchy, TieredFull
-from .tiers_hybrid import attach_pools, load_boundary, prefetch_components, storage_boundary
+from .tiers_hybrid import attach_pools
 from .tree import RadixTree
 from .vote import vote
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
 
-class TokenSeq:
-    """A token sequence prepared once for repeated matching (int64 bytes + length), with its
-    page keys computed on first need (or handed in by a workload that builds them
-    incrementally: `keys` for at least the full pages that will be looked up)."""
-
-    __slots__ = ("data", "length", "_keys", "_keys_page")
-
-    def __init__(self, tokens, keys: np.ndarray | None = None, page_size: int | None = None):
-        if isinstance(tokens, TokenSeq):
-            self.data, self.length = tokens.data, tokens.length
-            self._keys, self._keys_page = tokens._keys, tokens._keys_page
-            return
-        arr = as_tokens(tokens)
-        self.data = arr.tobytes()
-        self.length = len(arr)
-        self._keys, self._keys_page = keys, page_size
-
-    def __len__(self) -> int:
-        return self.length
-
-    @classmethod
-    def join(cls, *parts) -> "TokenSeq":
-        """The concatenation of int64 token arrays, copied once (no intermediate array)."""
-        arrs = [as_tokens(p) for p in parts]
-        seq = cls.__new__(cls)
-        seq.data = b"".join(memoryview(a) for a in arrs if len(a))
-        seq.length = sum(len(a) for a in arrs)
-        seq._keys = seq._keys_page = None
-        return seq
-
-    def page_keys(self, page_size: int) -> np.ndarray:
-        """Stable keys of every full page (cache_core.keys), computed once."""
-        if self._keys is None or self._keys_page != page_size:
-            toks = np.frombuffer(self.data, dtype=np.int64)
-            self._keys, self._keys_page = page_keys(toks, page_size)[0], page_size
-        return self._keys
-
-
-class LockHandle:
-    """Opaque reference to a matched prefix; only the cache looks inside."""
-
-    __slots__ = ("_node",)
-
-    def __init__(self, node):
-        self._node = node
-
-
-@dataclass(frozen=True, slots=True)
-class MatchResult:
-    cached_tokens: int  # reusable prefix length (page-aligned): every component accepts it
-    handle: LockHandle
-    traversed_tokens: int = -1  # how far the FULL path matched (>= cached_tokens)
-    lost: tuple = ()  # ((component, tokens short of the traversal, reason), ...)
-    device_tokens: int = -1  # with tiers: the part on L1 (-1: all of cached_tokens)
-    host_tokens: int = 0  # with tiers: the part on L2 only
-    storage_tokens: int = 0  # with tiers: the part found in L3 (beyond the tree)
-
-    @property
-    def device(self) -> int:
-        return self.cached_tokens if self.device_tokens < 0 else self.device_tokens
-
-    @property
-    def traversed(self) -> int:
-        return self.cached_tokens if self.traversed_tokens < 0 else self.traversed_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class InsertResult:
-    prefix_tokens: int  # tokens of the key that were already in the tree
-    freed_pages: int  # pages handed back: duplicates of tree content and the partial tail
-    handle: LockHandle | None = None  # the node that ends the inserted sequence
-
-
-class RadixCache:
+class RadixCache(TierOps, HybridOps):
     """One radix tree with its components on the device tier (L1).
 
     `record_actions=True` makes every pool allocation and free, every state copy and every
@@ -217,142 +144,6 @@ class RadixCache:
                 c.touched(nd)
         return MatchResult(best, LockHandle(node), traversed, lost)
 
-    def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
-        """Device run, then host run (tree), then storage run (L3, by page key)."""
-        if self.voters:
-            return self._match_tiers_voted(seq, n, tick)
-        hier, P = self.hier, self.page_size
-        visited = []
-        node, matched, _ = self.tree.walk(seq.data, n, tick, True, visited=visited)
-        for nd in visited:
-            self.full.touched(nd)
-            hier.touched(nd)
-            hier.on_hit(nd)
-        if node.parent is not None and (not visited or node is not visited[-1]):
-            hier.on_hit(node)  # the upper half of a split is the part walked through
-        cut = False
-        while node.parent is not None and node.value is None and node.host is None:
-            node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
-        matched = min(matched, node.end)
-        d = node
-        while d.parent is not None and d.value is None:
-            d = d.parent
-        device = d.end
-        storage = 0
-        if hier.storage is not None and matched < n and not cut:
-            keys = seq.page_keys(P)
-            run = hier.storage.leading(keys[matched // P : n // P]) * P
-            storage = run if run >= hier.cfg.min_prefetch_tokens else 0
-        return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
-
-    def _match_tiers_voted(self, seq, n: int, tick: int) -> MatchResult:
-        """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
-        every component accepts (tiers_hybrid.storage_boundary)."""
-        hier, P, tree = self.hier, self.page_size, self.tree
-        visited = []
-        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
-        for nd in visited:
-            for c in self.components:
-                c.touched(nd)
-            hier.touched(nd)
-            hier.on_hit(nd)
-        vals: list = []
-        best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
-        storage = 0
-        if hier.storage is not None and traversed < n:
-            keys = seq.page_keys(P)[traversed // P : n // P]
-            run = hier.storage.leading(keys)
-            swa_state = (0, True)
-            for v in vals:
-                if hasattr(v, "run"):
-                    swa_state = (v.run, v.clean)
-            j = storage_boundary(self, keys, run, swa_state) if run else 0
-            if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
-                storage = j * P
-                tnode = visited[-1] if visited else tree.root
-                if tnode.parent is not None and tnode.end > traversed:
-                    tnode = tree.split(tnode, traversed - tnode.parent.end)
-                node, best, cut = tnode, traversed, None
-        if storage == 0:
-            if node is None:
-                node = tree.root
-            elif cut < node.num_tokens:
-                node = tree.split(node, cut)
-        d = node
-        while d.parent is not None and d.value is None:
-            d = d.parent
-        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage)
-
-    def _fallback_l1(self, node):
-        """The deepest boundary at or above `node` that L1 alone can serve (all components)."""
-        path = []
-        n = node
-        while n.parent is not None:
-            path.append(n)
-            n = n.parent
-        path.reverse()
-        on_l1 = [x for x in path if x.value is not None]
-        if not on_l1:
-            return self.tree.root
-        best, bnode, cut, _ = vote(self.voters, on_l1, on_l1[-1].end, self.page_size, l1_only=True)
-        if bnode is None:
-            return self.tree.root
-        return self.tree.split(bnode, cut) if cut < bnode.num_tokens else bnode
-
-    def load(self, m: MatchResult, seq) -> MatchResult:
-        """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
-        newly allocated L1 pages. Returns the match to use from now on: locked, its
-        cached_tokens = device + loaded host + loaded storage tokens (tokens count as
-        cached only once loaded), the old lock released. Without tiers: `m` itself."""
-        hier = self.hier
-        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
-            return m
-        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
-        node = m.handle._node
-        chain = []
-        n = node
-        while n.parent is not None and n.value is None:
-            chain.append(n)
-            n = n.parent
-        chain.reverse()
-        host = hier.load_host(chain)
-        top = n
-        for c in chain:
-            if c.value is None:
-                break
-            top = c
-        storage = 0
-        held = None
-        if top is node and m.storage_tokens and m.traversed_tokens == node.end:
-            P = self.page_size
-            keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
-            pnode = hier.prefetch(node, seq.data, node.end, keys)
-            if pnode is not None:
-                if self.voters:
-                    prefetch_components(hier, pnode, keys)  # holds pnode in flight meanwhile
-                held = MatchResult(pnode.end, LockHandle(pnode))
-                self.lock(held)  # no eviction takes it while it is being loaded
-                if pnode.host is not None and hier.load_host([pnode]):
-                    top, storage = pnode, pnode.num_tokens
-        if self.voters and top.parent is not None:
-            self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
-            load_boundary(self, top)
-            self.unlock(MatchResult(top.end, LockHandle(top)))
-            # reuse exactly what L1 can now serve: the deepest boundary at or above `top` that
-            # every component accepts from L1 alone (a payload that could not be loaded, or a
-            # storage run that did not arrive, moves the boundary up)
-            served = self._fallback_l1(top)
-            if served is not top:
-                top = served
-                host = max(0, top.end - m.device)
-                storage = 0
-        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end), host, storage)
-        self.lock(new)
-        self.unlock(m)
-        if held is not None:
-            self.unlock(held)
-        return new
-
     # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
     def session_begin(self, session_id) -> int:
         """A request of `session_id` starts; returns its generation (0 without sessions)."""
@@ -369,12 +160,6 @@ class RadixCache:
         """Remove the session's references (its cache entries stay)."""
         if self.sessions is not None:
             self.sessions.close(session_id)
-
-    def ack(self, action_id: int, ok: bool = True) -> None:
-        """The data plane finished (or failed) transfer `action_id`: on success the payload is
-        valid on its destination; on failure the destination slots are freed and the source
-        stays valid."""
-        self.hier.ack(action_id, ok)
 
     def lock(self, m: MatchResult) -> None:
         node = m.handle._node
@@ -393,16 +178,6 @@ class RadixCache:
         entry[1] -= 1
         if entry[1] == 0:
             del self._locks[node.id]
-
-    def finalize(self, m: MatchResult, private_slot: int) -> list:
-        """Component finalizers for one request that reuses `m`: MAMBA copies the shared
-        checkpoint into `private_slot` (a `CopyState` action). Returns the actions."""
-        if self.mamba is None:
-            return []
-        acts = self.mamba.finalize(m.handle._node, private_slot)
-        if self.actions is not None:
-            self.actions.extend(acts)
-        return acts
 
     # -- memory ------------------------------------------------------------------------------
     @property
@@ -426,33 +201,6 @@ class RadixCache:
         """Return pages obtained from `alloc` that will not be inserted."""
         self._outstanding_pages -= len(pages)
         self.full.pool.free(pages)
-
-    @property
-    def free_swa_tokens(self) -> int:
-        return self.swa.pool.free_pages * self.page_size
-
-    def evict_swa(self, num_tokens: int) -> int:
-        """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
-        return self.swa.evict(-(-num_tokens // self.page_size)) * self.page_size if num_tokens > 0 else 0
-
-    def alloc_swa(self, num_pages: int):
-        """Take SWA pages without evicting; None if not enough are free."""
-        pages = self.swa.pool.alloc(num_pages)
-        if pages is not None:
-            self._outstanding_swa += len(pages)
-        return pages
-
-    def free_swa(self, pages: np.ndarray) -> None:
-        self._outstanding_swa -= len(pages)
-        self.swa.pool.free(pages)
-
-    def alloc_states(self, n: int):
-        """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
-        is its private working state; None if the pool cannot supply them."""
-        return self.mamba.acquire(n)
-
-    def free_states(self, slots) -> None:
-        self.mamba.release(slots)
 
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
@@ -544,80 +292,6 @@ class RadixCache:
             self.hier.touched(n)
         for c in self.voters:
             c.touched(n)
-
-    def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
-        """Give host-only nodes at the bottom of the path (at or after pages_from) the L1
-        pages the request computed for them, so L1 stays prefix-closed. Returns how many
-        leading pages are still duplicates to free."""
-        chain = []
-        n = node
-        while n.parent is not None and n.value is None and not n.pending and n.parent.end >= pages_from:
-            chain.append(n)
-            n = n.parent
-        if n.parent is not None and n.value is None:
-            return lo  # above them a node is still loading: heal nothing, L1 stays prefix-closed
-        P = self.page_size
-        for h in chain:
-            a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P
-            self._outstanding_pages -= b - a
-            self.full.set_l1(h, pages[a:b])
-        return (n.end - pages_from) // P if chain else lo
-
-    def _after_hybrid_insert(self, visited, final, leaf, lo, hi, swa_pages, state_slots) -> None:
-        for nd in visited:
-            for c in self.components:
-                c.touched(nd)
-        swa, mamba = self.swa, self.mamba
-        hi = min(hi, final.end)  # nothing was cached past a node still in flight (tiers)
-        lo = min(lo, hi)
-        if swa is not None:
-            given = _EMPTY if swa_pages is None else swa_pages
-            w_lo = max(lo, hi - swa.window_pages * self.page_size, 0)
-            rest = swa.attach_window(final, w_lo, hi, given, leaf)
-            self._outstanding_swa -= len(given) - len(rest)
-            if len(rest):
-                self.free_swa(rest)
-        if mamba is not None and state_slots is not None:
-            self._place_checkpoints(final, lo, hi, list(state_slots))
-
-    def _place_checkpoints(self, final, lo: int, hi: int, slots: list) -> None:
-        """The request's private state becomes the checkpoint at `hi` (end of its cached
-        sequence); snapshot slots go to every-K positions in (lo, hi), latest first."""
-        mamba = self.mamba
-        if not slots:
-            return
-        private, snaps = slots[0], slots[1:]
-        targets = []
-        if hi > lo:
-            targets.append((hi, private))
-            every = mamba.every
-            if every:
-                q = (hi - 1) // every * every
-                while q > lo and snaps:
-                    targets.append((q, snaps.pop()))
-                    q -= every
-        else:
-            mamba.release([private])
-        if snaps:
-            mamba.release(snaps)
-        for q, slot in targets:
-            nd = self._node_ending_at(final, q)
-            if mamba.put_checkpoint(nd, slot):
-                mamba.private -= 1
-                if q != hi and self.actions is not None:
-                    self.actions.append(CopyState("mamba", L1, int(private), int(slot), q))
-            else:
-                mamba.release([slot])
-
-    def _node_ending_at(self, bottom, q: int):
-        """The node on the path ending at `bottom` whose edge ends exactly at position q
-        (splitting the node that contains q)."""
-        nd = bottom
-        while nd.parent.end >= q:
-            nd = nd.parent
-        if nd.end == q:
-            return nd
-        return self.tree.split(nd, q - nd.parent.end)
 
     # -- reporting --------------------------------------------------------------------------------
     def slots_of(self, seq, num_tokens: int | None = None) -> dict:

@@ -1,0 +1,172 @@
+"""RadixCache's tier operations (a mixin): the tiered match, loads, acknowledgements and
+healing of host-only nodes. The mechanics of residency live in tiers.py / tiers_hybrid.py;
+this is the orchestration on the cache."""
+from __future__ import annotations
+
+from .records import LockHandle, MatchResult, TokenSeq
+from .tiers_hybrid import load_boundary, prefetch_components, storage_boundary
+from .vote import vote
+
+
+class TierOps:
+    def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
+        """Device run, then host run (tree), then storage run (L3, by page key)."""
+        if self.voters:
+            return self._match_tiers_voted(seq, n, tick)
+        hier, P = self.hier, self.page_size
+        visited = []
+        node, matched, _ = self.tree.walk(seq.data, n, tick, True, visited=visited)
+        for nd in visited:
+            self.full.touched(nd)
+            hier.touched(nd)
+            hier.on_hit(nd)
+        if node.parent is not None and (not visited or node is not visited[-1]):
+            hier.on_hit(node)  # the upper half of a split is the part walked through
+        cut = False
+        while node.parent is not None and node.value is None and node.host is None:
+            node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
+        matched = min(matched, node.end)
+        d = node
+        while d.parent is not None and d.value is None:
+            d = d.parent
+        device = d.end
+        storage = 0
+        if hier.storage is not None and matched < n and not cut:
+            keys = seq.page_keys(P)
+            run = hier.storage.leading(keys[matched // P : n // P]) * P
+            storage = run if run >= hier.cfg.min_prefetch_tokens else 0
+        return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
+
+    def _match_tiers_voted(self, seq, n: int, tick: int) -> MatchResult:
+        """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
+        every component accepts (tiers_hybrid.storage_boundary)."""
+        hier, P, tree = self.hier, self.page_size, self.tree
+        visited = []
+        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
+        for nd in visited:
+            for c in self.components:
+                c.touched(nd)
+            hier.touched(nd)
+            hier.on_hit(nd)
+        vals: list = []
+        best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
+        storage = 0
+        if hier.storage is not None and traversed < n:
+            keys = seq.page_keys(P)[traversed // P : n // P]
+            run = hier.storage.leading(keys)
+            swa_state = (0, True)
+            for v in vals:
+                if hasattr(v, "run"):
+                    swa_state = (v.run, v.clean)
+            j = storage_boundary(self, keys, run, swa_state) if run else 0
+            if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
+                storage = j * P
+                tnode = visited[-1] if visited else tree.root
+                if tnode.parent is not None and tnode.end > traversed:
+                    tnode = tree.split(tnode, traversed - tnode.parent.end)
+                node, best, cut = tnode, traversed, None
+        if storage == 0:
+            if node is None:
+                node = tree.root
+            elif cut < node.num_tokens:
+                node = tree.split(node, cut)
+        d = node
+        while d.parent is not None and d.value is None:
+            d = d.parent
+        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage)
+
+    def _fallback_l1(self, node):
+        """The deepest boundary at or above `node` that L1 alone can serve (all components)."""
+        path = []
+        n = node
+        while n.parent is not None:
+            path.append(n)
+            n = n.parent
+        path.reverse()
+        on_l1 = [x for x in path if x.value is not None]
+        if not on_l1:
+            return self.tree.root
+        best, bnode, cut, _ = vote(self.voters, on_l1, on_l1[-1].end, self.page_size, l1_only=True)
+        if bnode is None:
+            return self.tree.root
+        return self.tree.split(bnode, cut) if cut < bnode.num_tokens else bnode
+
+    def load(self, m: MatchResult, seq) -> MatchResult:
+        """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
+        newly allocated L1 pages. Returns the match to use from now on: locked, its
+        cached_tokens = device + loaded host + loaded storage tokens (tokens count as
+        cached only once loaded), the old lock released. Without tiers: `m` itself."""
+        hier = self.hier
+        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
+            return m
+        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        node = m.handle._node
+        chain = []
+        n = node
+        while n.parent is not None and n.value is None:
+            chain.append(n)
+            n = n.parent
+        chain.reverse()
+        host = hier.load_host(chain)
+        top = n
+        for c in chain:
+            if c.value is None:
+                break
+            top = c
+        storage = 0
+        held = None
+        if top is node and m.storage_tokens and m.traversed_tokens == node.end:
+            P = self.page_size
+            keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
+            pnode = hier.prefetch(node, seq.data, node.end, keys)
+            if pnode is not None:
+                if self.voters:
+                    prefetch_components(hier, pnode, keys)  # holds pnode in flight meanwhile
+                held = MatchResult(pnode.end, LockHandle(pnode))
+                self.lock(held)  # no eviction takes it while it is being loaded
+                if pnode.host is not None and hier.load_host([pnode]):
+                    top, storage = pnode, pnode.num_tokens
+        if self.voters and top.parent is not None:
+            self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
+            load_boundary(self, top)
+            self.unlock(MatchResult(top.end, LockHandle(top)))
+            # reuse exactly what L1 can now serve: the deepest boundary at or above `top` that
+            # every component accepts from L1 alone (a payload that could not be loaded, or a
+            # storage run that did not arrive, moves the boundary up)
+            served = self._fallback_l1(top)
+            if served is not top:
+                top = served
+                host = max(0, top.end - m.device)
+                storage = 0
+        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end), host, storage)
+        self.lock(new)
+        self.unlock(m)
+        if held is not None:
+            self.unlock(held)
+        return new
+
+
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        """The data plane finished (or failed) transfer `action_id`: on success the payload is
+        valid on its destination; on failure the destination slots are freed and the source
+        stays valid."""
+        self.hier.ack(action_id, ok)
+
+
+    def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
+        """Give host-only nodes at the bottom of the path (at or after pages_from) the L1
+        pages the request computed for them, so L1 stays prefix-closed. Returns how many
+        leading pages are still duplicates to free."""
+        chain = []
+        n = node
+        while n.parent is not None and n.value is None and not n.pending and n.parent.end >= pages_from:
+            chain.append(n)
+            n = n.parent
+        if n.parent is not None and n.value is None:
+            return lo  # above them a node is still loading: heal nothing, L1 stays prefix-closed
+        P = self.page_size
+        for h in chain:
+            a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P
+            self._outstanding_pages -= b - a
+            self.full.set_l1(h, pages[a:b])
+        return (n.end - pages_from) // P if chain else lo
