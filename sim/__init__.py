@@ -1,1 +1,2 @@
-"""SimPy adapter: clock, modelled data plane and cost-model step executor (not built yet)."""
+"""SimPy adapter: clock, modelled data plane (links.py) and cost-model step executor (cost.py);
+the engine loop that drives them is not built yet."""
