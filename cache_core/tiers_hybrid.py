@@ -85,20 +85,28 @@ def backup_components(hier, node) -> None:
     if mamba is not None and node.comp[MAMBA] is not None:
         pl = node.comp[MAMBA]
         if pl.slot >= 0 and pl.host < 0:
-            dst = _alloc_host(hier, mamba.host_pool, 1)
-            if dst is not None:
-                node.pending += 1
+            _checkpoint_to_host(hier, node, "backup", L1, pl.slot, None)
 
-                def done_m(ok, node=node, slot=int(dst[0])):
-                    node.pending -= 1
-                    q = node.comp[MAMBA] if node.alive else None
-                    if not ok or q is None:
-                        mamba.host_pool.free_one(slot)
-                    else:
-                        q.host = slot
-                    _settled(cache, node)
 
-                hier._emit("backup", L1, L2, 0, pl.slot, int(dst[0]), None, done_m, "mamba")
+def _checkpoint_to_host(hier, node, kind: str, src_tier: str, src, keys) -> None:
+    """Give `node`'s checkpoint an L2 slot, filled by a `kind` transfer from `src_tier`; the
+    slot counts only once acknowledged (freed on failure or if the node is gone)."""
+    cache, mamba = hier.cache, hier.cache.mamba
+    dst = _alloc_host(hier, mamba.host_pool, 1)
+    if dst is None:
+        return
+    node.pending += 1
+
+    def done(ok, node=node, slot=int(dst[0])):
+        node.pending -= 1
+        q = node.comp[MAMBA] if node.alive else None
+        if ok and q is not None:
+            q.host = slot
+        else:
+            mamba.host_pool.free_one(slot)
+        _settled(cache, node)
+
+    hier._emit(kind, src_tier, L2, 0, src, int(dst[0]), keys, done, "mamba")
 
 
 def demote_components(cache, node) -> None:
@@ -184,20 +192,7 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
 
         node.comp[MAMBA] = MambaPayload(-1)
         if len(keys) and ("mamba", int(keys[-1])) in storage:
-            dst = _alloc_host(hier, mamba.host_pool, 1)
-            if dst is not None:
-                node.pending += 1
-
-                def done_m(ok, node=node, slot=int(dst[0])):
-                    node.pending -= 1
-                    q = node.comp[MAMBA] if node.alive else None
-                    if ok and q is not None:
-                        q.host = slot
-                    else:
-                        mamba.host_pool.free_one(slot)
-                    _settled(cache, node)
-
-                hier._emit("prefetch", L3, L2, 0, None, int(dst[0]), keys[-1:], done_m, "mamba")
+            _checkpoint_to_host(hier, node, "prefetch", L3, None, keys[-1:])
 
 
 def load_boundary(cache, node) -> bool:

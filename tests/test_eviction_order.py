@@ -24,7 +24,7 @@ POLICIES = ["lru", "lfu", "fifo"]
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
-from helpers import edge, shape, toks  # noqa: E402  (shared test helpers)
+from helpers import drain, edge, evict_one, shape, toks  # noqa: E402  (shared test helpers)
 
 
 def new_cache(policy, page_size=1, capacity=256):
@@ -50,26 +50,6 @@ def touch(cache, s: str, times: int = 1) -> int:
     for _ in range(times):
         m = cache.match(TokenSeq(toks(s)))
     return m.cached_tokens
-
-
-def evict_one(cache) -> str | None:
-    """cache.evict(1): returns the edge of the single node it removed, or None."""
-    before = [(n, edge(n), n.num_tokens) for n in cache.tree.iter_nodes()]  # a removed node keeps no key
-    freed = cache.evict(1)
-    dead = [(e, k) for n, e, k in before if not n.alive]
-    if freed == 0:
-        assert dead == []
-        return None
-    assert len(dead) == 1, [e for e, _ in dead]
-    assert freed == dead[0][1]
-    return dead[0][0]
-
-
-def drain(cache) -> list[str]:
-    out = []
-    while (e := evict_one(cache)) is not None:
-        out.append(e)
-    return out
 
 
 # ---------------------------------------------------------------------------------------

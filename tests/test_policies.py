@@ -31,7 +31,7 @@ from radixsim.cli import main
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
-from helpers import edge, shape, toks  # noqa: E402  (shared test helpers)
+from helpers import drain, edge, evict_one, shape, toks  # noqa: E402  (shared test helpers)
 
 
 def new_cache(policy, page_size=1, capacity=256):
@@ -52,27 +52,6 @@ def reg(cache, sid, res) -> None:
     """A request of `sid` that ended at `res` completes (no tick is taken)."""
     gen = cache.session_begin(sid)
     assert cache.session_finish(sid, gen, res) is True
-
-
-def evict_one(cache) -> str | None:
-    """cache.evict(1): the edge of the one node it removed (None if nothing was)."""
-    before = [(n, edge(n), n.num_tokens) for n in cache.tree.iter_nodes()]
-    freed = cache.evict(1)
-    dead = [(e, k) for n, e, k in before if not n.alive]
-    if freed == 0:
-        assert dead == []
-        return None
-    assert len(dead) == 1, [e for e, _ in dead]
-    assert freed == dead[0][1]
-    invariants.check(cache)
-    return dead[0][0]
-
-
-def drain(cache) -> list[str]:
-    out = []
-    while (e := evict_one(cache)) is not None:
-        out.append(e)
-    return out
 
 
 def srefs(cache) -> dict:

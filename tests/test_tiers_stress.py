@@ -63,17 +63,6 @@ CONFIGS = [(P, wp, l3w) for P in (1, 4) for wp in WRITE_POLICIES for l3w in L3_W
 assert len(CONFIGS) * OPS >= 20_000
 
 
-def _safe_dump(cache, limit=40):
-    lines = []
-    for n in cache.tree.iter_nodes():
-        if len(lines) >= limit:
-            break
-        v = None if n.value is None else n.value.tolist()
-        h = None if n.host is None else n.host.tolist()
-        lines.append(f"#{n.id} end={n.end} len={n.num_tokens} lock={n.lock_ref} L1={v} L2={h} pending={n.pending}")
-    return "\n".join(lines)
-
-
 class Run:
     def __init__(self, P, wp, l3w, seed, protocol: bool):
         rng = self.rng = random.Random(seed)
@@ -214,16 +203,7 @@ class Run:
     # -- checks after every op ----------------------------------------------------------------------
     def after(self, before_pending):
         c = self.c
-        try:
-            invariants.check(c)
-        except TypeError:  # invariants.dump cannot print host-only nodes: rerun with a safe one
-            orig = invariants.dump
-            invariants.dump = _safe_dump
-            try:
-                invariants.check(c)
-            finally:
-                invariants.dump = orig
-            raise
+        invariants.check(c)
         P = self.P
         for a in c.actions[self.n_act:]:
             if isinstance(a, Transfer):
