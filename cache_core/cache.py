@@ -67,6 +67,9 @@ class RadixCache(TierOps, HybridOps):
         self.voters = [c for c in (self.swa, self.mamba) if c is not None]
         if hybrid:
             self.full.remove = self._remove_subtree_leaf
+        # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
+        # plane acknowledges them in emission order) instead of one per call
+        self.pipeline_loads = False
         self._outstanding_pages = 0  # FULL pages allocated to callers, not yet in the tree or freed
         self._outstanding_swa = 0
         self._locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks

@@ -107,7 +107,24 @@ class TierOps:
             chain.append(n)
             n = n.parent
         chain.reverse()
-        host = hier.load_host(chain)
+        ids0 = hier._ids
+        host = hier.load_host(chain, pipeline=self.pipeline_loads)
+        top = n
+        if self.pipeline_loads and hier._ids != ids0 and any(c.value is None for c in chain):
+            # loads in flight (an engine acknowledges them later): reuse what L1 holds now; the
+            # caller matches again once they are acknowledged (storage and the voters' boundary
+            # payloads are dealt with then)
+            for c in chain:
+                if c.value is None:
+                    break
+                top = c
+            if self.voters and top.parent is not None:
+                top = self._fallback_l1(top)
+            new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end),
+                              max(0, top.end - m.device), 0)
+            self.lock(new)
+            self.unlock(m)
+            return new
         top = n
         for c in chain:
             if c.value is None:
@@ -145,6 +162,28 @@ class TierOps:
             self.unlock(held)
         return new
 
+
+    def prefetch(self, m: MatchResult, seq) -> int:
+        """Start bringing a locked match's storage run (L3) into L2 as a host-only node,
+        without loading anything into L1 (an engine does this while the request waits, as
+        SGLang's prefetch thread does). Returns the tokens being prefetched (0: none; e.g. no
+        L3 run right after the tree match, or no L2 room). The caller may unlock `m` at once:
+        the new node is held in flight until its transfers are acknowledged."""
+        hier = self.hier
+        if hier is None or hier.storage is None or not m.storage_tokens:
+            return 0
+        node = m.handle._node
+        if m.traversed_tokens != node.end:
+            return 0
+        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        P = self.page_size
+        keys = seq.page_keys(P)[node.end // P : (node.end + m.storage_tokens) // P]
+        pnode = hier.prefetch(node, seq.data, node.end, keys)
+        if pnode is None:
+            return 0
+        if self.voters:
+            prefetch_components(hier, pnode, keys)
+        return pnode.num_tokens
 
     def ack(self, action_id: int, ok: bool = True) -> None:
         """The data plane finished (or failed) transfer `action_id`: on success the payload is

@@ -107,10 +107,25 @@ class ReplayStepper:
                     cache.free_swa(swa_pages)
                 return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
             cache.finalize(m, states[0])
+        self.commit(seq, lp, m, pages, swa_pages, states, session_id, gen, priority)
+        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
+                          m.device, m.host_tokens, m.storage_tokens)
+
+    def commit(self, seq: TokenSeq, lp: int, m, pages, swa_pages, states, session_id=None, gen: int = 0,
+               priority: int = 0):
+        """Steps (d) and (e) for a request that computed `seq` (prompt of `lp` tokens plus
+        output[:-1]) over the locked match `m`: `pages` (or None) hold the KV of tokens
+        m.cached_tokens .. ceil(len(seq) / P) * P; `swa_pages`/`states` as allocated for it.
+        Inserts, registers the session's region, unlocks `m`. Shared with the engine loop,
+        so a simulated or real run caches exactly what replay caches."""
+        cache = self.cache
+        P = cache.page_size
+        ls = seq.length
+        aligned = ls // P * P
         done = m
         if pages is not None:  # (d)
-            done = cache.insert(seq, aligned, pages, cached, after=m, swa_pages=swa_pages, state_slots=states,
-                                priority=priority)
+            done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, swa_pages=swa_pages,
+                                state_slots=states, priority=priority)
         elif states is not None:
             cache.free_states(states)
         prompt_aligned = lp // P * P
@@ -120,8 +135,7 @@ class ReplayStepper:
         if session_id is not None:
             cache.session_finish(session_id, gen, done)
         cache.unlock(m)  # (e)
-        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
-                          m.device, m.host_tokens, m.storage_tokens)
+        return done
 
     def _reject(self, m, lp, n_out, cached, evicted) -> StepResult:
         # evicted counts every FULL token removed meanwhile (also by SWA/MAMBA pressure)

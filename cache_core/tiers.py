@@ -469,9 +469,12 @@ class Hierarchy:
             self.backup_chain(node)
 
     # -- read path ------------------------------------------------------------------------------------
-    def load_host(self, nodes) -> int:
+    def load_host(self, nodes, pipeline: bool = False) -> int:
         """Bring host-only `nodes` (top-down, all locked) to L1; returns tokens loaded
-        (stops at the first node that gets no L1 pages)."""
+        (stops at the first node that gets no L1 pages). Without acknowledgements on emit
+        (auto_ack False) it stops after the first load it emits, unless `pipeline`: then it
+        emits a load for every node of the chain at once, and the data plane must acknowledge
+        them in emission order (a piece becomes valid on L1 only below a parent on L1)."""
         loaded = 0
         full = self.full
         for node in nodes:
@@ -501,6 +504,8 @@ class Hierarchy:
 
             self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
+                if pipeline:
+                    continue
                 break
             loaded += node.num_tokens
         return loaded
