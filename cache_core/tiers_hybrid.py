@@ -78,6 +78,7 @@ def backup_components(hier, node) -> None:
                             q.host = np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
                         q.host = q.host.copy()
                         q.host[idx[sel] - sl.start] = dst[sel]
+                        _store_late(hier, x, "swa", idx[sel] - sl.start, dst[sel])
                     else:
                         swa.host_pool.free(dst[sel])
 
@@ -102,11 +103,36 @@ def _checkpoint_to_host(hier, node, kind: str, src_tier: str, src, keys) -> None
         q = node.comp[MAMBA] if node.alive else None
         if ok and q is not None:
             q.host = slot
+            if kind == "backup" and node.pkeys is not None and len(node.pkeys):
+                _store_late(hier, node, "mamba", None, slot)
         else:
             mamba.host_pool.free_one(slot)
         _settled(cache, node)
 
     hier._emit(kind, src_tier, L2, 0, src, int(dst[0]), keys, done, "mamba")
+
+
+def _store_late(hier, node, component: str, rel, src) -> None:
+    """With acknowledgements later than emission (an engine), a component payload reaches L2
+    after its node's FULL store to L3 was issued; with ``l3_write="on_insert"`` it follows to
+    L3 on its own (`rel`: the SWA page positions within the node; None: the checkpoint)."""
+    if hier.auto_ack or hier.storage is None or hier.cfg.l3_write != "on_insert" or node.pkeys is None:
+        return
+    storage = hier.storage
+    if component == "swa":
+        keys = [("swa", int(k)) for k in node.pkeys[rel]]
+        tokens = len(keys) * hier.P
+    else:
+        keys = [("mamba", int(node.pkeys[-1]))]
+        tokens = 0
+    if not keys:
+        return
+
+    def done(ok, *_a, keys=keys):
+        if ok:
+            storage.put_many(keys)
+
+    hier._emit("store", L2, L3, tokens, src, None, None, done, component)
 
 
 def demote_components(cache, node) -> None:

@@ -194,6 +194,26 @@ class _Session:
         return prompt, output, keys, seq
 
 
+class ClientHistory:
+    """One client's rounds, generated on demand in round order (a closed-loop simulator asks
+    for a client's next round when the previous one has completed). The tokens and keys are
+    exactly those `MultiTurnWorkload.__iter__` yields for the client."""
+
+    def __init__(self, cfg: MultiTurnConfig, client: int):
+        self.cfg = cfg
+        self.client = client
+        self.round = 0
+        self._s = _Session(cfg, client)
+
+    def next_round(self, rnd: int) -> WorkloadRequest:
+        if rnd != self.round + 1 or rnd > self.cfg.num_rounds:
+            raise ValueError(f"client {self.client}: round {rnd} requested after round {self.round} "
+                             f"(of {self.cfg.num_rounds})")
+        self.round = rnd
+        prompt, output, keys, seq = self._s.next_round(self.cfg)
+        return WorkloadRequest(-1, self.client, rnd, prompt, output, keys, math.nan, seq, self._s.state)
+
+
 class MultiTurnWorkload:
     """Iterate a multi-turn workload as `WorkloadRequest`s in replay order.
 
@@ -216,6 +236,12 @@ class MultiTurnWorkload:
         c = self.config
         R = c.num_rounds
         return c.num_clients * (c.request_length * R * (R + 1) // 2 + c.output_length * R * (R - 1) // 2)
+
+    def client(self, c: int) -> ClientHistory:
+        """Client `c`'s rounds on demand (fresh buffers)."""
+        if not 0 <= c < self.config.num_clients:
+            raise ValueError(f"client {c} out of range 0..{self.config.num_clients - 1}")
+        return ClientHistory(self.config, c)
 
     def round_order(self, r: int) -> np.ndarray:
         """Client ids of round `r` (1-based) in ready-queue order: fifo or a seeded permutation."""

@@ -1,0 +1,615 @@
+"""The serving loop shared by the simulator and the torch backend: continuous batching over
+the one cache core, talking to the world only through three plug-ins (engine_types.py:
+clock, data plane, step executor).
+
+Life of a request (``EngineRequest.phase``)::
+
+    arrived -> [prefetching] -> waiting -> [loading] -> ready -> prefill (chunks) -> decode -> done
+                                   ^                                                  |
+                                   +-------------------- retracted -------------------+
+
+1. **Arrival** (`arrive`): a request that can never fit (``ceil(prompt + generated) + output
+   reservation >= max_total_tokens``) is rejected at once. With an L3 tier the request is
+   matched; a storage run starts a prefetch L3 -> L2 (`RadixCache.prefetch`), and the
+   prefetch policy decides when it may be scheduled (``EngineConfig.prefetch_policy``).
+2. **Admission** (`schedule`), each step, in this order and under one prefill budget:
+   the request chunked in the previous step; requests whose loads finished (``ready``,
+   admitted earlier); then the waiting queue in the schedule policy's order through
+   `scheduling.Admission.select` (SGLang's PrefillAdder rules: max running, memory =
+   free + evictable L1 tokens minus reservations, prefill and chunk budgets). Each waiting
+   request is matched just before it is considered; its prefix counts device and host hits
+   (what it will not compute).
+3. **Loading**: an admitted request is matched and locked again and `RadixCache.load` issues
+   its L2 -> L1 loads (all of a host run at once, acknowledged in order) and any prefetch the
+   match still allows. While transfers are in flight the request is ``loading``: it holds its
+   running slot and its lock but takes no part in steps; when they are all acknowledged it is
+   matched again (a voting component's boundary payload may need a second round), at most
+   ``MAX_RESOLVE_ROUNDS`` times. Its reused prefix is then fixed: ``cached_tokens``.
+4. **Prefill**: the first chunk allocates the request's SWA window pages and MAMBA state slots
+   (and copies the reused checkpoint), exactly as replay does; every chunk allocates the FULL
+   pages for its tokens, evicting as needed. Requests of one step that share a prefix beyond
+   the cache compute it once (by page key): the later request is priced as if those tokens
+   were context. (Each still allocates its own pages; the insert frees duplicates.)
+5. **Decode**: one token per running request per step; a request starting a new page gets one.
+   When L1 cannot supply the pages even after eviction, running requests are retracted
+   (`RunningBatch.retract`, SGLang's order): their pages are freed, their lock released, and
+   they go back to the front of the waiting queue to re-prefill prompt + generated tokens.
+6. **Finish**: `ReplayStepper.commit` inserts prompt + output[:-1] with the request's pages
+   (and window pages and checkpoint), registers its session region and unlocks: the cache
+   ends up exactly as replay leaves it.
+
+Steps: a step with prefill work runs only the prefill (SGLang's default) unless
+``mixed_chunk``; otherwise it decodes every running request. The step executor prices or runs
+``Step.prefill_cost`` and ``Step.decode_contexts``.
+
+Transfers the cache emits are handed to the data plane as they appear (backups and stores run
+in the background and compete for the links); the engine acknowledges the cache when the data
+plane reports them done. A request's own transfers are acknowledged together, in emission
+order, once all have finished (a piece is valid on L1 only below a parent on L1).
+"""
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .actions import Transfer
+from .allocator import INDEX_DTYPE
+from .engine_types import (ARRIVED, DECODE, DONE, LOADING, PREFETCHING, PREFILL, READY, WAITING,
+                           EngineConfig, EngineRequest, Step)
+from .replay import ReplayStepper
+from .scheduling import (FINISHED, RUNNING, Admission, BatchLimits, RunningBatch, SchedulingContext,
+                         make_schedule_policy)
+from .scheduling import WAITING as Q_WAITING
+
+MAX_RESOLVE_ROUNDS = 8
+UNBOUNDED_TOKENS = 1 << 62
+_EMPTY = np.empty(0, dtype=INDEX_DTYPE)
+
+
+class EngineStalled(RuntimeError):
+    """Nothing can run and nothing is in flight, yet requests wait (e.g. memory held by
+    transfers that never finish)."""
+
+
+class Engine:
+    """Continuous batching over one `RadixCache` (built with ``record_actions=True``; with
+    tiers ``auto_ack=False``). See the module docstring for the rules."""
+
+    def __init__(self, cache, config: EngineConfig, clock, dataplane, executor):
+        if cache.actions is None:
+            raise ValueError("the engine needs a RadixCache built with record_actions=True")
+        if cache.hier is not None:
+            if cache.hier.auto_ack:
+                raise ValueError("the engine acknowledges transfers itself: build the cache with auto_ack=False")
+            cache.pipeline_loads = True
+        self.cache = cache
+        self.config = config
+        self.clock, self.dataplane, self.executor = clock, dataplane, executor
+        self.P = P = cache.page_size
+        self.stepper = ReplayStepper(cache)
+        kw = {"seed": config.seed} if config.schedule_policy == "random" else {}
+        self.policy = make_schedule_policy(config.schedule_policy, **kw)
+        self.admission = Admission(config.new_token_ratio, page_size=P)
+        cap = cache.config.usable_tokens
+        self.max_total_tokens = UNBOUNDED_TOKENS if cap is None else cap
+        self.limits = BatchLimits(max_running_requests=config.max_running_requests,
+                                  max_prefill_tokens=config.max_prefill_tokens,
+                                  chunked_prefill_tokens=config.chunked_prefill_tokens,
+                                  max_total_tokens=self.max_total_tokens)
+        if config.chunked_prefill_tokens is not None and config.chunked_prefill_tokens % P:
+            raise ValueError(f"engine.chunked_prefill_tokens ({config.chunked_prefill_tokens}) must be a "
+                             f"multiple of cache.page_size ({P})")
+        self.running = RunningBatch(P)  # decoding
+        self.waiting: list = []
+        self.prefetching: list = []
+        self.loading: list = []
+        self.ready: deque = deque()
+        self.chunked: EngineRequest | None = None
+        self.finished: list = []
+        self._owner: dict = {}  # transfer id -> request waiting for it
+        self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
+        self.inflight = 0
+        self.input_closed = False
+        self.steps = 0
+        self.timeline: list = []  # (t_s, admitted, waiting, l1_used, l2_used, l3_used) after each step
+        self.counters = {"transfers": 0, "retractions": 0, "prefill_steps": 0, "decode_steps": 0,
+                         "shared_prefill_tokens": 0, "alloc_waits": 0}
+        self.listeners: list = []  # called with each request that finishes or is rejected
+        self._ctx = SchedulingContext(match_len=self._match_len, path_key=self._path_key)
+
+    # ---------------------------------------------------------------------------------------
+    # the loop
+    # ---------------------------------------------------------------------------------------
+    def loop(self):
+        """The serving loop (a generator: ``yield`` what the plug-ins return)."""
+        while not (self.input_closed and self.idle_done()):
+            step = self.schedule()
+            if step is None:
+                yield self.clock.idle(self.wake_at())
+                continue
+            yield from self.executor.execute(step)
+            self.complete(step)
+
+    def idle_done(self) -> bool:
+        """No request anywhere in the engine."""
+        return not (self.waiting or self.prefetching or self.loading or self.ready or self.chunked
+                    or len(self.running))
+
+    def close_input(self) -> None:
+        """No more arrivals: the loop ends when the last request finishes."""
+        self.input_closed = True
+        self.clock.kick()
+
+    def wake_at(self):
+        times = [r.ready_at for r in self.prefetching if r.ready_at is not None]
+        return min(times) if times else None
+
+    # ---------------------------------------------------------------------------------------
+    # arrivals and transfers
+    # ---------------------------------------------------------------------------------------
+    def arrive(self, r: EngineRequest) -> None:
+        """A request arrives (its arrival_s set by the driver)."""
+        cache = self.cache
+        r.phase = ARRIVED
+        if self.admission._ceil(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
+            r.rejected = True
+            r.phase = DONE
+            r.state = FINISHED
+            r.finish_s = self.clock.now()
+            self._done_request(r)
+            return
+        if r.session_id is not None:
+            r.gen = cache.session_begin(r.session_id)
+        hier = cache.hier
+        if hier is not None and hier.storage is not None:
+            m = cache.match(r.seq, r.limit)
+            if m.storage_tokens:
+                cache.lock(m)
+                r.prefetch_tokens = cache.prefetch(m, r.seq)
+                cache.unlock(m)
+                self._drain(r)
+        if r.waiting_ids and self.config.prefetch_policy != "best_effort":
+            r.phase = PREFETCHING
+            if self.config.prefetch_policy == "timeout":
+                r.ready_at = r.arrival_s + hier.cfg.prefetch_budget_s(r.prefetch_tokens)
+            self.prefetching.append(r)
+        else:
+            self._to_waiting(r)
+        self.clock.kick()
+
+    def close_session(self, session_id) -> None:
+        self.cache.close_session(session_id)
+
+    def _to_waiting(self, r, front: bool = False) -> None:
+        r.phase = WAITING
+        r.state = Q_WAITING
+        if front:
+            self.waiting.insert(0, r)
+        else:
+            self.waiting.append(r)
+
+    def _drain(self, owner: EngineRequest | None = None) -> None:
+        """Hand the cache's new transfers to the data plane; `owner` waits for its loads."""
+        acts = self.cache.actions
+        if not acts:
+            return
+        batch = [a for a in acts if isinstance(a, Transfer)]
+        acts.clear()
+        for t in batch:
+            if owner is not None and t.kind in ("load", "prefetch"):
+                owner.waiting_ids.add(t.id)
+                self._owner[t.id] = owner
+            self.inflight += 1
+            self.counters["transfers"] += 1
+        for t in batch:
+            self.dataplane.submit(t, self._on_done)
+
+    def _on_done(self, tid: int, ok: bool = True) -> None:
+        """The data plane finished transfer `tid`."""
+        self.inflight -= 1
+        r = self._owner.pop(tid, None)
+        if r is None:
+            self.cache.ack(tid, ok)
+            self._drain()
+        else:
+            self._done.setdefault(id(r), []).append((tid, ok))
+            r.waiting_ids.discard(tid)
+            if not r.waiting_ids:
+                for t, good in sorted(self._done.pop(id(r))):
+                    self.cache.ack(t, good)
+                self._drain()
+                self._advance(r)
+        self.clock.kick()
+
+    def _advance(self, r: EngineRequest) -> None:
+        """All of r's transfers are acknowledged."""
+        if r.phase == PREFETCHING:
+            self.prefetching.remove(r)
+            r.prefetch_wait_s = self.clock.now() - r.arrival_s
+            self._to_waiting(r)
+        elif r.phase == LOADING:
+            self.loading.remove(r)
+            self._resolve(r)
+
+    # ---------------------------------------------------------------------------------------
+    # matching
+    # ---------------------------------------------------------------------------------------
+    def _match_len(self, r: EngineRequest) -> int:
+        """Tokens of r that need no compute now: device + host hits (host hits will load)."""
+        m = self.cache.match(r.seq, r.limit)
+        return m.device + m.host_tokens if self.cache.hier is not None else m.cached_tokens
+
+    def _path_key(self, r: EngineRequest) -> tuple:
+        node = self.cache.match(r.seq, r.limit).handle._node
+        ids = []
+        while node.parent is not None:
+            ids.append(node.id)
+            node = node.parent
+        return tuple(reversed(ids))
+
+    def _resolve(self, r: EngineRequest) -> None:
+        """Match and lock r, issue its loads; ``loading`` while any is in flight, else
+        ``ready`` with its reused prefix fixed."""
+        cache = self.cache
+        if r.match is not None:
+            cache.unlock(r.match)
+            r.match = None
+        m = cache.match(r.seq, r.limit)
+        cache.lock(m)
+        if r.first_prefix is None:
+            r.first_prefix = m.device
+        if cache.hier is not None:
+            m = cache.load(m, r.seq)
+        r.match = m
+        r.resolve_rounds += 1
+        self._drain(r)
+        if r.waiting_ids:
+            if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
+                r.phase = LOADING
+                self.loading.append(r)
+                return
+            for t in r.waiting_ids:  # give up waiting: they finish in the background
+                self._owner.pop(t, None)
+            r.waiting_ids.clear()
+        now = self.clock.now()
+        r.prefix_len = r.computed_tokens = m.cached_tokens
+        r.kv_pages = m.cached_tokens // self.P
+        r.phase = READY
+        r.ready_s = now
+        if r.retracted == 0:
+            r.cached_tokens = m.cached_tokens
+            dev = min(r.first_prefix, m.cached_tokens)
+            r.cached_device = dev
+            loaded = m.cached_tokens - dev
+            r.cached_storage = min(r.prefetch_tokens, loaded)
+            r.cached_host = loaded - r.cached_storage
+        self.ready.append(r)
+
+    # ---------------------------------------------------------------------------------------
+    # memory
+    # ---------------------------------------------------------------------------------------
+    def _free_fn(self) -> int:
+        return self.cache.free_tokens + self.cache.full.evictable_tokens
+
+    def _alloc(self, r: EngineRequest, pages: int) -> bool:
+        if pages <= 0:
+            return True
+        cache = self.cache
+        ev0 = cache.full.evicted_tokens
+        if not cache.full.pool.unbounded and cache.free_tokens < pages * self.P:
+            cache.evict(pages * self.P - cache.free_tokens)
+        got = cache.alloc(pages)
+        r.evicted_tokens += cache.full.evicted_tokens - ev0
+        if got is None:
+            self.counters["alloc_waits"] += 1
+            return False
+        r.pages.append(got)
+        r.kv_pages += pages
+        return True
+
+    def _release(self, r: EngineRequest) -> None:
+        """Give back everything r holds (retraction or a failed start)."""
+        cache = self.cache
+        if r.pages:
+            cache.free(np.concatenate(r.pages))
+        if r.swa_pages is not None:
+            cache.free_swa(r.swa_pages)
+        if r.states is not None:
+            cache.free_states(r.states)
+        if r.match is not None:
+            cache.unlock(r.match)
+        r.pages, r.swa_pages, r.states, r.match = [], None, None, None
+        r.started = False
+        r.kv_pages = r.computed_tokens = r.prefix_len = 0
+        r.resolve_rounds = 0
+        self._drain()
+
+    def _start(self, r: EngineRequest) -> bool:
+        """First prefill of r: its SWA window pages and MAMBA slots, as replay takes them."""
+        cache = self.cache
+        r.started = True
+        n = r.seq.length - r.prefix_len
+        if cache.swa is not None:
+            r.swa_pages = self.stepper._swa_pages(n)
+            if r.swa_pages is None:
+                return False
+        if cache.mamba is not None:
+            r.states = self.stepper._states(r.prefix_len, r.seq.length // self.P * self.P)
+            if r.states is None:
+                return False
+            cache.finalize(r.match, r.states[0])
+        return True
+
+    def _fail_start(self, r: EngineRequest) -> None:
+        self.counters["alloc_waits"] += 1
+        self._release(r)
+        self._to_waiting(r, front=True)
+
+    # ---------------------------------------------------------------------------------------
+    # one step
+    # ---------------------------------------------------------------------------------------
+    def schedule(self) -> Step | None:
+        """Form the next step (None: nothing can run now)."""
+        now = self.clock.now()
+        self._release_timeouts(now)
+        P = self.P
+        C = self.config.chunked_prefill_tokens
+        budget = [self.config.max_prefill_tokens, C]
+        entries: list = []
+        cut = False
+
+        def room() -> int:
+            return budget[0] if budget[1] is None else min(budget[0], budget[1])
+
+        def take(r, new) -> None:
+            c = -(-new // P) * P
+            budget[0] -= c
+            if budget[1] is not None:
+                budget[1] -= c
+            entries.append((r, new))
+
+        def portion(r) -> int:
+            need = r.fill_len - r.computed_tokens
+            if C is not None and need > room():
+                return max((r.computed_tokens + room()) // P * P - r.computed_tokens, 0)
+            return need
+
+        # 1. the chunked request, 2. ready requests (admitted earlier, loads done)
+        if self.chunked is not None:
+            r = self.chunked
+            new = portion(r)
+            if new > 0:
+                take(r, new)
+            cut = r.computed_tokens + new < r.fill_len
+        while self.ready and not cut and room() > 0 and (C is not None or not entries or
+                                                          self.ready[0].uncached_tokens < budget[0]):
+            r = self.ready[0]
+            new = portion(r)
+            if new <= 0:
+                break
+            self.ready.popleft()
+            if not r.started and not self._start(r):
+                self._fail_start(r)
+                break
+            r.phase = PREFILL
+            r.state = RUNNING
+            take(r, new)
+            if new < r.fill_len - r.computed_tokens:
+                self.chunked = r
+                cut = True
+        # 3. the waiting queue
+        if not cut and self.waiting and room() > 0:
+            self._admit(entries, budget, take)
+        # prefill pages; a request that cannot get them now keeps what it holds and retries
+        prefill, blocked = [], []
+        for r, new in entries:
+            need = -(-(r.computed_tokens + new) // P) - r.kv_pages
+            if self._alloc(r, need):
+                prefill.append((r, new, r.computed_tokens))
+            elif r is not self.chunked:
+                blocked.append(r)
+        for r in reversed(blocked):
+            r.phase = READY
+            self.ready.appendleft(r)
+        decode = []
+        if not prefill or self.config.mixed_chunk:
+            decode = self._decode_batch()
+        if not prefill and not decode:
+            if self.inflight or self.prefetching or self.loading:
+                return None  # acknowledgements will free or bring memory
+            stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
+            stuck = [r for r in stuck if r.started or r.pages]
+            if stuck:  # admitted prefills hold memory that none of them can complete with:
+                r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
+                if r is self.chunked:
+                    self.chunked = None
+                else:
+                    self.ready.remove(r)
+                self.counters["retractions"] += 1
+                r.retracted += 1
+                self._release(r)
+                self._to_waiting(r, front=True)
+                return self.schedule()
+            if not self.input_closed or self.idle_done():
+                return None
+            raise EngineStalled(f"{len(self.waiting)} waiting, {len(self.ready)} ready, nothing can run "
+                                f"(L1 free {self.cache.free_tokens}, evictable "
+                                f"{self.cache.full.evictable_tokens})")
+        cost = self._prefill_cost(prefill)
+        self.steps += 1
+        return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
+                    tuple(r.fill_len - 1 for r in decode))
+
+    def _release_timeouts(self, now: float) -> None:
+        if self.config.prefetch_policy != "timeout" or not self.prefetching:
+            return
+        for r in [x for x in self.prefetching if x.ready_at is not None and x.ready_at <= now]:
+            self.prefetching.remove(r)
+            r.prefetch_wait_s = now - r.arrival_s
+            r.phase = WAITING
+            self._to_waiting(r)  # its prefetch goes on; what arrives in time is used
+
+    def _admitted(self) -> list:
+        out = list(self.running)
+        out += self.loading
+        out += self.ready
+        if self.chunked is not None:
+            out.append(self.chunked)
+        out += [r for r in self._in_prefill]
+        return out
+
+    def _admit(self, entries, budget, take) -> None:
+        limits = self.limits
+        self._in_prefill = [r for r, _ in entries if r is not self.chunked]
+        if budget[0] != limits.max_prefill_tokens or budget[1] != limits.chunked_prefill_tokens:
+            limits = BatchLimits(max_running_requests=limits.max_running_requests,
+                                 max_prefill_tokens=max(budget[0], 1),
+                                 chunked_prefill_tokens=None if budget[1] is None else max(budget[1], self.P),
+                                 max_total_tokens=limits.max_total_tokens)
+        ordered = self.policy.order(self.waiting, self._ctx)
+        probed: list = []
+
+        def probe(r) -> int:
+            """Match and lock a candidate just before admission considers it (as SGLang's
+            PrefillAdder locks what it admits), so the next candidate sees less evictable
+            memory. Host hits count as uncached here: loading them takes L1 pages."""
+            m = self.cache.match(r.seq, r.limit)
+            self.cache.lock(m)
+            probed.append((r, m))
+            return m.device if self.cache.hier is not None else m.cached_tokens
+
+        res = self.admission.select(ordered, self._admitted(), self._free_fn, limits, match_len=probe)
+        for _, m in probed:
+            self.cache.unlock(m)
+        self._in_prefill = []
+        now = self.clock.now()
+        gone = {id(r) for r, _ in res.admitted}
+        self.waiting = [r for r in self.waiting if id(r) not in gone]
+        for r, new in res.admitted:
+            if r.admit_s is None:
+                r.admit_s = now
+            r.state = RUNNING
+            self._resolve(r)
+            if r.phase != READY:
+                continue  # loading: it joins a later step
+            self.ready.remove(r)
+            new = min(new, r.fill_len - r.computed_tokens) if res.chunked is r else r.fill_len - r.computed_tokens
+            if new <= 0:
+                continue
+            if not r.started and not self._start(r):
+                self._fail_start(r)
+                continue
+            r.phase = PREFILL
+            take(r, new)
+            if r.computed_tokens + new < r.fill_len:
+                self.chunked = r
+
+    _in_prefill: list = []
+
+    def _decode_batch(self) -> list:
+        running = self.running
+        if not len(running):
+            return []
+        cache, P = self.cache, self.P
+
+        def need(r) -> int:
+            return 1 if r.fill_len > r.kv_pages * P else 0
+
+        pages = sum(need(r) for r in running)
+        if pages * P > self._free_fn() and not cache.full.pool.unbounded:
+            out = running.retract(pages * P - self._free_fn(), freed_tokens=lambda r: sum(map(len, r.pages)) * P)
+            for r in out:
+                self.counters["retractions"] += 1
+                self._release(r)
+                self._to_waiting(r, front=True)
+            self.waiting[: len(out)] = sorted(self.waiting[: len(out)], key=lambda x: x.fcfs_key())
+        batch = []
+        for r in running:
+            if need(r) and not self._alloc(r, 1):  # the last request alone does not fit: it waits
+                running.remove(r)
+                r.retracted += 1
+                self.counters["retractions"] += 1
+                self._release(r)
+                self._to_waiting(r, front=True)
+                continue
+            batch.append(r)
+        return batch
+
+    def _prefill_cost(self, prefill) -> tuple:
+        """(new tokens computed, context) per entry; a prefix shared with an earlier entry of
+        the same step (same page keys) is computed once."""
+        if len(prefill) < 2:
+            return tuple((new, ctx) for _, new, ctx in prefill)
+        P = self.P
+        seen: set = set()
+        out = []
+        for r, new, ctx in prefill:
+            shared = 0
+            if ctx % P == 0:
+                keys = r.seq.page_keys(P)[ctx // P : (ctx + new) // P].tolist()
+                for k in keys:
+                    if k not in seen:
+                        break
+                    shared += P
+                seen.update(keys)
+            shared = min(shared, new - 1)
+            self.counters["shared_prefill_tokens"] += shared
+            out.append((new - shared, ctx + shared))
+        return tuple(out)
+
+    def complete(self, step: Step) -> None:
+        """The step's compute is done (at clock.now())."""
+        now = self.clock.now()
+        cache = self.cache
+        self.counters["prefill_steps" if step.prefill else "decode_steps"] += 1
+        for r, new, _ in step.prefill:
+            r.computed_tokens += new
+            if r.computed_tokens < r.fill_len:
+                continue
+            if self.chunked is r:
+                self.chunked = None
+            if r.first_token_s is None:
+                r.first_token_s = now
+            if r.generated_tokens < r.output_length:
+                r.generated_tokens += 1
+            if r.generated_tokens >= r.output_length:
+                self._finish(r, now)
+            else:
+                r.phase = DECODE
+                self.running.add(r)
+        for r in step.decode:
+            r.generated_tokens += 1
+        for r in self.running.remove_finished():
+            self._finish(r, now)
+        hier = cache.hier
+        l2 = l3 = 0
+        if hier is not None:
+            if hier.pool is not None and hier.pool.capacity_pages is not None:
+                l2 = hier.pool.capacity_pages * self.P - hier.free_l2_tokens
+            if hier.storage is not None:
+                l3 = len(hier.storage) * self.P
+        l1 = 0 if cache.full.pool.unbounded else self.max_total_tokens - cache.free_tokens
+        self.timeline.append((now, len(self._admitted()), len(self.waiting) + len(self.prefetching), l1, l2, l3))
+
+    def _finish(self, r: EngineRequest, now: float) -> None:
+        pages = np.concatenate(r.pages) if r.pages else _EMPTY
+        self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.swa_pages, r.states, r.session_id, r.gen,
+                            r.priority)
+        r.match = None
+        r.pages, r.swa_pages, r.states = [], None, None
+        r.phase = DONE
+        r.state = FINISHED
+        r.finish_s = now
+        self._drain()
+        self._done_request(r)
+
+    def _done_request(self, r: EngineRequest) -> None:
+        r.seq = None  # the tokens are not needed any more: a long run must not keep them
+        r.prompt = r.prompt[:0]
+        self.finished.append(r)
+        for f in self.listeners:
+            f(r)
+
+
+__all__ = ["Engine", "EngineStalled", "MAX_RESOLVE_ROUNDS"]

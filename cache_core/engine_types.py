@@ -1,0 +1,148 @@
+"""Records and plug-in contracts of the engine loop (cache_core/engine.py).
+
+The engine never waits and never reads a clock itself: it is given three plug-ins.
+
+- **Clock** ``now() -> float`` (seconds) and ``idle(until) -> waitable``: what the loop yields
+  when there is nothing to run; it resumes at ``until`` (None: no timer) or as soon as
+  ``kick()`` is called (a request arrived, a transfer finished). SimPy: ``env.now`` and an
+  event; a wall clock: ``time.perf_counter()`` and a condition variable.
+- **DataPlane** ``submit(transfer, on_done)``: carry out one ``cache_core.actions.Transfer``
+  and call ``on_done(transfer.id, ok)`` when it has finished (SimPy: modelled links; torch:
+  real copies). The engine acknowledges the cache itself.
+- **StepExecutor** ``execute(step) -> generator``: run one batch; the loop does
+  ``yield from executor.execute(step)``, so a simulated executor yields a timeout of the
+  modelled step time and a real one runs the model (yielding nothing) and returns.
+
+"Waitables" are whatever the driver understands: the SimPy driver runs ``Engine.loop()`` as
+a process, so they are SimPy events; a wall-clock driver iterates the generator itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+from .scheduling import Request, _int
+
+SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "random")
+
+# request phases (Request.state keeps the scheduler's waiting/running/finished view)
+ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
+    "arrived", "prefetching", "waiting", "loading", "ready", "prefill", "decode", "done")
+
+
+class Clock(Protocol):
+    def now(self) -> float: ...
+    def idle(self, until: float | None): ...
+    def kick(self) -> None: ...
+
+
+class DataPlane(Protocol):
+    def submit(self, transfer, on_done: Callable[[int, bool], None]) -> None: ...
+
+
+class StepExecutor(Protocol):
+    def execute(self, step: "Step") -> Iterator: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    """The serving knobs (SGLang server arguments of the same meaning).
+
+    - ``max_running_requests``: requests admitted at once (prefilling, loading or decoding).
+    - ``max_prefill_tokens``: a prefill step's token budget (SGLang default 16384).
+    - ``chunked_prefill_tokens``: chunk size (SGLang ``--chunked-prefill-size``; None: off).
+    - ``schedule_policy``: waiting-queue order, one of fcfs, lpm, dfs-weight, random.
+    - ``new_token_ratio``: share of each running request's output still reserved at admission.
+    - ``mixed_chunk``: run decode and prefill in one step (SGLang ``--enable-mixed-chunk``);
+      off: a step with any prefill runs only the prefill (SGLang's default, prefill first).
+    - ``prefetch_policy``: how an L3 prefetch gates a request (SGLang
+      ``--hicache-storage-prefetch-policy``): ``wait_complete`` (it may be scheduled only
+      once the prefetch is done), ``best_effort`` (at once; what has arrived is used),
+      ``timeout`` (at the earlier of done and the budget ``TierConfig.prefetch_budget_s``).
+    - ``seed``: for the ``random`` policy.
+    """
+
+    max_running_requests: int = 16
+    max_prefill_tokens: int = 16384
+    chunked_prefill_tokens: int | None = 8192
+    schedule_policy: str = "fcfs"
+    new_token_ratio: float = 0.7
+    mixed_chunk: bool = False
+    prefetch_policy: str = "wait_complete"
+    seed: int = 0
+
+    def __post_init__(self):
+        _int(self.max_running_requests, "engine.max_running_requests", 1)
+        _int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)
+        if self.chunked_prefill_tokens is not None:
+            _int(self.chunked_prefill_tokens, "engine.chunked_prefill_tokens", 1)
+        if self.schedule_policy not in SCHEDULE_POLICIES:
+            raise ValueError(f"engine.schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, "
+                             f"got {self.schedule_policy!r}")
+        if self.prefetch_policy not in ("wait_complete", "best_effort", "timeout"):
+            raise ValueError("engine.prefetch_policy must be wait_complete, best_effort or timeout, "
+                             f"got {self.prefetch_policy!r}")
+        if not isinstance(self.mixed_chunk, bool):
+            raise ValueError(f"engine.mixed_chunk must be true or false, got {self.mixed_chunk!r}")
+
+
+@dataclass(eq=False)
+class EngineRequest(Request):
+    """A request as the engine serves it (the scheduler's `Request` plus the cache state and
+    the times that become a result row). ``seq`` is the `TokenSeq` of prompt + output[:-1]."""
+
+    round: int | None = None
+    phase: str = ARRIVED
+    pages: list = field(default_factory=list)  # FULL pages owned: KV of tokens prefix .. kv_pages*P
+    kv_pages: int = 0  # pages from token 0 the request has KV in (prefix pages + owned)
+    swa_pages: object = None
+    states: object = None
+    started: bool = False  # SWA window pages and MAMBA slots taken (first prefill chunk)
+    gen: int = 0  # session generation
+    waiting_ids: set = field(default_factory=set)  # transfers it waits for
+    resolve_rounds: int = 0
+    prefetch_tokens: int = 0
+    ready_at: float | None = None  # timeout prefetch: schedulable from then
+    # results
+    admit_s: float | None = None
+    ready_s: float | None = None
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    prefetch_wait_s: float = 0.0
+    cached_tokens: int = 0
+    cached_device: int = 0
+    cached_host: int = 0
+    cached_storage: int = 0
+    evicted_tokens: int = 0
+    rejected: bool = False
+    first_prefix: int | None = None
+    prompt_tokens: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.prompt_tokens = len(self.prompt)
+
+    @property
+    def limit(self) -> int:
+        return max(self.fill_len - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One batch: prefill entries (request, new tokens, tokens computed before this step and
+    shared tokens computed once by an earlier request of the same step) and decode requests.
+    ``prefill_cost``/``decode_contexts`` are what the step executor prices."""
+
+    index: int
+    start_s: float
+    prefill: tuple  # ((EngineRequest, new_tokens, context_tokens), ...)
+    decode: tuple  # (EngineRequest, ...)
+    prefill_cost: tuple  # ((new_tokens computed, context tokens), ...)
+    decode_contexts: tuple
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+__all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "Step", "SCHEDULE_POLICIES"]

@@ -1,0 +1,189 @@
+"""The SimPy run mode: the shared engine loop (cache_core/engine.py) with simulated plug-ins.
+
+- `SimClock`: ``env.now``; the loop idles on an event that arrivals and transfer completions
+  trigger (``kick``), or until a prefetch timeout.
+- `SimDataPlane`: each Transfer goes onto its modelled link (sim/links.py: bandwidth,
+  latency, per-page overhead, processor sharing between concurrent transfers) and is
+  reported done when its bytes have arrived. Backups (L1->L2) and stores (L2->L3) run in the
+  background and compete with loads for the links.
+- `CostExecutor`: a step lasts ``cost.step_time_s(prefill, decode)`` of simulated time
+  (sim/cost.py: roofline, or a fitted table).
+- Clients: `multiturn_clients` (bench_multiturn's closed loop) and `timed_arrivals` (a
+  trace's timestamps).
+
+The engine's loading phase waits for a request's loads before it joins a step, so a load
+delays that request's first token by the load time (plus the wait for the step in progress);
+SGLang overlaps the last layers' loads with the forward pass (an optimisation not modelled).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+import simpy
+
+from cache_core.engine import Engine
+from cache_core.engine_types import EngineRequest
+from cache_core.records import TokenSeq
+
+from .links import DataPlane, LinkSet
+
+
+class SimClock:
+    def __init__(self, env: simpy.Environment):
+        self.env = env
+        self._ev = None
+
+    def now(self) -> float:
+        return self.env.now
+
+    def idle(self, until=None):
+        self._ev = self.env.event()
+        if until is None:
+            return self._ev
+        return self.env.any_of([self._ev, self.env.timeout(max(until - self.env.now, 0.0))])
+
+    def kick(self) -> None:
+        if self._ev is not None and not self._ev.triggered:
+            self._ev.succeed()
+
+
+class SimDataPlane:
+    """Transfers onto modelled links; ``on_done`` is called when the bytes have arrived."""
+
+    def __init__(self, links: LinkSet):
+        self.links = links
+        self.plane = DataPlane(links)
+
+    def submit(self, t, on_done) -> None:
+        ev = self.plane.submit(t)
+        ev.callbacks.append(lambda _e, tid=t.id: on_done(tid, True))
+
+
+class CostExecutor:
+    """A step takes the cost model's time; the busy time and step count are kept."""
+
+    def __init__(self, env: simpy.Environment, cost):
+        self.env = env
+        self.cost = cost
+        self.busy_s = 0.0
+        self.steps = 0
+
+    def execute(self, step):
+        t = self.cost.step_time_s(step.prefill_cost, step.decode_contexts)
+        self.busy_s += t
+        self.steps += 1
+        yield self.env.timeout(t)
+
+
+def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, pcie_gpus=None) -> Engine:
+    """An engine on simulated plug-ins: the cache's links from the hardware preset."""
+    links = LinkSet.from_hardware(env, hardware, pcie_gpus=pcie_gpus)
+    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links), CostExecutor(env, cost))
+    eng.links = links
+    return eng
+
+
+# ----------------------------------------------------------------------------------------------
+# clients
+# ----------------------------------------------------------------------------------------------
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+_STREAM_SEND = 3  # scenarios.workloads uses 0..2
+
+
+def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_finish=None):
+    """bench_multiturn's closed loop (a SimPy process).
+
+    A ready queue holds clients whose next round may be sent: at first every client (round-1
+    order: fifo 0..N-1, or the workload's seeded permutation). The sender takes the head
+    (``fifo``) or a seeded random entry (``random``) whenever fewer than ``max_parallel``
+    requests are in flight, sends the client's next round (its whole history + new tokens),
+    then sleeps an exponential gap at ``request_rate`` (none for an infinite rate). When a
+    request finishes, its client is ready again: at once without the round barrier; with it,
+    every client of round r+1 becomes ready (in that round's order) when the last request of
+    round r finishes."""
+    cfg = workload.config
+    N, R = cfg.num_clients, cfg.num_rounds
+    P = engine.P
+    rng = _rng(cfg.seed, _STREAM_SEND)
+    ready = deque(workload.round_order(1).tolist())
+    histories = {}
+    next_round = [1] * N
+    done_in_round = [0] * (R + 2)
+    state = {"inflight": 0, "sent": 0, "finished": 0, "wake": None}
+    gap = None if math.isinf(cfg.request_rate) else 1.0 / cfg.request_rate
+
+    def wake():
+        ev = state["wake"]
+        if ev is not None and not ev.triggered:
+            ev.succeed()
+
+    def finished(r):
+        if r.round is None:
+            return
+        state["inflight"] -= 1
+        state["finished"] += 1
+        done_in_round[r.round] += 1
+        c = r.session_id
+        if r.round < R:
+            if not cfg.round_barrier:
+                ready.append(c)
+            elif done_in_round[r.round] == N:
+                ready.extend(workload.round_order(r.round + 1).tolist())
+        if on_finish is not None:
+            on_finish(r)
+        wake()
+
+    engine.listeners.append(finished)
+    total = N * R
+    while state["sent"] < total:
+        while not ready or state["inflight"] >= cfg.max_parallel:
+            state["wake"] = env.event()
+            yield state["wake"]
+        if cfg.ready_queue_policy == "random" and len(ready) > 1:
+            i = int(rng.integers(len(ready)))
+            c = ready[i]
+            del ready[i]
+        else:
+            c = ready.popleft()
+        hist = histories.get(c)
+        if hist is None:
+            hist = histories[c] = workload.client(c)
+        wr = hist.next_round(next_round[c])
+        next_round[c] += 1
+        if next_round[c] > R:
+            del histories[c]
+        seq = TokenSeq(wr.sequence, wr.sequence_keys(P), P)
+        req = EngineRequest(rid=state["sent"], session_id=c, prompt=wr.prompt, output_length=len(wr.output),
+                            arrival_s=env.now, seq=seq, round=wr.round)
+        state["sent"] += 1
+        state["inflight"] += 1
+        engine.arrive(req)
+        if gap is not None and state["sent"] < total:
+            yield env.timeout(float(rng.exponential(gap)))
+    while state["finished"] < total:
+        state["wake"] = env.event()
+        yield state["wake"]
+    engine.close_input()
+
+
+def timed_arrivals(env: simpy.Environment, engine: Engine, items, *, speedup: float = 1.0):
+    """Send each item at its timestamp / speedup (a SimPy process). `items` yields
+    (arrival_s, EngineRequest) in time order, or (arrival_s, ("close_session", id))."""
+    for t, req in items:
+        t = t / speedup
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        if isinstance(req, tuple):
+            engine.close_session(req[1])
+            continue
+        req.arrival_s = env.now
+        engine.arrive(req)
+    engine.close_input()
+
+
+__all__ = ["SimClock", "SimDataPlane", "CostExecutor", "build", "multiturn_clients", "timed_arrivals"]
