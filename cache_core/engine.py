@@ -389,9 +389,6 @@ class Engine:
             if new <= 0:
                 break
             self.ready.popleft()
-            if not r.started and not self._start(r):
-                self._fail_start(r)
-                break
             r.phase = PREFILL
             r.state = RUNNING
             take(r, new)
@@ -405,10 +402,16 @@ class Engine:
         prefill, blocked = [], []
         for r, new in entries:
             need = -(-(r.computed_tokens + new) // P) - r.kv_pages
-            if self._alloc(r, need):
-                prefill.append((r, new, r.computed_tokens))
-            elif r is not self.chunked:
-                blocked.append(r)
+            if not self._alloc(r, need):
+                if r is not self.chunked:
+                    blocked.append(r)
+                continue
+            if not r.started and not self._start(r):  # after FULL, in replay's order
+                if self.chunked is r:
+                    self.chunked = None
+                self._fail_start(r)
+                continue
+            prefill.append((r, new, r.computed_tokens))
         for r in reversed(blocked):
             r.phase = READY
             self.ready.appendleft(r)
@@ -496,9 +499,6 @@ class Engine:
             self.ready.remove(r)
             new = min(new, r.fill_len - r.computed_tokens) if res.chunked is r else r.fill_len - r.computed_tokens
             if new <= 0:
-                continue
-            if not r.started and not self._start(r):
-                self._fail_start(r)
                 continue
             r.phase = PREFILL
             take(r, new)

@@ -195,7 +195,11 @@ def prefetch_components(hier, node, keys) -> None:
 def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
     swa, mamba = cache.swa, cache.mamba
     if swa is not None:
-        have = np.array([("swa", int(k)) in storage for k in keys], dtype=bool)
+        # only the window before the node's end serves reuse there: older windows found in
+        # L3 (each round stores its own) would only crowd the SWA L2 pool
+        tail = min(len(keys), swa.window_pages)
+        have = np.zeros(len(keys), dtype=bool)
+        have[len(keys) - tail:] = [("swa", int(k)) in storage for k in keys[len(keys) - tail:]]
         node.comp[SWA] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys),
                                     host=np.full(len(keys), -1, dtype=INDEX_DTYPE))
         dst = _alloc_host(hier, swa.host_pool, int(have.sum()))

@@ -12,8 +12,6 @@ import sys
 import time
 
 EXIT_BAD_INPUT = 2
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,20 +47,11 @@ def _sizes(text: str) -> str:
 def _size(text: str) -> str:
     """Syntax check of a size option (tokens, bytes with a unit, or 'unbounded'); the value is
     converted once --kv-bytes-per-token is known."""
-    t = text.strip().lower().replace("_", "")
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = t[len(num):]
-    ok = t in ("unbounded", "inf", "none") or t.isdigit() or (unit in _UNITS and _is_nonneg_number(num))
-    if not ok:
+    from scenarios.units import is_size_text
+
+    if not is_size_text(text):
         raise argparse.ArgumentTypeError(f"expected a non-negative token count or a size like 500GiB, got {text!r}")
     return text
-
-
-def _is_nonneg_number(text: str) -> bool:
-    try:
-        return float(text) >= 0
-    except ValueError:
-        return False
 
 
 def _policy(text: str) -> str:
@@ -77,8 +66,8 @@ def _policy(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="radixsim", description=(
-        "Radix-tree KV-cache core for LLM serving: exact trace replay now; the SimPy simulator "
-        "and the torch backend share the same core."))
+        "Radix-tree KV-cache core for LLM serving: simulate a scenario (run), replay a trace exactly "
+        "(replay); one cache core and one engine loop for every mode."))
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     r = sub.add_parser("replay", help="replay a JSONL trace through the cache, one request at a time",
@@ -142,6 +131,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="recount every invariant after each request (slow; for debugging)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    u = sub.add_parser("run", help="simulate a scenario under the SimPy clock (the main job)",
+                       description=(
+                           "Simulate a scenario (YAML: model and hardware presets, cache, engine, workload, "
+                           "seed) with the shared engine loop on modelled links and a roofline cost model. "
+                           "Writes config.yaml (fully resolved, with provenance), requests.csv (with the "
+                           "queue/load/compute split of each TTFT), rounds.csv, timeline.csv, summary.json "
+                           "and per-round TTFT and hit-rate plots to --out. Without a scenario it runs the "
+                           "small 'quickstart' one. Catalog names (radixsim scenarios) work without a path."))
+    u.add_argument("scenario", nargs="?", default=None,
+                   help="scenario file, or a catalog name such as fig4-dsv4-flash-l3 (default: quickstart)")
+    u.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario key, e.g. --set cache.l2_tokens=4000000 or --set "
+                        "workload.num_rounds=20 (dotted names of DESIGN.md; repeatable)")
+    u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
+    u.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    u.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    c = sub.add_parser("scenarios", help="list the scenario catalog",
+                       description="List the bundled scenarios (scenarios/catalog/*.yaml), one line each.")
+    c.set_defaults()
+
     t = sub.add_parser("trace", help="write a generated workload as a JSONL trace",
                        description=("Write a generated workload as a JSONL trace (the format replay reads): "
                                     "agentic = SWE-bench-like sessions with tool loops, sub-agents and "
@@ -171,25 +181,10 @@ def _cmd_trace(args) -> int:
 def parse_size(text: str | None, option: str, bytes_per_token: int, allow_unbounded: bool = False):
     """Tokens ('2000000', '2_000_000'), or bytes with a unit ('500GiB') converted through the
     KV bytes per token; 'unbounded' -> None where allowed."""
-    if text is None:
-        return None
-    t = text.strip().lower().replace("_", "")
-    if allow_unbounded and t in ("unbounded", "inf", "none"):
-        return None
-    if t.isdigit():
-        return int(t)
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = t[len(num):]
-    try:
-        value = float(num)
-    except ValueError:
-        value = -1.0
-    if unit not in _UNITS or value < 0:
-        raise ValueError(f"{option} {text!r}: expected a token count or a size like 500GiB"
-                         + (" or 'unbounded'" if allow_unbounded else ""))
-    if bytes_per_token <= 0:
-        raise ValueError(f"{option} {text!r} is in bytes: give --kv-bytes-per-token to convert it to tokens")
-    return int(value * _UNITS[unit] // bytes_per_token)
+    from scenarios.units import parse_size as _parse
+
+    return _parse(text, option, bytes_per_token, allow_unbounded,
+                  hint="give --kv-bytes-per-token to convert it to tokens")
 
 
 def _workload_sets(sets) -> tuple:
@@ -274,6 +269,47 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _cmd_run(args) -> int:
+    from scenarios.scenario import ScenarioError, from_file
+
+    from .run import DEFAULT_SCENARIO, run_scenario
+
+    name = args.scenario or DEFAULT_SCENARIO
+    try:
+        sc = from_file(name, args.sets)
+    except ScenarioError as e:
+        sys.stderr.write(f"radixsim run: {e}\n")
+        return EXIT_BAD_INPUT
+    out = args.out or f"runs/{sc.doc['name']}"
+    try:
+        s = run_scenario(sc, out, command=args.command_line, progress=not args.no_progress,
+                         plots=not args.no_plots)
+    except (ValueError, OSError) as e:
+        sys.stderr.write(f"radixsim run: {name}: {e}\n")
+        return EXIT_BAD_INPUT
+    c = sc.cache
+    tiers = "L1" if c.tiers is None else ("L1+L2+L3" if c.tiers.l3 else "L1+L2")
+    print(f"{sc.doc['name']}: {sc.model.name} TP{sc.tp}, {tiers}, L1 {c.capacity_tokens:,} tokens"
+          + ("" if c.tiers is None else f", L2 {sc.doc['cache']['l2_tokens']:,}")
+          + ("" if c.tiers is None or not c.tiers.l3 else f", L3 {sc.doc['cache']['l3_tokens']}"))
+    print(f"{s['requests']} requests, {s['total_prompt_tokens']:,} prompt tokens: hit rate {s['hit_rate']:.4f} "
+          f"(device {s['hit_rate_device']:.4f}, host {s['hit_rate_host']:.4f}, storage "
+          f"{s['hit_rate_storage']:.4f}), last 10 rounds {s['hit_rate_last10']}")
+    print(f"simulated {s['duration_s']:,.1f} s: mean TTFT {s['ttft_mean_s']:.3f} s (p90 {s['ttft_p90_s']:.3f}), "
+          f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.1f} s -> {out}")
+    return 0
+
+
+def _cmd_scenarios(args) -> int:
+    from scenarios.scenario import catalog
+
+    rows = catalog()
+    width = max(len(n) for n, _ in rows)
+    for name, desc in rows:
+        print(f"{name:<{width}}  {desc}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -286,6 +322,10 @@ def main(argv=None) -> int:
         return _cmd_replay(args)
     if args.command == "trace":
         return _cmd_trace(args)
+    if args.command == "run":
+        return _cmd_run(args)
+    if args.command == "scenarios":
+        return _cmd_scenarios(args)
     parser.error(f"unknown command {args.command}")  # pragma: no cover
 
 

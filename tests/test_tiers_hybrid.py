@@ -358,17 +358,18 @@ def test_l3_round_trip_swa_and_mamba_prefetch_per_component():
     assert (r.cached_tokens, r.cached_device, r.cached_host, r.cached_storage) == (28, 0, 0, 28)
     assert l1_serves(c, req, 28) is None
     ts = transfers(c, n0)
-    assert shape(ts[:6]) == [("prefetch", "full", L3, L2, 28), ("prefetch", "swa", L3, L2, 16),
+    # SWA: only the window before the node's end comes back (pages 5, 6), not the older one
+    assert shape(ts[:6]) == [("prefetch", "full", L3, L2, 28), ("prefetch", "swa", L3, L2, 8),
                              ("prefetch", "mamba", L3, L2, 0), ("load", "full", L2, L1, 28),
                              ("load", "swa", L2, L1, 8), ("load", "mamba", L2, L1, 0)]
     pf, ps, pm, lf, ls, lm = ts[:6]
     assert [int(k) for k in pf.keys] == ks
-    assert [int(k) for k in ps.keys] == [ks[2], ks[3], ks[5], ks[6]]
+    assert [int(k) for k in ps.keys] == [ks[5], ks[6]]
     assert [int(k) for k in pm.keys] == [ks[6]]
     node = node_at(c, AB3)
     assert node.parent is c.tree.root  # one prefetched node: only the checkpoint at its end came back
-    assert swa_l2(node) == [-1, -1] + ints(ps.dst)[:2] + [-1] + ints(ps.dst)[2:]
-    assert ints(ls.src) == ints(ps.dst)[2:] and swa_l1(node) == [-1] * 5 + ints(ls.dst)
+    assert swa_l2(node) == [-1] * 5 + ints(ps.dst)
+    assert ints(ls.src) == ints(ps.dst) and swa_l1(node) == [-1] * 5 + ints(ls.dst)
     assert ckpt(node) == (int(lm.dst), int(pm.dst)) and lm.src == pm.dst
     cps = [x for x in c.actions[n0:] if isinstance(x, CopyState)]
     assert [(x.src, x.at_tokens) for x in cps] == [(int(lm.dst), 28)]

@@ -1,0 +1,202 @@
+"""`radixsim run`: a scenario under the SimPy clock -> the result schema (+ default plots).
+
+Ties the layers together: scenarios (resolved scenario, workload) -> cache_core (cache,
+engine loop) -> sim (links, cost model, clients) -> results files -> analysis (plots).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cache_core import RadixCache, invariants
+
+from . import results
+
+DEFAULT_SCENARIO = "quickstart"
+TIMELINE_MAX_ROWS = 2000
+
+
+def make_cost(sc):
+    """The scenario's step-time model: roofline (with efficiency overrides) or a fitted table."""
+    from sim.cost import Efficiency, RooflineCostModel, TableCostModel
+
+    if sc.cost_table:
+        return TableCostModel.from_file(sc.cost_table, hw=sc.hardware)
+    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
+
+
+def simulate(sc, *, progress: bool = False):
+    """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds)."""
+    import simpy
+
+    from scenarios.workloads import MultiTurnWorkload
+    from sim.simulator import build, multiturn_clients
+
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    tiered = sc.cache.tiers is not None
+    cache = RadixCache(sc.cache, record_actions=True, auto_ack=not tiered)
+    cost = make_cost(sc)
+    eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
+    wl = MultiTurnWorkload(sc.workload)
+    total = len(wl)
+    bar = _progress(total, progress, sc.doc.get("name") or "run")
+    if bar is not None:
+        eng.listeners.append(lambda r: bar.update())
+    env.process(multiturn_clients(env, eng, wl))
+    env.process(eng.loop())
+    env.run()
+    if bar is not None:
+        bar.close()
+    if len(eng.finished) != total:
+        raise RuntimeError(f"the simulation stopped with {len(eng.finished)} of {total} requests finished "
+                           f"(waiting {len(eng.waiting)}, loading {len(eng.loading)}, running {len(eng.running)})")
+    invariants.check(cache)
+    return eng, env, cost, time.perf_counter() - t0
+
+
+def _progress(total, enabled: bool, desc: str):
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="req", desc=desc, file=sys.stderr, mininterval=0.5)
+
+
+def request_rows(eng) -> list:
+    rows = []
+    for r in sorted(eng.finished, key=lambda x: x.rid):
+        ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
+        row = {"rid": r.rid, "session_id": r.session_id, "round": r.round, "arrival_s": r.arrival_s,
+               "start_s": r.admit_s, "first_token_s": r.first_token_s, "finish_s": r.finish_s, "ttft_s": ttft,
+               "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_length,
+               "cached_tokens": r.cached_tokens, "cached_device": r.cached_device, "cached_host": r.cached_host,
+               "cached_storage": r.cached_storage, "evicted_tokens": r.evicted_tokens, "rejected": r.rejected}
+        if ttft is not None and r.admit_s is not None and r.ready_s is not None:
+            queue = r.admit_s - r.arrival_s - r.prefetch_wait_s
+            load = r.prefetch_wait_s + (r.ready_s - r.admit_s)
+            row.update(queue_s=queue, load_s=load, compute_s=ttft - queue - load)
+        rows.append(row)
+    return rows
+
+
+def _cumulative_busy(points, now: float):
+    """(times, busy seconds up to each time) of a link timeline [(t, active), ...]."""
+    t = np.array([p[0] for p in points] + [now], dtype=float)
+    busy = np.array([1.0 if p[1] > 0 else 0.0 for p in points])
+    cum = np.concatenate([[0.0], np.cumsum(np.diff(t) * busy)])
+    return t, cum
+
+
+def timeline_rows(eng, end_s: float) -> tuple[list, list]:
+    """timeline.csv: engine samples after each step, at most TIMELINE_MAX_ROWS (the last
+    sample of each equal time bin), with each link's busy fraction over the bin."""
+    samples = eng.timeline
+    links = list(eng.links)
+    names = [f"util_{ln.name.replace('->', '_to_')}" for ln in links]
+    if not samples:
+        return ["t_s", "running", "waiting", "l1_used_tokens", "l2_used_tokens", "l3_used_tokens"] + names, []
+    ts = np.array([s[0] for s in samples])
+    if len(samples) > TIMELINE_MAX_ROWS:
+        edges = np.linspace(0.0, end_s, TIMELINE_MAX_ROWS + 1)[1:]
+        idx = np.unique(np.clip(np.searchsorted(ts, edges, side="right") - 1, 0, len(ts) - 1))
+    else:
+        idx = np.arange(len(samples))
+    picked = [samples[i] for i in idx]
+    times = np.array([p[0] for p in picked])
+    prev = np.concatenate([[0.0], times[:-1]])
+    cols = []
+    for ln in links:
+        t, cum = _cumulative_busy(ln.timeline(), max(end_s, float(times[-1])))
+        a, b = np.interp(prev, t, cum), np.interp(times, t, cum)
+        width = np.where(times > prev, times - prev, 1.0)
+        cols.append(np.where(times > prev, (b - a) / width, 0.0))
+    rows = []
+    for i, p in enumerate(picked):
+        rows.append([p[0], p[1], p[2], p[3], p[4], p[5]] + [round(float(c[i]), 6) for c in cols])
+    return ["t_s", "running", "waiting", "l1_used_tokens", "l2_used_tokens", "l3_used_tokens"] + names, rows
+
+
+def summarise(eng, rows, rounds, env_now: float) -> dict:
+    ok = [r for r in rows if not r["rejected"] and r["ttft_s"] is not None]
+    ttft = np.array([r["ttft_s"] for r in ok]) if ok else np.array([])
+    start = min((r["arrival_s"] for r in rows), default=0.0)
+    end = max((r["finish_s"] for r in rows if r["finish_s"] is not None), default=0.0)
+    duration = end - start
+    tpot = [(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1) for r in ok if r["output_tokens"] > 1]
+    e2e = [r["finish_s"] - r["arrival_s"] for r in ok]
+
+    def pct(a, q):
+        return float(np.percentile(a, q)) if len(a) else None
+
+    s = {"mode": "sim", **results.totals(rows, rounds)}
+    s.update({
+        "effective_input_tps": s["total_prompt_tokens"] / duration if duration > 0 else None,
+        "duration_s": duration,
+        "ttft_mean_s": float(ttft.mean()) if len(ttft) else None,
+        "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
+        "tpot_mean_s": float(np.mean(tpot)) if tpot else None,
+        "e2e_p50_s": pct(e2e, 50),
+        "rejected": sum(1 for r in rows if r["rejected"]),
+        "queue_mean_s": float(np.mean([r["queue_s"] for r in ok])) if ok else None,
+        "load_mean_s": float(np.mean([r["load_s"] for r in ok])) if ok else None,
+        "compute_mean_s": float(np.mean([r["compute_s"] for r in ok])) if ok else None,
+    })
+    cache = eng.cache
+    hier = cache.hier
+    s["bytes_per_link"] = {ln.name: int(ln.bytes_done) for ln in eng.links}
+    s["evictions"] = _evictions(cache)
+    s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
+                   "simulated_end_s": env_now}
+    if hier is not None:
+        s["tokens_per_link"] = dict(hier.tokens_moved)
+    s["cache"] = cache.stats()
+    return s
+
+
+def _evictions(cache) -> dict:
+    from .replay import _evictions as ev
+
+    return ev(cache)
+
+
+def write_timeline(out: Path, header, rows) -> None:
+    import csv
+
+    with open(out / "timeline.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(header)
+        for r in rows:
+            w.writerow([results._cell(v) for v in r])
+
+
+def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True) -> dict:
+    """Simulate `sc` and write config.yaml, requests.csv, rounds.csv, timeline.csv,
+    summary.json (and per-round plots) to out_dir. Returns the summary (plus wall time
+    under the key "_wall_s", not written to summary.json so that runs compare byte for byte)."""
+    eng, env, cost, wall = simulate(sc, progress=progress)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = request_rows(eng)
+    results.write_requests(out, rows)
+    rounds = results.round_table(rows)
+    if rounds:
+        results.write_rounds(out, rounds)
+    summary = summarise(eng, rows, rounds, env.now)
+    header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
+    write_timeline(out, header, trows)
+    results.write_summary(out, summary)
+    doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
+    results.write_config(out, doc, seed=sc.seed, command=command)
+    if plots and rounds:
+        from analysis.plots import plot_run
+
+        plot_run(out)
+    summary["_wall_s"] = wall
+    return summary
+
+
+__all__ = ["run_scenario", "simulate", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]

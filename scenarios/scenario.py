@@ -1,0 +1,409 @@
+"""Scenario files: model preset + hardware preset + cache + engine + workload + seed (YAML).
+
+A scenario is read (`load`), optionally overridden with ``--set`` dotted keys (`apply_sets`),
+validated against `SCHEMA` and resolved (`resolve`) into ready-to-run configuration objects
+plus ``doc``: every value, defaults and derived numbers included (``l1_tokens: auto`` becomes
+a number), which `radixsim run` writes to ``config.yaml``.
+
+Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
+
+    name, description, seed, model, hardware, tp
+    cache.page_size, l1_tokens (auto | tokens | bytes), mem_fraction_static, max_total_tokens,
+          swa_full_tokens_ratio, mamba_full_memory_ratio, swa_tokens, mamba_slots,
+          mamba_every_tokens, components, l2_tokens, hicache_ratio, l3_tokens (null: no L3;
+          unbounded; tokens; bytes), policy, write_policy, l3_write, prefetch_policy,
+          min_prefetch_tokens
+    engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
+           new_token_ratio, mixed_chunk
+    workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
+             output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
+             vocab_size
+    cost.kind (roofline | table), cost.table (a file), cost.efficiency.* (sim/cost.py Efficiency)
+
+Sizes in bytes ("500GiB") become tokens through the model's FULL KV bytes per token with its
+FULL sidecars (`presets.bytes_per_token(model, "full")`): the SWA and MAMBA payloads stored
+alongside are not charged (assumption; small next to FULL for the seed's models).
+
+Every problem raises `ScenarioError("FILE: KEY: problem; expected ...")` (one line).
+"""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from cache_core.config import CacheConfig, MambaConfig, SwaConfig
+from cache_core.engine_types import SCHEDULE_POLICIES, EngineConfig
+from cache_core.eviction import policy_names
+from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
+
+from . import presets
+from .units import parse_size
+from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
+
+CATALOG_DIR = Path(__file__).parent / "catalog"
+
+
+class ScenarioError(ValueError):
+    """A bad scenario file or override: one line naming the file, the key and what was expected."""
+
+
+# -- schema -------------------------------------------------------------------------------------
+# key -> (default, checker name, what is expected); nested dicts are sections.
+_ANY_SIZE = "a token count, a size like 500GiB"
+SCHEMA = {
+    "name": (None, "str_or_none", "a string"),
+    "description": ("", "str", "a string"),
+    "seed": (0, "int0", "an integer >= 0"),
+    "model": ("qwen3-32b", "model", "a model preset name"),
+    "hardware": ("h200x1", "hardware", "a hardware preset name"),
+    "tp": (None, "int1_or_none", "an integer >= 1 (default: the hardware's GPU count)"),
+    "cache": {
+        "page_size": (64, "int1", "an integer >= 1"),
+        "l1_tokens": ("auto", "size_auto", f"'auto' or {_ANY_SIZE}"),
+        "mem_fraction_static": (0.88, "fraction", "a number in (0, 1]"),
+        "max_total_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "swa_full_tokens_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "mamba_full_memory_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "swa_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "mamba_slots": (None, "int1_or_none", "null or an integer >= 1"),
+        "mamba_every_tokens": (None, "int1_or_none", "null or an integer >= 1"),
+        "components": (None, "components", "null or a list of full, swa, mamba"),
+        "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
+        "policy": ("lru", "policy", "an eviction policy name"),
+        "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
+        "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
+        "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
+        "min_prefetch_tokens": (256, "int0", "an integer >= 0"),
+    },
+    "engine": {
+        "max_running_requests": (16, "int1", "an integer >= 1"),
+        "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
+        "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
+        "schedule_policy": ("fcfs", ("choice", SCHEDULE_POLICIES), "one of " + ", ".join(SCHEDULE_POLICIES)),
+        "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
+        "mixed_chunk": (False, "bool", "true or false"),
+    },
+    "workload": {
+        "kind": ("multiturn", ("choice", ("multiturn",)), "multiturn"),
+        "num_clients": (48, "int1", "an integer >= 1"),
+        "num_rounds": (60, "int1", "an integer >= 1"),
+        "request_length": (4096, "int1", "an integer >= 1"),
+        "output_length": (16, "int0", "an integer >= 0"),
+        "max_parallel": (16, "int1", "an integer >= 1"),
+        "request_rate": (64.0, "rate", "a number > 0 or inf"),
+        "round_barrier": (True, "bool", "true or false"),
+        "ready_queue_policy": ("fifo", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
+        "vocab_size": (128_000, "int1", "an integer >= 1"),
+    },
+    "cost": {
+        "kind": ("roofline", ("choice", ("roofline", "table")), "roofline or table"),
+        "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
+        "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
+    },
+}
+
+
+def _ok(check, v) -> bool:
+    if isinstance(check, tuple):
+        return v in check[1]
+    num = isinstance(v, numbers.Real) and not isinstance(v, bool)
+    integer = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    return {
+        "str": lambda: isinstance(v, str),
+        "str_or_none": lambda: v is None or isinstance(v, str),
+        "int0": lambda: integer and v >= 0,
+        "int1": lambda: integer and v >= 1,
+        "int1_or_none": lambda: v is None or (integer and v >= 1),
+        "fraction": lambda: num and 0 < v <= 1,
+        "pos_or_none": lambda: v is None or (num and v > 0 and math.isfinite(v)),
+        "nonneg": lambda: num and v >= 0 and math.isfinite(v),
+        "rate": lambda: (num and v > 0) or (isinstance(v, str) and v.lower() in ("inf", "infinity")),
+        "bool": lambda: isinstance(v, bool),
+        "mapping": lambda: isinstance(v, dict),
+        "model": lambda: isinstance(v, str),
+        "hardware": lambda: isinstance(v, str),
+        "policy": lambda: isinstance(v, str) and v in policy_names(),
+        "components": lambda: v is None or (isinstance(v, list) and v and
+                                            all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
+        "size_auto": lambda: v == "auto" or _size_syntax(v),
+        "size_or_none": lambda: v is None or _size_syntax(v),
+        "size_l3": lambda: v is None or _size_syntax(v),
+    }[check]()
+
+
+def _size_syntax(v) -> bool:
+    from .units import is_size_text
+
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, numbers.Integral):
+        return v >= 0
+    return isinstance(v, str) and is_size_text(v)
+
+
+def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
+    """Defaults filled in, unknown keys and bad values rejected."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: {prefix.rstrip('.') or 'top level'}: expected a mapping, got {raw!r}")
+    out = {}
+    for k in raw:
+        if k not in schema:
+            raise ScenarioError(f"{where}: {prefix}{k}: unknown key; expected one of "
+                                f"{', '.join(sorted(schema))}")
+    for k, spec in schema.items():
+        if isinstance(spec, dict):
+            out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
+            continue
+        default, check, expected = spec
+        v = raw.get(k, copy.deepcopy(default))
+        if not _ok(check, v):
+            raise ScenarioError(f"{where}: {prefix}{k}: got {v!r}; expected {expected}")
+        out[k] = v
+    return out
+
+
+# -- reading ------------------------------------------------------------------------------------
+def load(path) -> dict:
+    """The raw mapping of a scenario file (no validation yet). A catalog name (without
+    .yaml) is looked up in scenarios/catalog/."""
+    p = Path(path)
+    if not p.exists() and p.suffix == "" and (CATALOG_DIR / f"{p.name}.yaml").exists():
+        p = CATALOG_DIR / f"{p.name}.yaml"
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file (catalog: {', '.join(catalog_names())})") from None
+    except OSError as e:
+        raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: top level: expected a mapping of keys, got {type(raw).__name__}")
+    raw.setdefault("name", p.stem)
+    return raw
+
+
+def apply_sets(raw: dict, sets, where: str = "--set") -> dict:
+    """Apply ``KEY=VALUE`` overrides (dotted keys, YAML values) to a copy of `raw`."""
+    out = copy.deepcopy(raw)
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ScenarioError(f"{where} {item!r}: expected KEY=VALUE (e.g. cache.l2_tokens=4000000)")
+        try:
+            v = yaml.safe_load(value)
+        except yaml.YAMLError:
+            v = value
+        set_key(out, key, v, where)
+    return out
+
+
+def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
+    parts = key.split(".")
+    node, schema = raw, SCHEMA
+    for i, part in enumerate(parts):
+        if not isinstance(schema, dict) or part not in schema:
+            known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
+            raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
+        schema = schema[part]
+        if i == len(parts) - 1:
+            node[part] = value
+        else:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+
+
+def catalog_names() -> list[str]:
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.yaml"))
+
+
+def catalog() -> list[tuple[str, str]]:
+    """(name, one-line description) of every catalog scenario."""
+    out = []
+    for name in catalog_names():
+        raw = load(CATALOG_DIR / f"{name}.yaml")
+        out.append((name, str(raw.get("description", "")).strip().splitlines()[0] if raw.get("description") else ""))
+    return out
+
+
+# -- resolving ------------------------------------------------------------------------------------
+@dataclass
+class Scenario:
+    """A resolved scenario: what the run needs, and ``doc`` (every value) for config.yaml."""
+
+    doc: dict
+    model: object  # presets.ModelPreset
+    hardware: object  # presets.HardwarePreset
+    tp: int
+    cache: CacheConfig
+    engine: EngineConfig
+    workload: MultiTurnConfig
+    efficiency: dict
+    cost_table: str | None
+    source: str
+
+    @property
+    def seed(self) -> int:
+        return self.doc["seed"]
+
+
+def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
+    """Validate and resolve a raw scenario mapping (ScenarioError on any problem)."""
+    doc = _validate(raw, SCHEMA, where)
+    try:
+        model = presets.get_model(doc["model"])
+    except ValueError as e:
+        raise ScenarioError(f"{where}: model: {e}") from None
+    try:
+        hw = presets.get_hardware(doc["hardware"])
+    except ValueError as e:
+        raise ScenarioError(f"{where}: hardware: {e}") from None
+    tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
+    if tp > hw.num_gpus:
+        raise ScenarioError(f"{where}: tp: {tp} exceeds the {hw.num_gpus} GPUs of {hw.name}; expected 1..{hw.num_gpus}")
+    c, e, w = doc["cache"], doc["engine"], doc["workload"]
+    P = c["page_size"]
+    bpt = presets.bytes_per_token(model, "full")
+
+    def size(key, value, unbounded=False):
+        try:
+            return parse_size(value, f"cache.{key}", bpt, unbounded)
+        except ValueError as err:
+            raise ScenarioError(f"{where}: {err}") from None
+
+    comps = c["components"] or ["full"] + (["swa"] if model.swa_layers else []) + (["mamba"] if model.state_bytes else [])
+    if "swa" in comps and not model.swa_layers or "mamba" in comps and not model.state_bytes:
+        raise ScenarioError(f"{where}: cache.components: {comps} names a component {model.name} does not have; "
+                            f"expected a subset of its own")
+    c["components"] = comps
+    swa_ratio = c["swa_full_tokens_ratio"] if c["swa_full_tokens_ratio"] is not None else model.swa_full_tokens_ratio
+    mamba_ratio = (c["mamba_full_memory_ratio"] if c["mamba_full_memory_ratio"] is not None
+                   else presets.DEFAULT_MAMBA_FULL_MEMORY_RATIO)
+    max_total = size("max_total_tokens", c["max_total_tokens"])
+    plan = None
+    if c["l1_tokens"] == "auto":
+        try:
+            plan = presets.l1_plan(model, hw, tp, c["mem_fraction_static"], swa_full_tokens_ratio=swa_ratio,
+                                   mamba_full_memory_ratio=mamba_ratio, page_size=P, max_total_tokens=max_total)
+        except ValueError as err:
+            raise ScenarioError(f"{where}: cache.l1_tokens: auto: {err}") from None
+        l1 = plan.full_tokens
+    else:
+        l1 = size("l1_tokens", c["l1_tokens"])
+        if max_total is not None:
+            l1 = min(l1, max_total)
+    if l1 < P:
+        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens is less than one page ({P}); expected more")
+    c["l1_tokens"] = l1
+    c["l1_plan"] = None if plan is None else {
+        "budget_bytes_per_gpu": plan.budget_bytes_per_gpu, "cell_bytes_per_gpu": plan.cell_bytes_per_gpu,
+        "kv_shards": plan.kv_shards, "uncapped_full_tokens": plan.uncapped_full_tokens}
+    swa = mamba = None
+    if "swa" in comps:
+        swa_tokens = size("swa_tokens", c["swa_tokens"])
+        if swa_tokens is None:
+            swa_tokens = plan.swa_tokens if plan is not None else int(l1 * swa_ratio)
+        c["swa_tokens"] = swa_tokens
+        swa = SwaConfig(window_tokens=model.swa_window_tokens, capacity_tokens=swa_tokens)
+    if "mamba" in comps:
+        slots = c["mamba_slots"]
+        if slots is None:
+            slots = (plan.mamba_slots if plan is not None else
+                     int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
+        c["mamba_slots"] = max(1, slots)
+        mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=c["mamba_every_tokens"])
+    c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
+    l2 = size("l2_tokens", c["l2_tokens"])
+    l3_given = c["l3_tokens"] is not None
+    l3 = size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None
+    tiers = None
+    if l2 is not None or c["hicache_ratio"] is not None or l3_given:
+        if l2 is None and c["hicache_ratio"] is None:
+            raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens or "
+                                "cache.hicache_ratio); expected one of them too")
+        tiers = TierConfig(l2_tokens=l2, hicache_ratio=c["hicache_ratio"], l3=l3_given, l3_tokens=l3,
+                           write_policy=c["write_policy"], l3_write=c["l3_write"],
+                           prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
+                           kv_bytes_per_token=int(bpt),
+                           swa_bytes_per_token=int(presets.bytes_per_token(model, "swa")) if swa else 0,
+                           state_bytes=int(model.state_bytes) if mamba else 0)
+        c["l2_tokens"] = tiers.l2_size(l1)
+        c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
+    sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
+    try:
+        cache = CacheConfig(page_size=P, capacity_tokens=l1, policy=c["policy"], swa=swa, mamba=mamba,
+                            sidecars=sidecars, tiers=tiers)
+        engine = EngineConfig(max_running_requests=e["max_running_requests"],
+                              max_prefill_tokens=e["max_prefill_tokens"],
+                              chunked_prefill_tokens=e["chunked_prefill_tokens"],
+                              schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
+                              mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
+                              seed=doc["seed"])
+    except ValueError as err:
+        raise ScenarioError(f"{where}: {err}") from None
+    C = e["chunked_prefill_tokens"]
+    if C is not None and C % P:
+        raise ScenarioError(f"{where}: engine.chunked_prefill_tokens: {C} is not a multiple of cache.page_size "
+                            f"({P}); expected a multiple")
+    window = (-(-model.swa_window_tokens // P) + 1) * P if swa is not None else 0
+    if swa is not None and c["swa_tokens"] < window:
+        raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
+                            f"window ({window}); expected at least that")
+    rate = w["request_rate"]
+    rate = math.inf if isinstance(rate, str) else float(rate)
+    try:
+        wl = MultiTurnConfig(num_clients=w["num_clients"], num_rounds=w["num_rounds"],
+                             request_length=w["request_length"], output_length=w["output_length"],
+                             max_parallel=w["max_parallel"], request_rate=rate, round_barrier=w["round_barrier"],
+                             ready_queue_policy=w["ready_queue_policy"], seed=doc["seed"], page_size=P,
+                             vocab_size=w["vocab_size"])
+    except ValueError as err:
+        raise ScenarioError(f"{where}: workload: {err}") from None
+    longest = wl.max_prompt_tokens + wl.output_length
+    if -(-longest // P) * P >= l1:
+        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
+                            f"({longest} tokens); expected more L1, or fewer rounds")
+    eff = doc["cost"]["efficiency"]
+    from_fields = _efficiency_fields()
+    for k, v in eff.items():
+        if k not in from_fields:
+            raise ScenarioError(f"{where}: cost.efficiency.{k}: unknown key; expected one of {', '.join(from_fields)}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected a number")
+    table = doc["cost"]["table"]
+    if doc["cost"]["kind"] == "table" and not table:
+        raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
+    doc["tp"] = tp
+    return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
+                    efficiency=dict(eff), cost_table=table, source=where)
+
+
+def _efficiency_fields() -> list[str]:
+    # the Efficiency dataclass lives in sim/ (a layer above); its field names are mirrored here
+    return ["mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency", "allreduce_latency_s",
+            "per_step_overhead_s", "per_layer_overhead_s"]
+
+
+def from_file(path, sets=()) -> Scenario:
+    raw = load(path)
+    if sets:
+        raw = apply_sets(raw, sets)
+    return resolve(raw, str(path))
+
+
+__all__ = ["Scenario", "ScenarioError", "SCHEMA", "load", "apply_sets", "set_key", "resolve", "from_file",
+           "catalog", "catalog_names", "CATALOG_DIR"]

@@ -1,0 +1,204 @@
+"""The engine loop (cache_core/engine.py) under the SimPy plug-ins: exact admission, chunking,
+retraction, prefix sharing and tier behaviour, and equality with replay when serial."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import simpy
+
+from cache_core import CacheConfig, RadixCache, ReplayStepper, invariants
+from cache_core.config import MambaConfig, SwaConfig
+from cache_core.engine import Engine
+from cache_core.engine_types import EngineConfig, EngineRequest
+from cache_core.records import TokenSeq
+from cache_core.tiers import TierConfig
+from scenarios.presets import get_hardware
+from sim.cost import RooflineCostModel
+from sim.simulator import build, timed_arrivals
+
+COST = RooflineCostModel("qwen3-32b", "h200x1", 1)
+HW = get_hardware("h200x1")
+
+
+def make(cfg: CacheConfig, **eng):
+    env = simpy.Environment()
+    cache = RadixCache(cfg, record_actions=True, auto_ack=cfg.tiers is None)
+    e = build(env, cache, EngineConfig(**eng), COST, HW)
+    steps = []
+    orig = e.executor.execute
+
+    def spy(step):
+        steps.append(step)
+        yield from orig(step)
+
+    e.executor.execute = spy
+    return env, cache, e, steps
+
+
+def req(rid, prompt, out_len, session=None, output=None):
+    prompt = np.asarray(prompt, dtype=np.int64)
+    if output is None:
+        output = -(np.arange(out_len, dtype=np.int64) + 1 + 1000 * rid)  # fresh tokens
+    seq = TokenSeq(np.concatenate([prompt, output[: max(len(output) - 1, 0)]]))
+    return EngineRequest(rid=rid, session_id=session, prompt=prompt, output_length=len(output), arrival_s=0.0,
+                         seq=seq)
+
+
+def run(env, e, timed):
+    env.process(timed_arrivals(env, e, timed))
+    env.process(e.loop())
+    env.run()
+    invariants.check(e.cache)
+    return {r.rid: r for r in e.finished}
+
+
+# -- serial engine == replay -----------------------------------------------------------------------
+def _conversation(seed, n_sessions=4, rounds=5, L=37, O=5):
+    rng = np.random.default_rng(seed)
+    hist = {s: np.empty(0, dtype=np.int64) for s in range(n_sessions)}
+    items = []
+    for r in range(rounds):
+        for s in rng.permutation(n_sessions):
+            new = rng.integers(0, 50, size=L) + 100 * s
+            prompt = np.concatenate([hist[s], new])
+            out = rng.integers(0, 50, size=O) + 100 * s + 10_000
+            hist[s] = np.concatenate([prompt, out])
+            items.append((int(s), prompt, out))
+    return items
+
+
+@pytest.mark.parametrize("kind", ["full", "swa", "mamba", "swa+mamba"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_serial_engine_caches_exactly_what_replay_caches(kind, seed):
+    P = 4
+    kw = {}
+    if "swa" in kind:
+        kw["swa"] = SwaConfig(window_tokens=16, capacity_tokens=160)
+    if "mamba" in kind:
+        kw["mamba"] = MambaConfig(slots=12)
+    cfg = CacheConfig(page_size=P, capacity_tokens=600, **kw)
+    items = _conversation(seed)
+    rc = RadixCache(cfg)
+    rs = ReplayStepper(rc)
+    expect = [rs.step(p, o, session_id=s).cached_tokens for s, p, o in items]
+    env, cache, e, _ = make(cfg, max_running_requests=1, chunked_prefill_tokens=None)
+    timed = [(float(i), req(i, p, len(o), s, o)) for i, (s, p, o) in enumerate(items)]
+    got = run(env, e, timed)
+    assert [got[i].cached_tokens for i in range(len(items))] == expect
+    assert sum(expect) > 0 and e.counters["retractions"] == 0
+
+
+# -- chunked prefill -------------------------------------------------------------------------------
+def test_chunked_prefill_splits_at_the_chunk_size_and_first_token_after_last_chunk():
+    env, cache, e, steps = make(CacheConfig(page_size=16, capacity_tokens=10_000),
+                                max_running_requests=4, chunked_prefill_tokens=256, max_prefill_tokens=4096)
+    got = run(env, e, [(0.0, req(0, np.arange(1000), 3))])
+    prefill = [[(r.rid, new, ctx) for r, new, ctx in s.prefill] for s in steps if s.prefill]
+    assert prefill == [[(0, 256, 0)], [(0, 256, 256)], [(0, 256, 512)], [(0, 232, 768)]]
+    assert [len(s.decode) for s in steps if not s.prefill] == [1, 1]  # 3 outputs: 1 from prefill + 2 decodes
+    r = got[0]
+    assert r.first_token_s == pytest.approx(sum(COST.step_time_s(s.prefill_cost, ()) for s in steps[:4]))
+    assert r.generated_tokens == 3 and cache.cached_tokens_total == 1000 // 16 * 16
+
+
+def test_max_running_requests_bounds_the_batch():
+    env, cache, e, steps = make(CacheConfig(page_size=1, capacity_tokens=100_000), max_running_requests=2,
+                                chunked_prefill_tokens=None)
+    got = run(env, e, [(0.0, req(i, np.arange(50) + 1000 * i, 4)) for i in range(5)])
+    assert len(got) == 5
+    for s in steps:
+        assert len(s.prefill) + len(s.decode) <= 2
+    assert max(t[1] for t in e.timeline) <= 2
+    # fcfs: admitted in rid order, two at a time
+    firsts = sorted(got.values(), key=lambda r: r.admit_s)
+    assert [r.rid for r in firsts] == [0, 1, 2, 3, 4]
+
+
+def test_same_step_requests_compute_a_shared_prefix_once():
+    env, cache, e, steps = make(CacheConfig(page_size=8, capacity_tokens=10_000), max_running_requests=4,
+                                chunked_prefill_tokens=None)
+    prompt = np.arange(200)
+    run(env, e, [(0.0, req(0, prompt, 2)), (0.0, req(1, np.concatenate([prompt, [7, 7, 7]]), 2))])
+    first = next(s for s in steps if s.prefill)
+    assert [(r.rid, new) for r, new, _ in first.prefill] == [(0, 200), (1, 203)]
+    # 200 // 8 = 25 shared pages: the second request is priced for its 3 extra tokens + the tail page
+    assert first.prefill_cost == ((200, 0), (203 - 200, 200))
+    assert e.counters["shared_prefill_tokens"] == 200
+
+
+def test_decode_out_of_memory_retracts_and_everything_still_finishes():
+    # two requests decode 60 tokens each; L1 cannot hold both full sequences
+    env, cache, e, steps = make(CacheConfig(page_size=4, capacity_tokens=200), max_running_requests=2,
+                                chunked_prefill_tokens=None, new_token_ratio=0.0)
+    got = run(env, e, [(0.0, req(0, np.arange(60), 60)), (0.0, req(1, np.arange(60) + 500, 60))])
+    assert e.counters["retractions"] >= 1
+    assert sorted(got) == [0, 1] and all(r.generated_tokens == 60 for r in got.values())
+    assert sum(r.retracted for r in got.values()) == e.counters["retractions"]
+
+
+def test_request_that_can_never_fit_is_rejected_at_arrival():
+    env, cache, e, _ = make(CacheConfig(page_size=4, capacity_tokens=64), max_running_requests=2,
+                            chunked_prefill_tokens=None)
+    got = run(env, e, [(0.0, req(0, np.arange(100), 2)), (0.0, req(1, np.arange(20), 2))])
+    assert got[0].rejected and got[0].first_token_s is None
+    assert not got[1].rejected and got[1].generated_tokens == 2
+
+
+def test_lpm_admits_the_longest_cached_prefix_first():
+    cfg = CacheConfig(page_size=4, capacity_tokens=10_000)
+    env, cache, e, steps = make(cfg, max_running_requests=1, chunked_prefill_tokens=None, schedule_policy="lpm")
+    warm = np.arange(400)
+    timed = [(0.0, req(0, warm, 1))]
+    # after the warm-up finishes, three arrive together; rid 3 shares the longest prefix
+    timed += [(50.0, req(1, np.arange(40) + 9000, 1)), (50.0, req(2, np.concatenate([warm[:100], [1] * 8]), 1)),
+              (50.0, req(3, np.concatenate([warm[:300], [2] * 8]), 1))]
+    got = run(env, e, timed)
+    order = [r.rid for r in sorted(got.values(), key=lambda r: r.admit_s) if r.rid]
+    assert order == [3, 2, 1]
+    assert got[3].cached_tokens == 300 and got[2].cached_tokens == 100
+
+
+# -- tiers --------------------------------------------------------------------------------------------
+def _tiered(prefetch):
+    tiers = TierConfig(hicache_ratio=2, l3=True, kv_bytes_per_token=200_000, min_prefetch_tokens=16)
+    return CacheConfig(page_size=16, capacity_tokens=2_000, tiers=tiers), prefetch
+
+
+@pytest.mark.parametrize("prefetch", ["wait_complete", "best_effort"])
+def test_l3_hit_after_l1_and_l2_lost_the_prefix(prefetch):
+    cfg, _ = _tiered(prefetch)
+    env, cache, e, _ = make(cfg, max_running_requests=1, chunked_prefill_tokens=None, prefetch_policy=prefetch)
+    base = np.arange(960)
+    timed = [(0.0, req(0, base, 2))]
+    # flood L1 (2k) and L2 (4k) with unrelated prompts, then come back to `base`
+    timed += [(10.0 + i, req(1 + i, np.arange(960) + 10_000 * (i + 1), 2)) for i in range(8)]
+    timed += [(100.0, req(99, np.concatenate([base, [5] * 40]), 2))]
+    got = run(env, e, timed)
+    back = got[99]
+    if prefetch == "wait_complete":
+        assert back.cached_storage == 960 and back.cached_tokens == 960
+        assert back.prefetch_wait_s > 0 and back.ready_s > back.admit_s  # L3 -> L2, then L2 -> L1
+    else:  # scheduled at once: the prefetch had not landed, only the L3 run's later arrival helps
+        assert back.cached_tokens <= 960
+    assert e.inflight == 0
+
+
+def test_host_hits_are_loaded_before_the_request_computes():
+    tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=1_000_000)
+    cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers)
+    env, cache, e, steps = make(cfg, max_running_requests=1, chunked_prefill_tokens=None)
+    base = np.arange(640)
+    timed = [(0.0, req(0, base, 2)), (5.0, req(1, np.arange(640) + 5000, 2)),
+             (10.0, req(2, np.concatenate([base, [3] * 30]), 2))]
+    got = run(env, e, timed)
+    r = got[2]
+    assert r.cached_host == 640 and r.cached_device == 0 and r.cached_tokens == 640
+    assert r.ready_s - r.admit_s >= 640 * 1_000_000 / (HW.pcie_bytes_per_s) - 1e-9  # the load's bytes on PCIe
+    step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
+    assert step.prefill[0][1:] == (30, 640)  # computes only the new tokens over the loaded context
+
+
+def test_engine_requires_recorded_actions():
+    cache = RadixCache(CacheConfig(page_size=1, capacity_tokens=10))
+    with pytest.raises(ValueError, match="record_actions"):
+        Engine(cache, EngineConfig(), None, None, None)
