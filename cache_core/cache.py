@@ -42,7 +42,8 @@ class RadixCache(TierOps, HybridOps):
 
     `record_actions=True` makes every pool allocation and free, every state copy and every
     tier transfer an action record in `self.actions` (sidecars listed with the indices they
-    follow). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`."""
+    follow); `record_actions="transfers"` records only transfers and state copies (what an
+    engine's data plane executes). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`."""
 
     def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True):
         self.config = config
@@ -74,7 +75,7 @@ class RadixCache(TierOps, HybridOps):
         self._outstanding_swa = 0
         self._locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions: list | None = [] if record_actions else None
-        if record_actions:
+        if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             self._watch(self.full.pool, "full")
             if self.swa is not None:
                 self._watch(self.swa.pool, "swa")

@@ -38,7 +38,7 @@ def simulate(sc, *, progress: bool = False):
     t0 = time.perf_counter()
     env = simpy.Environment()
     tiered = sc.cache.tiers is not None
-    cache = RadixCache(sc.cache, record_actions=True, auto_ack=not tiered)
+    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=not tiered)
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
     wl = MultiTurnWorkload(sc.workload)

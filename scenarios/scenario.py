@@ -215,13 +215,22 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
     parts = key.split(".")
     node, schema = raw, SCHEMA
     for i, part in enumerate(parts):
+        if isinstance(schema, tuple) and schema[1] == "mapping":  # free-form mapping (cost.efficiency)
+            for p in parts[i:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+            return
         if not isinstance(schema, dict) or part not in schema:
             known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
             raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
         schema = schema[part]
         if i == len(parts) - 1:
             node[part] = value
-        else:
+        elif isinstance(schema, tuple) and schema[1] == "mapping":
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        elif isinstance(schema, dict):
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]

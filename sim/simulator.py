@@ -62,16 +62,26 @@ class SimDataPlane:
 
 
 class CostExecutor:
-    """A step takes the cost model's time; the busy time and step count are kept."""
+    """A step takes the cost model's time; the busy time and step count are kept. Step times
+    are memoised by batch shape (a multi-turn run repeats the same chunk shapes for every
+    client): the cost model is a pure function of the batch."""
+
+    MEMO_MAX = 200_000
 
     def __init__(self, env: simpy.Environment, cost):
         self.env = env
         self.cost = cost
         self.busy_s = 0.0
         self.steps = 0
+        self._memo: dict = {}
 
     def execute(self, step):
-        t = self.cost.step_time_s(step.prefill_cost, step.decode_contexts)
+        key = (step.prefill_cost, step.decode_contexts)
+        t = self._memo.get(key)
+        if t is None:
+            if len(self._memo) >= self.MEMO_MAX:
+                self._memo.clear()
+            t = self._memo[key] = self.cost.step_time_s(step.prefill_cost, step.decode_contexts)
         self.busy_s += t
         self.steps += 1
         yield self.env.timeout(t)

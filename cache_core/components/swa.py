@@ -63,7 +63,11 @@ class _SwaVoter:
         """Boundaries after page j (j < npages) of `node` that this component accepts."""
         P, W = self.P, self.W
         pl = node.comp[SWA]
-        pages = pl.pages[:npages] if pl is not None else None
+        if pl is None or (pl.ntomb == len(pl.pages) and (pl.host is None or self.l1_only
+                                                           or pl.host[:npages].max(initial=-1) < 0)):
+            self.run, self.clean = 0, False  # nothing of this window anywhere: the usual internal node
+            return False
+        pages = pl.pages[:npages]
         if pl is not None and pl.host is not None and pl.ntomb and not self.l1_only:
             pages = np.where(pl.present(npages), 0, -1)  # votes see the union of tiers
         elif pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
