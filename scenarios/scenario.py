@@ -46,6 +46,7 @@ from .units import parse_size
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
+REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
 
 
 class ScenarioError(ValueError):
@@ -76,7 +77,7 @@ SCHEMA = {
         "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
         "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
         "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
-        "policy": ("lru", "policy", "an eviction policy name"),
+        "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
         "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
         "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
@@ -129,7 +130,7 @@ def _ok(check, v) -> bool:
         "mapping": lambda: isinstance(v, dict),
         "model": lambda: isinstance(v, str),
         "hardware": lambda: isinstance(v, str),
-        "policy": lambda: isinstance(v, str) and v in policy_names(),
+        "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
@@ -177,9 +178,11 @@ def load(path) -> dict:
     if not p.exists() and p.suffix == "" and (CATALOG_DIR / f"{p.name}.yaml").exists():
         p = CATALOG_DIR / f"{p.name}.yaml"
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file (catalog: {', '.join(catalog_names())})") from None
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{path}: cannot read: not UTF-8 text (byte {e.start}); expected a YAML file") from None
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
     try:
@@ -188,6 +191,8 @@ def load(path) -> dict:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML (too deeply nested); expected a mapping of keys") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -334,7 +339,11 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
             slots = (plan.mamba_slots if plan is not None else
                      int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
         c["mamba_slots"] = max(1, slots)
-        mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=c["mamba_every_tokens"])
+        every = c["mamba_every_tokens"]
+        if every is not None and every % P:
+            raise ScenarioError(f"{where}: cache.mamba_every_tokens: {every} is not a multiple of cache.page_size "
+                                f"({P}); expected a multiple")
+        mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
     c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
     l2 = size("l2_tokens", c["l2_tokens"])
     l3_given = c["l3_tokens"] is not None
@@ -381,7 +390,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                              ready_queue_policy=w["ready_queue_policy"], seed=doc["seed"], page_size=P,
                              vocab_size=w["vocab_size"])
     except ValueError as err:
-        raise ScenarioError(f"{where}: workload: {err}") from None
+        raise ScenarioError(f"{where}: workload.{str(err).removeprefix('MultiTurnConfig.')}") from None
     longest = wl.max_prompt_tokens + wl.output_length
     if -(-longest // P) * P >= l1:
         raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
@@ -391,11 +400,22 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     for k, v in eff.items():
         if k not in from_fields:
             raise ScenarioError(f"{where}: cost.efficiency.{k}: unknown key; expected one of {', '.join(from_fields)}")
-        if isinstance(v, bool) or not isinstance(v, numbers.Real):
-            raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected a number")
+        frac = k in ("mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency")
+        if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
+                or (frac and not 0 < v <= 1) or v < 0):
+            raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected "
+                                + ("a number in (0, 1]" if frac else "a finite number >= 0 (seconds)"))
     table = doc["cost"]["table"]
     if doc["cost"]["kind"] == "table" and not table:
         raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
+    if doc["cost"]["kind"] == "roofline":
+        table = None
+    elif not Path(table).is_file():
+        beside = Path(where).parent / table
+        if not beside.is_file():
+            raise ScenarioError(f"{where}: cost.table: {table}: no such file; expected a file of measured step "
+                                "times (JSON or YAML), relative to the working directory or the scenario file")
+        table = str(beside)
     doc["tp"] = tp
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(eff), cost_table=table, source=where)

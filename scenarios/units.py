@@ -17,9 +17,10 @@ def is_size_text(text: str, allow_unbounded: bool = True) -> bool:
     if t.isdigit():
         return True
     try:
-        return unit in UNITS and float(num) >= 0
+        v = float(num)
     except ValueError:
         return False
+    return unit in UNITS and 0 <= v < float("inf")
 
 
 def parse_size(value, what: str, bytes_per_token: float, allow_unbounded: bool = False,
@@ -46,7 +47,7 @@ def parse_size(value, what: str, bytes_per_token: float, allow_unbounded: bool =
         v = float(num)
     except ValueError:
         v = -1.0
-    if unit not in UNITS or v < 0:
+    if unit not in UNITS or not 0 <= v < float("inf"):
         raise ValueError(f"{what} {value!r}: expected a token count or a size like 500GiB"
                          + (" or 'unbounded'" if allow_unbounded else ""))
     if not bytes_per_token or bytes_per_token <= 0:
