@@ -1,0 +1,236 @@
+"""`radixsim plan`: the smallest (or largest) value of one scenario key that meets a target on a
+summary figure, found by bracketing on a monotone metric, with the evidence.
+
+Search (k-section, k = the executor's parallelism): evaluate both ends of the range; if the
+target holds at the high end only, the answer is the smallest value that meets it (the bracket
+[fails, meets] shrinks); at the low end only, the largest value that meets it; at both, the low
+end (or the high end with ``largest``); at neither, no answer in the range. Each round runs k
+evenly spaced interior points at once (rounded to whole pages for token keys) until the
+bracket is narrower than the tolerance (default: 1% of the range, at least one page). Every
+point is a normal result directory under ``OUT/points/KEY=VALUE`` and is reused when the
+command is run again.
+
+Monotonicity is checked at the visited points: for "smallest meeting", once a point meets the
+target every larger one should; violations are listed (the answer is then the smallest
+meeting point of the bracket found, not a proof).
+
+Costs (optional): a configuration costs ``gpus x gpu_hour x duration_h + l2_GiB x host_gib +
+l3_GiB x l3_gib`` (tier sizes in the model's FULL bytes per token); the cheapest evaluated
+point that meets the target is reported beside the threshold.
+"""
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scenarios.scenario import ScenarioError, apply_sets, resolve, set_key
+from scenarios.units import parse_size
+
+from .results import SUMMARY_KEYS
+from .sweep import LocalExecutor
+
+OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+METRICS = [k for k in SUMMARY_KEYS if k != "requests"] + ["queue_mean_s", "load_mean_s", "compute_mean_s"]
+
+
+def parse_target(text: str) -> tuple[str, str, float]:
+    """'hit_rate_last10 >= 0.95' -> ('hit_rate_last10', '>=', 0.95)."""
+    parts = text.replace(">=", " >= ").replace("<=", " <= ").split()
+    if len(parts) == 3 and parts[1] in ("<", ">") or len(parts) != 3:
+        for op in (">", "<"):
+            if len(parts) == 1 and op in text:
+                a, b = text.split(op, 1)
+                parts = [a.strip(), op, b.strip()]
+    if len(parts) != 3 or parts[1] not in OPS:
+        raise ScenarioError(f"--target {text!r}: expected \"METRIC OP VALUE\" with OP one of >=, <=, >, <")
+    metric, op, value = parts
+    if metric not in METRICS:
+        raise ScenarioError(f"--target {text!r}: unknown metric {metric!r}; expected a summary.json field: "
+                            + ", ".join(METRICS))
+    try:
+        v = float(value)
+    except ValueError:
+        raise ScenarioError(f"--target {text!r}: {value!r} is not a number") from None
+    return metric, op, v
+
+
+@dataclass
+class PlanResult:
+    key: str
+    target: tuple
+    answer: int | None
+    direction: str  # "smallest" / "largest"
+    evidence: list = field(default_factory=list)  # [(value, metric, meets, cost)]
+    monotone: bool = True
+    violations: list = field(default_factory=list)
+    cheapest: tuple | None = None  # (value, cost)
+    message: str = ""
+
+
+def _bpt(raw: dict, where: str) -> float:
+    from scenarios import presets
+
+    sc = resolve(raw, where)
+    return presets.bytes_per_token(sc.model, "full"), sc
+
+
+def _range(text: str | None, bpt: float, key: str) -> tuple[int, int]:
+    if text is None:
+        raise ScenarioError(f"--range: required for {key}; expected LO:HI (tokens or sizes like 10GiB:2TiB)")
+    lo_s, sep, hi_s = text.partition(":")
+    if not sep:
+        raise ScenarioError(f"--range {text!r}: expected LO:HI (tokens or sizes like 10GiB:2TiB)")
+    lo = parse_size(lo_s, "--range", bpt)
+    hi = parse_size(hi_s, "--range", bpt)
+    if lo is None or hi is None or not lo < hi:
+        raise ScenarioError(f"--range {text!r}: expected LO < HI")
+    return lo, hi
+
+
+def _cost(sc, summary: dict, costs: dict) -> float | None:
+    if not costs:
+        return None
+    from scenarios import presets
+
+    gib = presets.bytes_per_token(sc.model, "full") / 2**30
+    c = sc.doc["cache"]
+    l2 = c.get("l2_tokens") or 0
+    l3 = c.get("l3_tokens") or 0
+    l3 = 0 if l3 == "unbounded" else l3
+    dur_h = (summary.get("duration_s") or 0.0) / 3600
+    return (costs.get("gpu_hour", 0.0) * sc.tp * dur_h + costs.get("host_gib", 0.0) * l2 * gib
+            + costs.get("l3_gib", 0.0) * l3 * gib)
+
+
+def plan(raw: dict, key: str, target_text: str, out_dir, *, range_text: str | None = None, largest: bool = False,
+         tol: int | None = None, executor=None, costs: dict | None = None, where: str = "<scenario>",
+         max_rounds: int = 30) -> PlanResult:
+    """Find the threshold value of `key` (module docstring). Writes points under out_dir."""
+    metric, op, value = parse_target(target_text)
+    bpt, sc0 = _bpt(raw, where)
+    lo, hi = _range(range_text, bpt, key)
+    page = sc0.cache.page_size if key.endswith("_tokens") else 1
+    tol = max(page, (hi - lo) // 100) if tol is None else max(1, tol)
+    executor = executor or LocalExecutor()
+    k = max(1, getattr(executor, "jobs", None) or 2)
+    out = Path(out_dir)
+    (out / "points").mkdir(parents=True, exist_ok=True)
+    seen: dict[int, tuple] = {}  # value -> (metric, meets, cost)
+
+    def evaluate(xs):
+        tasks = []
+        raws = {}
+        for x in sorted(set(xs) - set(seen)):
+            pt = apply_sets(raw, [], where)
+            set_key(pt, key, x, f"plan {key}")
+            resolve(pt, f"{where} [{key}={x}]")  # one-line error before anything runs
+            d = out / "points" / f"{key}={x}"
+            raws[x] = pt
+            if (d / ".done").exists():
+                with open(d / "summary.json") as f:
+                    record(x, json.load(f))
+            else:
+                tasks.append((x, pt, f"{where} [{key}={x}]", str(d)))
+
+        def record(x, s):
+            m = s.get(metric)
+            if m is None:
+                raise ScenarioError(f"--target: {metric} is null for {key}={x} (e.g. no rounds); expected a number")
+            seen[x] = (m, OPS[op](m, value), _cost(resolve(raws[x], where), s, costs or {}))
+
+        if tasks:
+            executor.map(tasks, record)
+
+    evaluate([lo, hi])
+    meets_lo, meets_hi = seen[lo][1], seen[hi][1]
+    res = PlanResult(key, (metric, op, value), None, "largest" if largest else "smallest")
+    if meets_lo and meets_hi:
+        res.answer = hi if largest else lo
+        res.message = f"the target holds at both ends of the range; answer: the {res.direction} value"
+    elif not meets_lo and not meets_hi:
+        res.message = "the target is met at neither end of the range: no answer in it (widen --range)"
+    else:
+        increasing = meets_hi  # meets at hi only: smallest meeting value
+        res.direction = "smallest" if increasing else "largest"
+        a, b = lo, hi  # invariant: increasing -> a fails, b meets; else a meets, b fails
+        for _ in range(max_rounds):
+            if b - a <= tol:
+                break
+            step = (b - a) / (k + 1)
+            xs = sorted({min(b - page, max(a + page, int(round((a + step * i) / page)) * page))
+                         for i in range(1, k + 1)})
+            xs = [x for x in xs if a < x < b]
+            if not xs:
+                break
+            evaluate(xs)
+            for x in xs:
+                if seen[x][1] == increasing:  # meets (increasing) / fails (decreasing): new b
+                    b = min(b, x)
+            a = max([x for x in seen if x < b and seen[x][1] != increasing] + [a])
+        res.answer = b if increasing else a
+        res.message = (f"{res.direction} {key} meeting {metric} {op} {value:g}: {res.answer:,} "
+                       f"(bracket [{a:,}, {b:,}], tolerance {tol:,})")
+    res.evidence = [(x, *seen[x]) for x in sorted(seen)]
+    res.monotone, res.violations = _check_monotone(res.evidence, res.direction)
+    ok = [(c, x) for x, _, good, c in res.evidence if good and c is not None]
+    if ok:
+        c, x = min(ok)
+        res.cheapest = (x, c)
+    return res
+
+
+def _check_monotone(evidence, direction: str):
+    """For 'smallest': once a visited point meets the target, every larger one should."""
+    flags = [(x, good) for x, _, good, _ in evidence]
+    if direction == "largest":
+        flags = [(x, not g) for x, g in flags]
+    bad = []
+    seen_meet = None
+    for x, good in flags:
+        if good and seen_meet is None:
+            seen_meet = x
+        elif not good and seen_meet is not None:
+            bad.append((seen_meet, x))
+    return not bad, bad
+
+
+def format_result(res: PlanResult) -> str:
+    metric, op, value = res.target
+    lines = [f"{'value':>16} {metric:>18} {'meets':>6}" + (f" {'cost':>12}" if any(e[3] is not None
+                                                                                for e in res.evidence) else "")]
+    for x, m, good, c in res.evidence:
+        lines.append(f"{x:>16,} {m:>18.6g} {'yes' if good else 'no':>6}" + (f" {c:>12.4g}" if c is not None else ""))
+    lines.append(res.message)
+    if not res.monotone:
+        lines.append("not monotone at the visited points: " + "; ".join(
+            f"meets at {a:,} but not at {b:,}" for a, b in res.violations))
+    else:
+        lines.append(f"monotone at the {len(res.evidence)} visited points")
+    if res.cheapest is not None:
+        lines.append(f"cheapest evaluated configuration meeting the target: {res.key}={res.cheapest[0]:,} "
+                     f"(cost {res.cheapest[1]:.4g})")
+    return "\n".join(lines)
+
+
+def write_outputs(res: PlanResult, out_dir) -> None:
+    """plan.json, plan.csv and the capacity curve plot (plan.png)."""
+    out = Path(out_dir)
+    metric, op, value = res.target
+    doc = {"key": res.key, "target": f"{metric} {op} {value:g}", "answer": res.answer, "direction": res.direction,
+           "monotone": res.monotone, "violations": res.violations, "cheapest": res.cheapest,
+           "message": res.message,
+           "evidence": [{"value": x, metric: m, "meets": g, "cost": c} for x, m, g, c in res.evidence]}
+    (out / "plan.json").write_text(json.dumps(doc, indent=2) + "\n")
+    with open(out / "plan.csv", "w") as f:
+        f.write(f"{res.key},{metric},meets,cost\n")
+        for x, m, g, c in res.evidence:
+            f.write(f"{x},{m!r},{int(g)},{'' if c is None else repr(c)}\n")
+    from analysis.sweep_plots import plot_capacity_curve
+
+    plot_capacity_curve([x for x, *_ in res.evidence], [m for _, m, *_ in res.evidence], res.key, metric,
+                        out / "plan.png", target=value, answer=res.answer)
+
+
+__all__ = ["plan", "parse_target", "format_result", "write_outputs", "PlanResult", "METRICS"]

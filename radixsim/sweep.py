@@ -1,0 +1,255 @@
+"""`radixsim sweep`: a scenario over the cartesian product of grid values, one normal result
+directory per point, one `sweep.csv`; resumable; a local process pool or Ray.
+
+Layout of `--out DIR`::
+
+    DIR/sweep.yaml            the scenario (after --set), the grid and the repeat count
+    DIR/points/NNNN-HASH/     one result directory per (grid point, repeat); `.done` marks it complete
+    DIR/sweep_points.csv      one row per run: the grid values, repeat, seed, the summary figures
+    DIR/sweep.csv             one row per grid point: the grid values and the summary figures
+                              (with --repeat N: the mean over the repeats and a `_ci95` column,
+                              the half-width of the 95% confidence interval, Student's t)
+
+A point directory whose `.done` exists is not run again, so an interrupted sweep is resumed
+by running the same command. Every point is validated before any runs (one-line errors).
+"""
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import itertools
+import json
+import math
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from scenarios.scenario import ScenarioError, apply_sets, resolve
+
+FIGURES = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "hit_rate_last10",
+           "effective_input_tps", "duration_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
+           "tpot_mean_s", "e2e_p50_s", "rejected"]
+# two-sided 95% Student t quantiles for n - 1 = 1..30 degrees of freedom (beyond: 1.96)
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042]
+
+
+def parse_grid(items) -> list[tuple[str, list]]:
+    """['cache.l2_tokens=1000,2000', 'cache.policy=lru,session'] -> [(key, [values...]), ...]
+    (values parsed as YAML: numbers, null, true/false, strings)."""
+    out = []
+    for item in items:
+        key, eq, vals = item.partition("=")
+        if not eq or not key or not vals:
+            raise ScenarioError(f"--grid {item!r}: expected KEY=V1,V2,... (e.g. cache.l2_tokens=4000000,8000000)")
+        values = [yaml.safe_load(v) if v.strip() else v for v in vals.split(",")]
+        if any(k == key for k, _ in out):
+            raise ScenarioError(f"--grid {key}: given twice; expected each key once")
+        out.append((key, values))
+    return out
+
+
+def t95(n: int) -> float:
+    return _T95[n - 2] if 2 <= n <= len(_T95) + 1 else 1.96
+
+
+def mean_ci(values) -> tuple[float | None, float | None]:
+    """(mean, half-width of the 95% confidence interval) of the non-None values."""
+    xs = [float(v) for v in values if v is not None]
+    if not xs:
+        return None, None
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, None
+    s = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return m, t95(len(xs)) * s / math.sqrt(len(xs))
+
+
+@dataclass(frozen=True)
+class Point:
+    index: int
+    values: tuple  # ((key, value), ...) in grid order
+    repeat: int
+    seed: int
+    raw: dict  # the scenario mapping for this point (overrides applied)
+
+    @property
+    def name(self) -> str:
+        h = hashlib.blake2b(json.dumps([list(self.values), self.repeat, self.seed], sort_keys=True,
+                                       default=str).encode(), digest_size=4).hexdigest()
+        return f"{self.index:04d}-{h}"
+
+
+def make_points(raw: dict, grid, repeat: int = 1, where: str = "<scenario>") -> list[Point]:
+    """Every (grid point, repeat), validated (ScenarioError names the point)."""
+    if repeat < 1:
+        raise ScenarioError(f"--repeat {repeat}: expected an integer >= 1")
+    keys = [k for k, _ in grid]
+    if repeat > 1 and "seed" in keys:
+        raise ScenarioError("--grid seed with --repeat: expected one of them (repeats vary the seed)")
+    base_seed = int(raw.get("seed", 0) or 0)
+    points = []
+    for combo in itertools.product(*[vals for _, vals in grid]) if grid else [()]:
+        for r in range(repeat):
+            pt = apply_sets(raw, [], where)
+            from scenarios.scenario import set_key
+
+            for k, v in zip(keys, combo):
+                set_key(pt, k, copy.deepcopy(v), f"--grid {k}")
+            seed = int(pt.get("seed", 0) or 0) if "seed" in keys else base_seed + r
+            pt["seed"] = seed
+            label = ", ".join(f"{k}={v}" for k, v in zip(keys, combo)) or "base"
+            try:
+                resolve(pt, f"{where} [{label}]")
+            except ScenarioError as e:
+                raise ScenarioError(str(e)) from None
+            points.append(Point(len(points), tuple(zip(keys, combo)), r, seed, pt))
+    return points
+
+
+def run_point(raw: dict, where: str, out_dir: str) -> dict:
+    """Run one point (in any process): resolve, simulate, write, mark done; its summary."""
+    from .run import run_scenario
+
+    sc = resolve(raw, where)
+    s = run_scenario(sc, out_dir, progress=False, plots=False)
+    s.pop("_wall_s", None)
+    Path(out_dir, ".done").write_text("ok\n")
+    return s
+
+
+def _read_summary(d: Path) -> dict:
+    with open(d / "summary.json") as f:
+        return json.load(f)
+
+
+class LocalExecutor:
+    """A process pool (default: all cores)."""
+
+    def __init__(self, jobs: int | None = None):
+        self.jobs = jobs or os.cpu_count() or 1
+
+    def map(self, tasks, on_done):
+        """tasks: [(key, raw, where, out_dir)]; on_done(key, summary) as each finishes."""
+        if self.jobs == 1 or len(tasks) == 1:
+            for key, raw, where, out in tasks:
+                on_done(key, run_point(raw, where, out))
+            return
+        with ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks))) as pool:
+            futs = {pool.submit(run_point, raw, where, out): key for key, raw, where, out in tasks}
+            for f in as_completed(futs):
+                on_done(futs[f], f.result())
+
+
+class RayExecutor:
+    """The same points as Ray tasks on an existing cluster (`address`) or a local instance."""
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise ScenarioError("--executor ray: Ray is not installed; expected `pip install 'radixsim[ray]'`") from None
+        self.ray = ray
+        if not ray.is_initialized():
+            kw = {"address": address} if address else {"num_cpus": num_cpus}
+            ray.init(include_dashboard=False, log_to_driver=False, **kw)
+        self._remote = ray.remote(run_point)
+
+    def map(self, tasks, on_done):
+        ray = self.ray
+        refs = {self._remote.remote(raw, where, out): key for key, raw, where, out in tasks}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                on_done(refs[ref], ray.get(ref))
+
+
+def make_executor(kind: str, jobs: int | None = None, address: str | None = None):
+    if kind == "local":
+        return LocalExecutor(jobs)
+    if kind == "ray":
+        return RayExecutor(address, jobs)
+    raise ScenarioError(f"--executor {kind!r}: expected local or ray")
+
+
+def run_sweep(raw: dict, grid, out_dir, *, repeat: int = 1, executor=None, where: str = "<scenario>",
+              progress: bool = True) -> dict:
+    """Run (or resume) a sweep; write sweep_points.csv and sweep.csv. Returns
+    {"points": n, "ran": n run now, "skipped": n already done, "rows": sweep.csv rows}."""
+    out = Path(out_dir)
+    points = make_points(raw, grid, repeat, where)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "points").mkdir(exist_ok=True)
+    with open(out / "sweep.yaml", "w") as f:
+        yaml.safe_dump({"scenario": raw, "grid": [[k, v] for k, v in grid], "repeat": repeat}, f, sort_keys=False)
+    summaries: dict = {}
+    todo = []
+    for p in points:
+        d = out / "points" / p.name
+        if (d / ".done").exists():
+            summaries[p.index] = _read_summary(d)
+        else:
+            todo.append((p.index, p.raw, f"{where} [{p.name}]", str(d)))
+    bar = None
+    if progress and sys.stderr.isatty() and todo:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(points), initial=len(points) - len(todo), unit="point", desc="sweep", file=sys.stderr)
+
+    def done(key, s):
+        summaries[key] = s
+        if bar is not None:
+            bar.update()
+
+    if todo:
+        (executor or LocalExecutor()).map(todo, done)
+    if bar is not None:
+        bar.close()
+    rows = _write_tables(out, points, summaries, grid, repeat)
+    return {"points": len(points), "ran": len(todo), "skipped": len(points) - len(todo), "rows": rows}
+
+
+def _cell(v):
+    return "" if v is None else v
+
+
+def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
+    keys = [k for k, _ in grid]
+    with open(out / "sweep_points.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(keys + ["repeat", "seed", "dir"] + FIGURES)
+        for p in points:
+            s = summaries[p.index]
+            w.writerow([_cell(v) for _, v in p.values] + [p.repeat, p.seed, f"points/{p.name}"]
+                       + [_cell(s.get(k)) for k in FIGURES])
+    rows = []
+    by: dict = {}
+    for p in points:
+        by.setdefault(p.values, []).append(summaries[p.index])
+    for values, ss in by.items():
+        row = {k: v for k, v in values}
+        for fig in FIGURES:
+            if repeat > 1:
+                m, ci = mean_ci([s.get(fig) for s in ss])
+                row[fig], row[fig + "_ci95"] = m, ci
+            else:
+                row[fig] = ss[0].get(fig)
+        rows.append(row)
+    cols = keys + [c for fig in FIGURES for c in ([fig, fig + "_ci95"] if repeat > 1 else [fig])]
+    with open(out / "sweep.csv", "w", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(cols)
+        for row in rows:
+            w.writerow([_cell(row.get(c)) for c in cols])
+    return rows
+
+
+__all__ = ["parse_grid", "make_points", "run_point", "run_sweep", "LocalExecutor", "RayExecutor",
+           "make_executor", "mean_ci", "FIGURES"]
