@@ -110,6 +110,7 @@ class Engine:
         self._owner: dict = {}  # transfer id -> request waiting for it
         self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
         self.inflight = 0
+        self.arrived = 0
         self.input_closed = False
         self.steps = 0
         self.timeline: list = []  # (t_s, admitted, waiting, l1_used, l2_used, l3_used) after each step
@@ -151,6 +152,7 @@ class Engine:
     def arrive(self, r: EngineRequest) -> None:
         """A request arrives (its arrival_s set by the driver)."""
         cache = self.cache
+        self.arrived += 1
         r.phase = ARRIVED
         if self.admission._ceil(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
             r.rejected = True

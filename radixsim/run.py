@@ -32,8 +32,7 @@ def simulate(sc, *, progress: bool = False):
     """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds)."""
     import simpy
 
-    from scenarios.workloads import MultiTurnWorkload
-    from sim.simulator import build, multiturn_clients
+    from sim.simulator import build
 
     t0 = time.perf_counter()
     env = simpy.Environment()
@@ -41,21 +40,45 @@ def simulate(sc, *, progress: bool = False):
     cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=not tiered)
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
-    wl = MultiTurnWorkload(sc.workload)
-    total = len(wl)
+    source, total = _source(env, eng, sc.workload)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
         eng.listeners.append(lambda r: bar.update())
-    env.process(multiturn_clients(env, eng, wl))
+    env.process(source)
     env.process(eng.loop())
     env.run()
     if bar is not None:
         bar.close()
+    total = eng.arrived if total is None else total
     if len(eng.finished) != total:
         raise RuntimeError(f"the simulation stopped with {len(eng.finished)} of {total} requests finished "
                            f"(waiting {len(eng.waiting)}, loading {len(eng.loading)}, running {len(eng.running)})")
     invariants.check(cache)
     return eng, env, cost, time.perf_counter() - t0
+
+
+def _source(env, eng, wl):
+    """The SimPy process that feeds `eng`, and the request count when known up front."""
+    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
+    from sim.simulator import multiturn_clients, timed_arrivals
+
+    from . import sources
+
+    if isinstance(wl, MultiTurnConfig):
+        w = MultiTurnWorkload(wl)
+        return multiturn_clients(env, eng, w), len(w)
+    if wl.kind == "agentic" and wl.closed_loop:
+        from scenarios.agentic import AgenticWorkload
+        from sim.agent_clients import agentic_clients
+
+        w = AgenticWorkload(wl.config)
+        return agentic_clients(env, eng, w), w.summary()["requests"]
+    if wl.kind == "agentic":
+        return timed_arrivals(env, eng, sources.agentic_items(wl.config), speedup=wl.speedup), None
+    if wl.kind == "azure":
+        return timed_arrivals(env, eng, sources.azure_items(wl.path, wl.max_requests), speedup=wl.speedup), None
+    items = sources.trace_items(wl.path, wl.block_size, wl.max_requests)
+    return timed_arrivals(env, eng, items, speedup=wl.speedup), None
 
 
 def _progress(total, enabled: bool, desc: str):

@@ -226,6 +226,8 @@ class SessionPlan:
     prompt_end: np.ndarray  # len(prompt(t)) per turn
     request_ms: np.ndarray  # timestamp of each turn's request
     close_ms: int
+    think_ms: np.ndarray = None  # idle gap after each turn but the last (a closed-loop client waits it)
+    arrival_ms: int | None = None  # a top-level session's arrival (before waiting for a slot)
 
     @property
     def turns(self) -> int:
@@ -330,13 +332,13 @@ class AgenticWorkload:
                 n = int(rng.integers(c.subagent_turns[0], c.subagent_turns[1] + 1))
                 st, so, sth = self._draw_turns(rng, n)
                 rel, close = self._timeline(st, so, sth, {})
-                my_subs[i] = (st, so, rel, close)
+                my_subs[i] = (st, so, rel, close, sth)
             svc = self._service_ms(out)
             rel, close = self._timeline(tool, out, think, {i: s[3] for i, s in my_subs.items()})
-            tops.append((repo, tool, out, rel, close))
+            tops.append((repo, tool, out, rel, close, think))
             fin = rel + svc
-            for i, (st, so, srel, sclose) in sorted(my_subs.items()):
-                subs.append((k, i, st, so, srel + fin[i], sclose + fin[i]))
+            for i, (st, so, srel, sclose, sth) in sorted(my_subs.items()):
+                subs.append((k, i, st, so, srel + fin[i], sclose + fin[i], sth))
 
         # admission: FIFO, at most `concurrency` top-level sessions between start and close
         free = [0] * c.concurrency
@@ -355,13 +357,14 @@ class AgenticWorkload:
 
         S = c.system_prompt_tokens
         plans: list[SessionPlan] = []
-        for k, (repo, tool, out, rel, close) in enumerate(tops):
-            plans.append(_session_plan(k, None, None, S, repo, tool, out, rel + starts[k], close + starts[k]))
-        for j, (k, i, st, so, srel, sclose) in enumerate(subs):
+        for k, (repo, tool, out, rel, close, think) in enumerate(tops):
+            plans.append(_session_plan(k, None, None, S, repo, tool, out, rel + starts[k], close + starts[k],
+                                       think, int(arrivals[k])))
+        for j, (k, i, st, so, srel, sclose, sth) in enumerate(subs):
             parent = plans[k]
             fork_len = int(parent.prompt_end[i] + parent.output[i])
             plans.append(_session_plan(N + j, k, i + 1, fork_len, 0, st, so,
-                                       srel + starts[k], sclose + starts[k]))
+                                       srel + starts[k], sclose + starts[k], sth, None))
 
         events = []
         for p in plans:
@@ -417,6 +420,21 @@ class AgenticWorkload:
                 ptext, otext = st.text, _ser(st.buf[end:out_end])
             yield AgenticRequest(rid, sid, turn, ts, st.buf[:end], st.buf[end:out_end]), ptext, otext
             rid += 1
+
+    def session_buffer(self, sp: SessionPlan, parent_buf: np.ndarray | None = None) -> np.ndarray:
+        """All of session `sp`'s tokens (read-only int64): turn t's prompt is
+        ``buf[:sp.prompt_end[t-1]]`` and its output the next ``sp.output[t-1]`` tokens. A
+        sub-agent needs its parent's buffer. The same tokens `__iter__` yields."""
+        c = self.config
+        span = self._plan().span
+        if sp.parent is None:
+            sys_tokens = _rng(c.seed, _STREAM_SYSTEM).integers(0, span, size=c.system_prompt_tokens, dtype=np.int64)
+            live = {}
+        else:
+            if parent_buf is None:
+                raise ValueError(f"session {sp.session_id} is a sub-agent of {sp.parent}: give its parent's buffer")
+            sys_tokens, live = None, {sp.parent: _Live(parent_buf, None, 0)}
+        return self._open(sp, live, sys_tokens, None, span, False).buf
 
     def _open(self, sp: SessionPlan, live, sys_tokens, sys_text, span, text) -> _Live:
         c = self.config
@@ -474,11 +492,12 @@ class AgenticWorkload:
         }
 
 
-def _session_plan(sid, parent, fork_turn, inherited, context, tool, out, request_ms, close_ms) -> SessionPlan:
+def _session_plan(sid, parent, fork_turn, inherited, context, tool, out, request_ms, close_ms, think,
+                  arrival) -> SessionPlan:
     # prompt(t) ends after tool(t): base + sum(tool[:t+1]) + sum(out[:t])
     prompt_end = (inherited + context + np.cumsum(tool)
                   + np.concatenate([[0], np.cumsum(out)[:-1]])).astype(np.int64)
-    for a in (tool, out, prompt_end, request_ms):
+    for a in (tool, out, prompt_end, request_ms, think):
         a.flags.writeable = False
     return SessionPlan(sid, parent, fork_turn, inherited, context, tool, out, prompt_end,
-                       request_ms, int(close_ms))
+                       request_ms, int(close_ms), think, arrival)

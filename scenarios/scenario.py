@@ -92,7 +92,8 @@ SCHEMA = {
         "mixed_chunk": (False, "bool", "true or false"),
     },
     "workload": {
-        "kind": ("multiturn", ("choice", ("multiturn",)), "multiturn"),
+        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure")),
+                 "multiturn, trace, agentic or azure"),
         "num_clients": (48, "int1", "an integer >= 1"),
         "num_rounds": (60, "int1", "an integer >= 1"),
         "request_length": (4096, "int1", "an integer >= 1"),
@@ -109,6 +110,32 @@ SCHEMA = {
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
 }
+
+
+_KIND = SCHEMA["workload"]["kind"]
+_SPEEDUP = (1.0, "pos", "a number > 0 (arrival times are divided by it)")
+_RANGE = "a list [lo, hi]"
+WORKLOAD_SCHEMAS = {
+    "multiturn": SCHEMA["workload"],
+    "trace": {"kind": _KIND, "path": (None, "str", "a JSONL trace file (Mooncake hash_ids or tokens)"),
+              "block_size": (None, "int1_or_none", "null or tokens per hash_ids block"),
+              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
+    "azure": {"kind": _KIND, "path": (None, "str", "an Azure LLM-inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"),
+              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
+    "agentic": {"kind": _KIND, "speedup": _SPEEDUP,
+                "closed_loop": (True, "bool", "true (next turn after the previous completes + think time) "
+                                "or false (the workload's nominal timestamps, open loop)"),
+                "num_sessions": (16, "int1", "an integer >= 1"), "concurrency": (8, "int1", "an integer >= 1"),
+                "system_prompt_tokens": (2048, "int0", "an integer >= 0"),
+                "repo_context_tokens": ([4000, 12000], "range", _RANGE), "turns": ([8, 24], "range", _RANGE),
+                "tool_output_tokens": ([200, 2000], "range", _RANGE), "output_tokens": ([50, 400], "range", _RANGE),
+                "think_time_s": ([0.5, 20.0], "range", _RANGE), "subagent_prob": (0.1, "nonneg", "a probability"),
+                "subagent_turns": ([1, 5], "range", _RANGE), "arrival_rate": (1.0, "rate", "a number > 0 or inf"),
+                "service_base_s": (0.25, "nonneg", "seconds >= 0"),
+                "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
+                "vocab_size": (128_000, "int1", "an integer >= 1")},
+}
+_WORKLOAD_UNION = {k: v for sch in WORKLOAD_SCHEMAS.values() for k, v in sch.items()}
 
 
 def _ok(check, v) -> bool:
@@ -128,6 +155,9 @@ def _ok(check, v) -> bool:
         "rate": lambda: (num and v > 0) or (isinstance(v, str) and v.lower() in ("inf", "infinity")),
         "bool": lambda: isinstance(v, bool),
         "mapping": lambda: isinstance(v, dict),
+        "pos": lambda: num and v > 0 and math.isfinite(v),
+        "range": lambda: (isinstance(v, (list, tuple)) and len(v) == 2 and all(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)),
         "model": lambda: isinstance(v, str),
         "hardware": lambda: isinstance(v, str),
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
@@ -159,6 +189,12 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
             raise ScenarioError(f"{where}: {prefix}{k}: unknown key; expected one of "
                                 f"{', '.join(sorted(schema))}")
     for k, spec in schema.items():
+        if k == "workload" and not prefix:
+            sub = raw.get(k) or {}
+            kind = sub.get("kind", "multiturn") if isinstance(sub, dict) else "multiturn"
+            if kind not in WORKLOAD_SCHEMAS:
+                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected {_KIND[2]}")
+            spec = WORKLOAD_SCHEMAS[kind]
         if isinstance(spec, dict):
             out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
             continue
@@ -174,9 +210,7 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
 def load(path) -> dict:
     """The raw mapping of a scenario file (no validation yet). A catalog name (without
     .yaml) is looked up in scenarios/catalog/."""
-    p = Path(path)
-    if not p.exists() and p.suffix == "" and (CATALOG_DIR / f"{p.name}.yaml").exists():
-        p = CATALOG_DIR / f"{p.name}.yaml"
+    p = scenario_path(path)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -199,6 +233,14 @@ def load(path) -> dict:
         raise ScenarioError(f"{path}: top level: expected a mapping of keys, got {type(raw).__name__}")
     raw.setdefault("name", p.stem)
     return raw
+
+
+def scenario_path(path) -> Path:
+    """The file a scenario argument names: the path itself, or a catalog name."""
+    p = Path(path)
+    if not p.exists() and p.suffix not in (".yaml", ".yml") and (CATALOG_DIR / f"{p.name}.yaml").exists():
+        p = CATALOG_DIR / f"{p.name}.yaml"
+    return p
 
 
 def apply_sets(raw: dict, sets, where: str = "--set") -> dict:
@@ -225,6 +267,8 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
                 node = node.setdefault(p, {})
             node[parts[-1]] = value
             return
+        if schema is SCHEMA["workload"]:
+            schema = _WORKLOAD_UNION
         if not isinstance(schema, dict) or part not in schema:
             known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
             raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
@@ -265,7 +309,7 @@ class Scenario:
     tp: int
     cache: CacheConfig
     engine: EngineConfig
-    workload: MultiTurnConfig
+    workload: object  # MultiTurnConfig | TraceSpec | AgenticSpec
     efficiency: dict
     cost_table: str | None
     source: str
@@ -381,20 +425,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     if swa is not None and c["swa_tokens"] < window:
         raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
-    rate = w["request_rate"]
-    rate = math.inf if isinstance(rate, str) else float(rate)
-    try:
-        wl = MultiTurnConfig(num_clients=w["num_clients"], num_rounds=w["num_rounds"],
-                             request_length=w["request_length"], output_length=w["output_length"],
-                             max_parallel=w["max_parallel"], request_rate=rate, round_barrier=w["round_barrier"],
-                             ready_queue_policy=w["ready_queue_policy"], seed=doc["seed"], page_size=P,
-                             vocab_size=w["vocab_size"])
-    except ValueError as err:
-        raise ScenarioError(f"{where}: workload.{str(err).removeprefix('MultiTurnConfig.')}") from None
-    longest = wl.max_prompt_tokens + wl.output_length
-    if -(-longest // P) * P >= l1:
-        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
-                            f"({longest} tokens); expected more L1, or fewer rounds")
+    wl = _workload(w, doc["seed"], P, l1, where)
     eff = doc["cost"]["efficiency"]
     from_fields = _efficiency_fields()
     for k, v in eff.items():
@@ -421,6 +452,66 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                     efficiency=dict(eff), cost_table=table, source=where)
 
 
+@dataclass(frozen=True)
+class TraceSpec:
+    """An open-loop source read from a file (workload.kind trace or azure)."""
+
+    kind: str
+    path: str
+    block_size: int | None = None
+    speedup: float = 1.0
+    max_requests: int | None = None
+
+
+@dataclass(frozen=True)
+class AgenticSpec:
+    config: object  # scenarios.agentic.AgenticConfig
+    speedup: float = 1.0
+    kind: str = "agentic"
+    closed_loop: bool = True
+
+
+def _workload(w: dict, seed: int, P: int, l1: int, where: str):
+    """The workload object of a validated `workload` section."""
+    kind = w["kind"]
+    if kind in ("trace", "azure"):
+        if not w["path"]:
+            raise ScenarioError(f"{where}: workload.path: missing; expected a {kind} file")
+        path = Path(w["path"])
+        if not path.is_file() and (Path(where).parent / path).is_file():
+            path = Path(where).parent / path
+        if not path.is_file():
+            raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
+        return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
+    if kind == "agentic":
+        from .agentic import AgenticConfig
+
+        rate = w["arrival_rate"]
+        knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in w.items()
+                 if k not in ("kind", "speedup", "closed_loop")}
+        knobs["arrival_rate"] = math.inf if isinstance(rate, str) else float(rate)
+        try:
+            cfg = AgenticConfig(seed=seed, **knobs)
+        except ValueError as err:
+            raise ScenarioError(f"{where}: workload.{str(err).removeprefix('AgenticConfig.')}") from None
+        return AgenticSpec(cfg, float(w["speedup"]), closed_loop=w["closed_loop"])
+    rate = w["request_rate"]
+    rate = math.inf if isinstance(rate, str) else float(rate)
+    try:
+        wl = MultiTurnConfig(num_clients=w["num_clients"], num_rounds=w["num_rounds"],
+                             request_length=w["request_length"], output_length=w["output_length"],
+                             max_parallel=w["max_parallel"], request_rate=rate, round_barrier=w["round_barrier"],
+                             ready_queue_policy=w["ready_queue_policy"], seed=seed, page_size=P,
+                             vocab_size=w["vocab_size"])
+    except ValueError as err:
+        raise ScenarioError(f"{where}: workload.{str(err).removeprefix('MultiTurnConfig.')}") from None
+    longest = wl.max_prompt_tokens + wl.output_length
+    if -(-longest // P) * P >= l1:
+        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
+                            f"({longest} tokens); expected more L1, or fewer rounds")
+    return wl
+
+
 def _efficiency_fields() -> list[str]:
     # the Efficiency dataclass lives in sim/ (a layer above); its field names are mirrored here
     return ["mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency", "allreduce_latency_s",
@@ -431,7 +522,8 @@ def from_file(path, sets=()) -> Scenario:
     raw = load(path)
     if sets:
         raw = apply_sets(raw, sets)
-    return resolve(raw, str(path))
+    p = scenario_path(path)
+    return resolve(raw, str(p if p.exists() else path))
 
 
 __all__ = ["Scenario", "ScenarioError", "SCHEMA", "load", "apply_sets", "set_key", "resolve", "from_file",

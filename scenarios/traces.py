@@ -35,7 +35,11 @@ _MAX_ID = 2**62
 class TraceError(ValueError):
     """A problem with a trace file: str() is one line 'FILE:LINE: problem'."""
 
-    def __init__(self, path, line: int | None, msg: str):
+    def __init__(self, path, line: int | None = None, msg: str | None = None):
+        if msg is None and line is None:  # rebuilt from str(e) (SimPy re-raises errors this way)
+            super().__init__(str(path))
+            self.path, self.line, self.msg = None, None, str(path)
+            return
         self.path, self.line, self.msg = str(path), line, msg
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {msg}")

@@ -178,7 +178,7 @@ def test_directory_instead_of_file(capsys, tmp_path):
     ("cache.bogus=1", ["--set cache.bogus: unknown key 'cache.bogus'", "expected one of", "page_size"]),
     ("bogus.x=1", ["--set bogus.x: unknown key 'bogus'", "expected one of cache, cost"]),
     ("cache.page_size.x=1", ["--set cache.page_size.x: unknown key 'cache.page_size.x'", "expected one of"]),
-    ("cache.page_size=[", ["quickstart: cache.page_size: got '['", "expected an integer >= 1"]),
+    ("cache.page_size=[", ["", "quickstart.yaml: cache.page_size: got '['", "expected an integer >= 1"]),
 ], ids=["no-equals", "no-key", "unknown-nested", "unknown-top", "below-leaf", "bad-value"])
 def test_bad_set(capsys, tmp_path, item, needles):
     """--set problems name the option (or the scenario, for a bad value) and the dotted key."""
