@@ -145,6 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a scenario key, e.g. --set cache.l2_tokens=4000000 or --set "
                         "workload.num_rounds=20 (dotted names of DESIGN.md; repeatable)")
     u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
+    u.add_argument("--smoke", action="store_true",
+                   help="run the scenario at a tiny size (about a second; what CI does with every catalog scenario)")
     u.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     u.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -322,7 +324,7 @@ def _cmd_run(args) -> int:
 
     name = args.scenario or DEFAULT_SCENARIO
     try:
-        sc = from_file(name, args.sets)
+        sc = from_file(name, args.sets, smoke_run=args.smoke)
     except ScenarioError as e:
         sys.stderr.write(f"radixsim run: {e}\n")
         return EXIT_BAD_INPUT

@@ -518,13 +518,39 @@ def _efficiency_fields() -> list[str]:
             "per_step_overhead_s", "per_layer_overhead_s"]
 
 
-def from_file(path, sets=()) -> Scenario:
+def smoke(raw: dict) -> dict:
+    """A copy of `raw` at a size that runs in about a second (CI runs every catalog scenario
+    this way, so none can rot): multi-turn: clients / 8 (at least 2), at most 3 rounds; agentic:
+    sessions / 16 (at least 2), concurrency / 16 (at least 1), 2-3 turns; trace and azure: the
+    first 40 requests. Everything else (model, tiers, policies) is kept."""
+    out = copy.deepcopy(raw)
+    w = out.setdefault("workload", {})
+    kind = w.get("kind", "multiturn")
+    if kind == "multiturn":
+        d = WORKLOAD_SCHEMAS["multiturn"]
+        w["num_clients"] = max(2, -(-int(w.get("num_clients", d["num_clients"][0])) // 8))
+        w["num_rounds"] = min(3, int(w.get("num_rounds", d["num_rounds"][0])))
+        w["max_parallel"] = min(int(w.get("max_parallel", d["max_parallel"][0])), w["num_clients"])
+    elif kind == "agentic":
+        d = WORKLOAD_SCHEMAS["agentic"]
+        w["num_sessions"] = max(2, int(w.get("num_sessions", d["num_sessions"][0])) // 16)
+        w["concurrency"] = max(1, int(w.get("concurrency", d["concurrency"][0])) // 16)
+        w["turns"] = [2, 3]
+        w["subagent_turns"] = [1, 2]
+    elif kind in ("trace", "azure"):
+        w["max_requests"] = min(40, w.get("max_requests") or 40)
+    return out
+
+
+def from_file(path, sets=(), smoke_run: bool = False) -> Scenario:
     raw = load(path)
+    if smoke_run:
+        raw = smoke(raw)
     if sets:
         raw = apply_sets(raw, sets)
     p = scenario_path(path)
     return resolve(raw, str(p if p.exists() else path))
 
 
-__all__ = ["Scenario", "ScenarioError", "SCHEMA", "load", "apply_sets", "set_key", "resolve", "from_file",
+__all__ = ["Scenario", "ScenarioError", "SCHEMA", "load", "smoke", "apply_sets", "set_key", "resolve", "from_file",
            "catalog", "catalog_names", "CATALOG_DIR"]
