@@ -54,6 +54,7 @@ from collections import deque
 import numpy as np
 
 from .actions import Transfer
+from .records import MatchResult
 from .allocator import INDEX_DTYPE
 from .engine_types import (ARRIVED, DECODE, DONE, LOADING, PREFETCHING, PREFILL, READY, WAITING,
                            EngineConfig, EngineRequest, Step)
@@ -567,6 +568,8 @@ class Engine:
         self.counters["prefill_steps" if step.prefill else "decode_steps"] += 1
         for r, new, _ in step.prefill:
             r.computed_tokens += new
+            if r.computed_tokens < r.fill_len or r.generated_tokens + 1 < r.output_length:
+                self._cache_unfinished(r)
             if r.computed_tokens < r.fill_len:
                 continue
             if self.chunked is r:
@@ -593,6 +596,38 @@ class Engine:
                 l3 = len(hier.storage) * self.P
         l1 = 0 if cache.full.pool.unbounded else self.max_total_tokens - cache.free_tokens
         self.timeline.append((now, len(self._admitted()), len(self.waiting) + len(self.prefetching), l1, l2, l3))
+
+    def _cache_unfinished(self, r: EngineRequest) -> None:
+        """SGLang's cache_unfinished_req: after a prefill chunk, the request's computed whole
+        pages join the tree (it keeps them locked), so concurrent requests sharing that prefix
+        reuse it instead of computing it again. FULL-only caches (with SWA or MAMBA the window
+        pages and checkpoints belong to the end of the request: it is inserted at finish)."""
+        cache, P = self.cache, self.P
+        if cache.voters or r.match is None:
+            return
+        aligned = min(r.computed_tokens, r.seq.length) // P * P
+        start = r.match.cached_tokens
+        if aligned <= start:
+            return
+        pages = np.concatenate(r.pages)
+        k = (aligned - start) // P
+        res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority)
+        end = res.handle._node.end
+        rest = [pages[k:]] if k < len(pages) else []
+        if end < aligned:  # tiers: a node above was still in flight, the tree took nothing below it
+            gap = (aligned - end) // P  # the insert freed those pages: the request takes new ones
+            if not cache.full.pool.unbounded and cache.free_tokens < gap * P:
+                cache.evict(gap * P - cache.free_tokens)
+            got = cache.alloc(gap)
+            if got is None:
+                raise RuntimeError(f"request {r.rid!r}: no L1 pages to keep {gap} pages it computed")
+            rest = [got] + rest
+        new = MatchResult(end, res.handle)
+        cache.lock(new)
+        cache.unlock(r.match)
+        r.match = new
+        r.pages = rest
+        self._drain()
 
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY

@@ -131,7 +131,7 @@ class ReplayStepper:
         prompt_aligned = lp // P * P
         inserted = pages is not None and done.handle is not None and done.handle._node.end == aligned
         if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
-            cache.insert(seq, prompt_aligned, after=m)
+            cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None)
         if session_id is not None:
             cache.session_finish(session_id, gen, done)
         cache.unlock(m)  # (e)
