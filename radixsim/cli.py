@@ -196,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--cost-host-gib", type=float, default=None, help="price of one GiB of host (L2) memory")
     pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
 
+    from . import report_cli, workload_cli
+
+    report_cli.add_parsers(sub)
+    workload_cli.add_parsers(sub)
+
     c = sub.add_parser("scenarios", help="list the scenario catalog",
                        description="List the bundled scenarios (scenarios/catalog/*.yaml), one line each.")
     c.set_defaults()
@@ -431,6 +436,12 @@ def main(argv=None) -> int:
         return _cmd_sweep(args)
     if args.command == "plan":
         return _cmd_plan(args)
+    from . import report_cli, workload_cli
+
+    for mod in (report_cli, workload_cli):
+        rc = mod.dispatch(args)
+        if rc is not None:
+            return rc
     parser.error(f"unknown command {args.command}")  # pragma: no cover
 
 

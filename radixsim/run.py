@@ -67,6 +67,13 @@ def _source(env, eng, wl):
     if isinstance(wl, MultiTurnConfig):
         w = MultiTurnWorkload(wl)
         return multiturn_clients(env, eng, w), len(w)
+    if wl.kind == "program":
+        from scenarios.programs import ProgramWorkload
+        from sim.program_clients import program_clients
+
+        w = ProgramWorkload(wl.config)
+        return program_clients(env, eng, w, max_parallel=wl.max_parallel, request_rate=wl.request_rate), \
+            w.total_calls()
     if wl.kind == "agentic" and wl.closed_loop:
         from scenarios.agentic import AgenticWorkload
         from sim.agent_clients import agentic_clients

@@ -92,8 +92,8 @@ SCHEMA = {
         "mixed_chunk": (False, "bool", "true or false"),
     },
     "workload": {
-        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure")),
-                 "multiturn, trace, agentic or azure"),
+        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),
+                 "multiturn, trace, agentic, azure or program"),
         "num_clients": (48, "int1", "an integer >= 1"),
         "num_rounds": (60, "int1", "an integer >= 1"),
         "request_length": (4096, "int1", "an integer >= 1"),
@@ -134,6 +134,13 @@ WORKLOAD_SCHEMAS = {
                 "service_base_s": (0.25, "nonneg", "seconds >= 0"),
                 "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
                 "vocab_size": (128_000, "int1", "an integer >= 1")},
+    "program": {"kind": _KIND, "program": ("few_shot", ("choice", ("few_shot", "self_consistency", "multi_turn_chat",
+                                                                   "tree_of_thought", "agent_with_subagents")),
+                                           "few_shot, self_consistency, multi_turn_chat, tree_of_thought or "
+                                           "agent_with_subagents"),
+                "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
+                "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
+                "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},
 }
 _WORKLOAD_UNION = {k: v for sch in WORKLOAD_SCHEMAS.values() for k, v in sch.items()}
 
@@ -224,7 +231,7 @@ def load(path) -> dict:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{path}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
+        raise ScenarioError(f"{p}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
     except RecursionError:
         raise ScenarioError(f"{path}: not valid YAML (too deeply nested); expected a mapping of keys") from None
     if raw is None:
@@ -464,6 +471,16 @@ class TraceSpec:
 
 
 @dataclass(frozen=True)
+class ProgramSpec:
+    """An LM-program workload: instances of one DAG program, calls sent as their parents finish."""
+
+    config: object  # scenarios.programs.ProgramConfig
+    max_parallel: int = 16
+    request_rate: float = math.inf
+    kind: str = "program"
+
+
+@dataclass(frozen=True)
 class AgenticSpec:
     config: object  # scenarios.agentic.AgenticConfig
     speedup: float = 1.0
@@ -483,6 +500,17 @@ def _workload(w: dict, seed: int, P: int, l1: int, where: str):
         if not path.is_file():
             raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
         return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
+    if kind == "program":
+        from .programs import program_config
+
+        knobs = dict(w["knobs"])
+        knobs.setdefault("seed", seed)
+        try:
+            cfg = program_config(w["program"], **knobs)
+        except (ValueError, TypeError) as err:
+            raise ScenarioError(f"{where}: workload.knobs: {err}") from None
+        rate = w["request_rate"]
+        return ProgramSpec(cfg, w["max_parallel"], math.inf if isinstance(rate, str) else float(rate))
     if kind == "agentic":
         from .agentic import AgenticConfig
 
@@ -539,6 +567,8 @@ def smoke(raw: dict) -> dict:
         w["subagent_turns"] = [1, 2]
     elif kind in ("trace", "azure"):
         w["max_requests"] = min(40, w.get("max_requests") or 40)
+    elif kind == "program":
+        w["knobs"] = {**(w.get("knobs") or {}), "num_instances": 1}
     return out
 
 

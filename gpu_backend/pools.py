@@ -1,0 +1,210 @@
+"""`KVPools`: the torch tensors behind the core's slot indices, per tier and component.
+
+Per tier ("L1" = the model's device, "L2" = host memory: pinned when CUDA is available,
+plain otherwise) three pools:
+
+- ``full``: KV of every full-attention layer, one page = ``page_size`` tokens;
+- ``swa``: KV of every sliding-window layer, same page geometry;
+- ``state``: the recurrent state of every rec layer, one slot = one request's state.
+
+Index i of a pool is index i of the core's pool of the same component and tier (the core's
+`PagePool` hands out 0, 1, 2, ...): FULL page ``slots_of(...)["full"][j]`` is
+``tensor(tier, "full")`` page j, SWA likewise (-1 = tombstone: no page), a MAMBA slot is a
+``state`` slot. The core names the state component "mamba"; both names are accepted.
+
+Layouts (``layout=``), for a KV pool with ``Lc`` layers of that kind and ``D = heads*head_dim``:
+- ``page_first``: ``[pages, Lc, 2 (k/v), page_size, D]`` -- a page is one contiguous block
+  (cheap page transfers, SGLang HiCache's ``page_first``);
+- ``layer_first``: ``[Lc, pages, 2, page_size, D]`` -- a layer is contiguous (SGLang's device
+  layout, ``layer_first``).
+The state pool is ``[slots, Lr, state_dim]`` or ``[Lr, slots, state_dim]`` accordingly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .spec import HybridSpec
+
+TIERS = ("L1", "L2")
+COMPONENTS = ("full", "swa", "state")
+LAYOUTS = ("page_first", "layer_first")
+_ALIASES = {"mamba": "state", "full": "full", "swa": "swa", "state": "state"}
+
+
+def component_name(component: str) -> str:
+    try:
+        return _ALIASES[component]
+    except KeyError:
+        raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba; "
+                       "sidecar pools are not built yet)") from None
+
+
+def _as_index(idx) -> torch.Tensor:
+    if isinstance(idx, torch.Tensor):
+        return idx.to(device="cpu", dtype=torch.int64).reshape(-1)
+    return torch.as_tensor(np.asarray(idx, dtype=np.int64).reshape(-1))
+
+
+@dataclass
+class CopyHandle:
+    """What `copy_pages` returns: on CUDA the event recorded on the side stream after the copy
+    (plus the staging tensors it must keep alive); on CPU the copy is already done."""
+
+    event: object = None
+    _keep: tuple = ()
+
+    def query(self) -> bool:
+        return self.event is None or self.event.query()
+
+    def synchronize(self) -> None:
+        if self.event is not None:
+            self.event.synchronize()
+        self._keep = ()
+
+
+class KVPools:
+    """Pools sized by page/slot counts per tier: each of ``full_pages``, ``swa_pages``,
+    ``state_slots`` is an int (every tier) or ``{"L1": n, "L2": m}`` (a missing tier: 0)."""
+
+    def __init__(self, spec: HybridSpec, *, full_pages, swa_pages=0, state_slots=0,
+                 layout: str = "page_first", device="cpu", dtype=torch.float32,
+                 state_dtype=torch.float32):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.spec, self.layout = spec, layout
+        self.device = torch.device(device)
+        self.dtype, self.state_dtype = dtype, state_dtype
+        self.pinned = torch.cuda.is_available()
+        self.tier_device = {"L1": self.device, "L2": torch.device("cpu")}
+        sizes = {"full": full_pages, "swa": swa_pages, "state": state_slots}
+        self._t: dict = {}
+        P, D = spec.page_size, spec.kv_width
+        for comp, size in sizes.items():
+            per_tier = size if isinstance(size, dict) else {t: size for t in TIERS}
+            bad = set(per_tier) - set(TIERS)
+            if bad:
+                raise ValueError(f"{comp}: unknown tiers {sorted(bad)}")
+            layers = {"full": spec.n_full, "swa": spec.n_swa, "state": spec.n_rec}[comp]
+            inner = (spec.state_dim,) if comp == "state" else (2, P, D)
+            dt = state_dtype if comp == "state" else dtype
+            for tier in TIERS:
+                n = int(per_tier.get(tier, 0))
+                if n < 0:
+                    raise ValueError(f"{comp} {tier}: size must be >= 0, got {n}")
+                shape = (n, layers) if layout == "page_first" else (layers, n)
+                pin = tier == "L2" and self.pinned and self.device.type == "cuda"
+                self._t[tier, comp] = torch.zeros(shape + inner, dtype=dt, device=self.tier_device[tier],
+                                                  pin_memory=pin)
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def page_dim(self) -> int:
+        return 0 if self.layout == "page_first" else 1
+
+    def tensor(self, tier: str, component: str) -> torch.Tensor:
+        return self._t[tier, component_name(component)]
+
+    def size(self, tier: str, component: str) -> int:
+        return self.tensor(tier, component).shape[self.page_dim]
+
+    def layer_view(self, tier: str, component: str, layer: int) -> torch.Tensor:
+        """One layer of a pool (a view): ``[pages, 2, P, D]`` for KV, ``[slots, state_dim]``
+        for state. `layer` counts within the component's layers (spec.group_index)."""
+        t = self.tensor(tier, component)
+        return t[:, layer] if self.layout == "page_first" else t[layer]
+
+    def page_bytes(self, component: str) -> int:
+        """Bytes of one page (one slot for state) across all its layers."""
+        t = self.tensor("L1", component)
+        per = t.element_size()
+        for i, s in enumerate(t.shape):
+            if i != self.page_dim:
+                per *= s
+        return per
+
+    # -- copies ------------------------------------------------------------------------------
+    def copy_pages(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> CopyHandle:
+        """dst pool[dst_idx[i]] = src pool[src_idx[i]] for every i, all layers, one batched
+        gather + scatter. On CUDA the copy runs on a side stream (after the work already queued
+        on the current stream) and the handle's event says when it is done; on CPU it is
+        synchronous. Payload validity is the caller's business (the core acknowledges a
+        transfer only when its handle is done)."""
+        src, dst = self.tensor(src_tier, component), self.tensor(dst_tier, component)
+        si, di = _as_index(src_idx), _as_index(dst_idx)
+        if si.numel() != di.numel():
+            raise ValueError(f"copy_pages: {si.numel()} source and {di.numel()} destination indices")
+        if si.numel() == 0:
+            return CopyHandle()
+        d = self.page_dim
+        for name, idx, t in (("source", si, src), ("destination", di, dst)):
+            if int(idx.min()) < 0 or int(idx.max()) >= t.shape[d]:
+                raise IndexError(f"copy_pages {component}: {name} index out of range "
+                                 f"[0, {t.shape[d]}) on {src_tier if t is src else dst_tier}")
+        if self._stream is None or (src.device.type != "cuda" and dst.device.type != "cuda"):
+            dst.index_copy_(d, di, src.index_select(d, si))
+            return CopyHandle()
+        return self._copy_cuda(src, dst, si, di, d)
+
+    def _copy_cuda(self, src, dst, si, di, d) -> CopyHandle:
+        stream = self._stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        keep = []
+        with torch.cuda.stream(stream):
+            if src.device.type == "cpu":  # host -> device: gather on the host, one H2D, scatter
+                staged = src.index_select(d, si).pin_memory()
+                keep.append(staged)
+                moved = staged.to(dst.device, non_blocking=True)
+                dst.index_copy_(d, di.to(dst.device, non_blocking=True), moved)
+            elif dst.device.type == "cpu":  # device -> host: gather on the device, copy per run
+                g = src.index_select(d, si.to(src.device, non_blocking=True))
+                keep.append(g)
+                for lo, off, n in _runs(di):
+                    dst.narrow(d, lo, n).copy_(g.narrow(d, off, n), non_blocking=True)
+            else:
+                dst.index_copy_(d, di.to(dst.device), src.index_select(d, si.to(src.device)))
+            ev = torch.cuda.Event()
+            ev.record(stream)
+        return CopyHandle(ev, tuple(keep))
+
+    def copy_state(self, tier: str, src, dst) -> None:
+        """State slot(s) `src` -> `dst` on one tier (MAMBA `CopyState`: copy-on-reuse of a
+        checkpoint, every-K snapshots). Ordered with the current stream's work."""
+        t = self.tensor(tier, "state")
+        si, di = _as_index(src).to(t.device), _as_index(dst).to(t.device)
+        d = self.page_dim
+        t.index_copy_(d, di, t.index_select(d, si))
+
+    # -- whole pages for the L3 store -------------------------------------------------------
+    def read_pages(self, tier: str, component: str, idx) -> list:
+        """Per index one CPU tensor ``[layers, ...]`` (contiguous), e.g. to put into a store."""
+        t = self.tensor(tier, component)
+        g = t.index_select(self.page_dim, _as_index(idx).to(t.device)).cpu()
+        return [g.select(self.page_dim, i).contiguous() for i in range(g.shape[self.page_dim])]
+
+    def write_pages(self, tier: str, component: str, idx, pages) -> None:
+        """Inverse of `read_pages`: pool[idx[i]] = pages[i]."""
+        t = self.tensor(tier, component)
+        data = torch.stack([p.to(t.device, t.dtype) for p in pages], dim=self.page_dim)
+        t.index_copy_(self.page_dim, _as_index(idx).to(t.device), data)
+
+    def synchronize(self) -> None:
+        if self._stream is not None:
+            self._stream.synchronize()
+
+
+def _runs(idx: torch.Tensor):
+    """(start, offset, length) of each run of consecutive indices in `idx`."""
+    a = idx.numpy()
+    if len(a) == 0:
+        return []
+    cut = np.flatnonzero(np.diff(a) != 1) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(a)]])
+    return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
+
+
+__all__ = ["KVPools", "CopyHandle", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]

@@ -1,0 +1,547 @@
+"""LM programs: DAGs of LLM calls with the KV-sharing patterns of SGLang's paper (seed 004).
+
+A program is a `networkx.DiGraph` whose nodes are calls, numbered 0, 1, ... in creation order,
+which is a topological order (every edge goes from a lower to a higher id). A node holds
+``kind`` (question, sample, turn, thought, score, step, subagent, join, commit), ``new_tokens``
+(its own new text), ``output_length`` (tokens it generates: >= 1, 0 for a commit),
+``session`` (local: 0 for the program, k >= 1 for sub-agent k), ``parents`` (its data parents,
+in prompt order) and ``depth`` (longest path from a root over all edges). An edge ``u -> v`` has ``data=True`` when u's
+tokens are part of v's prompt, ``data=False`` for an ordering-only (control) dependency:
+tree-of-thought expands a level only after every thought of the previous level is scored.
+
+Prompt of a call (fixed order)
+    full(c) = prompt(c) + output(c)
+    root:                     prompt = prefix + new(c)     (prefix: the program's shared text)
+    parents (p1, p2, .., pk): prompt = full(p1) + output(p2) + .. + output(pk) + new(c)
+    So every call's prompt starts with its first parent's full sequence (or the prefix); a
+    join (k > 1) appends only the other parents' outputs (what they return), in `parents` order.
+    ``commit_prefix=True`` models SGLang's frontend, which before a fork sends the shared text
+    alone (``max_new_tokens=0``) so the forks find it cached: call 0 is then a ``commit`` call
+    (new text = the prefix, no output), the program has no prefix, and the former roots are
+    its children (same prompts and tokens). It applies to few-shot, self-consistency and
+    tree-of-thought (the programs with a shared prefix).
+
+Tokens
+    Instance i of a workload owns the id block [i * span, (i + 1) * span), span =
+    vocab_size // num_instances, and draws uniformly from it with its own generator
+    (``SeedSequence(seed, spawn_key=(0, i))``): the prefix first, then, for each call in id
+    order, its new text and its output (outputs are fixed up front; they stand for generated
+    text, so children's prompts are known). Instances therefore share no token, and inside an
+    instance text is shared only by the rule above (two siblings could also share their first
+    token by chance, ~1/span; the default span of 2**40 makes that negligible). Structure draws
+    (tree-of-thought pruning) use ``SeedSequence(seed, spawn_key=(1, i))``.
+
+Memory
+    A call continues its first parent's buffer ("lane") when it is that parent's heir: the
+    lowest-id child of the parent's own session among the children whose first parent it is
+    (else the lowest-id such child). Other children copy the parent's full sequence into a new
+    lane. Prompts, outputs, sequences (prompt + output[:-1]) and keys are read-only views.
+
+Page keys
+    `sequence_keys(c, P)` = `cache_core.keys.page_keys` of sequence(c). Every sequence starts
+    with its first parent's full sequence (or the prefix), so its keys extend the parent's
+    (or the prefix's) `KeyState`: only the parent's partial tail page (< P tokens) and the new
+    tokens are hashed, and there is no case where a whole prompt is re-hashed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
+
+from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq
+from cache_core.keys import ROOT_STATE, TOKEN_DTYPE, page_keys
+
+from .traces import MAX_PROMPT_TOKENS
+
+MAX_VOCAB_SIZE = 2**62
+MAX_CALLS = 1_000_000  # calls of one instance
+_STREAM_TOKENS, _STREAM_STRUCTURE = 0, 1  # sim/program_clients.py uses 2
+
+
+def _rng(seed: int, *key: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _knob(default: int, lo: int = 1):
+    return field(default=default, metadata={"lo": lo})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgramConfig:
+    """Knobs common to every program: ``seed``, ``num_instances`` (copies of the program,
+    sharing nothing) and ``vocab_size`` (ids lie in [0, vocab_size)). Integer knobs declare
+    their lower bound in the field metadata; a bad value raises ValueError naming it."""
+
+    seed: int = _knob(0, 0)
+    num_instances: int = _knob(1)
+    vocab_size: int = _knob(2**40)
+    commit_prefix: bool = False  # send a shared prefix alone first (module docstring)
+
+    def __post_init__(self):
+        name = type(self).__name__
+        for f in dataclasses.fields(self):
+            v, lo = getattr(self, f.name), f.metadata.get("lo")
+            if lo is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+                raise ValueError(f"{name}.{f.name} must be an integer >= {lo}, got {v!r}")
+        if not isinstance(self.commit_prefix, bool):
+            raise ValueError(f"{name}.commit_prefix must be true or false, got {self.commit_prefix!r}")
+        if not self.num_instances <= self.vocab_size <= MAX_VOCAB_SIZE:
+            raise ValueError(f"{name}.vocab_size must be between num_instances ({self.num_instances}) and "
+                             f"2**62 (each instance draws from its own block of ids), got {self.vocab_size}")
+        self._check()
+        if self.num_calls > MAX_CALLS:
+            raise ValueError(f"{name}: one instance would make {self.num_calls:,} calls, over the limit of "
+                             f"{MAX_CALLS:,}; make the count knobs smaller")
+        if self.max_prompt_tokens > MAX_PROMPT_TOKENS:
+            raise ValueError(f"{name}: the longest prompt would have {self.max_prompt_tokens:,} tokens, over "
+                             f"the limit of {MAX_PROMPT_TOKENS:,}; make the length knobs smaller")
+
+    def _check(self) -> None:
+        """Cross-knob checks of a subclass (raise ValueError naming the knob)."""
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """Length of the longest prompt (analytic)."""
+        raise NotImplementedError
+
+    @property
+    def num_calls(self) -> int:
+        """Calls of one instance (analytic)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class FewShotConfig(ProgramConfig):
+    """One examples prefix (num_examples x example_length) shared by num_questions root calls."""
+
+    num_examples: int = _knob(8)
+    example_length: int = _knob(256)
+    num_questions: int = _knob(16)
+    question_length: int = _knob(64)
+    output_length: int = _knob(32)
+
+    max_prompt_tokens = property(lambda self: self.num_examples * self.example_length + self.question_length)
+    num_calls = property(lambda self: self.num_questions + self.commit_prefix)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SelfConsistencyConfig(ProgramConfig):
+    """num_samples root calls with the same prompt (the question as prefix, no new text)."""
+
+    question_length: int = _knob(1024)
+    num_samples: int = _knob(8)
+    output_length: int = _knob(256)
+
+    max_prompt_tokens = property(lambda self: self.question_length)
+    num_calls = property(lambda self: self.num_samples + self.commit_prefix)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MultiTurnChatConfig(ProgramConfig):
+    """A chain of num_turns calls: turn t's prompt = full(turn t-1) + turn_length new tokens."""
+
+    num_turns: int = _knob(8)
+    turn_length: int = _knob(256)
+    output_length: int = _knob(128)
+
+    max_prompt_tokens = property(lambda self: self.num_turns * (self.turn_length + self.output_length)
+                                 - self.output_length)
+    num_calls = property(lambda self: self.num_turns)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeOfThoughtConfig(ProgramConfig):
+    """Search of ``depth`` levels over a problem prefix of problem_length tokens: every frontier
+    state branches into ``branching`` thoughts, each thought is scored, the ``keep`` best of a
+    level (seeded) form the next frontier."""
+
+    depth: int = _knob(3)
+    branching: int = _knob(3)
+    keep: int = _knob(2)
+    problem_length: int = _knob(256)
+    thought_length: int = _knob(64)
+    output_length: int = _knob(128)
+    score_length: int = _knob(32)
+
+    def _check(self):
+        if self.keep > self.branching:
+            raise ValueError(f"TreeOfThoughtConfig.keep must be <= branching ({self.branching}), got {self.keep}")
+        if self.keep * self.branching > 1000:  # ordering edges between two levels: (keep x branching)**2
+            raise ValueError(f"TreeOfThoughtConfig.keep x branching must be <= 1000, got {self.keep * self.branching}")
+
+    max_prompt_tokens = property(lambda self: self.problem_length + self.score_length
+                                 + self.depth * (self.thought_length + self.output_length))
+    num_calls = property(lambda self: 2 * self.branching * (1 + (self.depth - 1) * self.keep) + self.commit_prefix)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentConfig(ProgramConfig):
+    """A main chain of num_steps steps; after every fork_every-th step (not the last) it forks
+    num_subagents sub-agents of subagent_steps calls each, and its next step joins them."""
+
+    num_steps: int = _knob(8, 2)
+    num_subagents: int = _knob(2)
+    fork_every: int = _knob(3)
+    step_length: int = _knob(256)
+    subagent_steps: int = _knob(3)
+    output_length: int = _knob(64)
+
+    def _check(self):
+        if self.fork_every > self.num_steps - 1:
+            raise ValueError(f"AgentConfig.fork_every must be <= num_steps - 1 ({self.num_steps - 1}) so that "
+                             f"the agent forks at least once, got {self.fork_every}")
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        L, O, M, S = self.step_length, self.output_length, self.num_subagents, self.subagent_steps
+        full, longest = L + O, L
+        for k in range(1, self.num_steps):
+            if k % self.fork_every == 0:
+                longest = max(longest, full + S * L + (S - 1) * O)
+                full += M * O
+            longest = max(longest, full + L)
+            full += L + O
+        return longest
+
+    num_calls = property(lambda self: self.num_steps + (self.num_steps - 1) // self.fork_every
+                         * self.num_subagents * self.subagent_steps)
+
+
+# ------------------------------------------------------------------------------------------
+# DAG builders (structure only, no tokens)
+# ------------------------------------------------------------------------------------------
+class _Dag:
+    def __init__(self, cfg: ProgramConfig, prefix_len: int = 0):
+        self.g = nx.DiGraph(sessions=1, prefix=prefix_len)
+        self.commit = None
+        if cfg.commit_prefix and prefix_len:  # the prefix goes first, alone; the roots become its children
+            self.g.graph["prefix"] = 0
+            self.commit = self.call("commit", prefix_len, 0)
+
+    def call(self, kind, new, out, parents=(), session=0, after=(), **attrs) -> int:
+        n = self.g.number_of_nodes()
+        if not parents and self.commit is not None:
+            parents = (self.commit,)
+        self.g.add_node(n, kind=kind, new_tokens=new, output_length=out, session=session,
+                        parents=tuple(parents), **attrs)
+        for p in parents:
+            self.g.add_edge(p, n, data=True)
+        for p in after:
+            if not self.g.has_edge(p, n):
+                self.g.add_edge(p, n, data=False)
+        return n
+
+
+def _few_shot_dag(c: FewShotConfig, rng):
+    d = _Dag(c, c.num_examples * c.example_length)
+    for _ in range(c.num_questions):
+        d.call("question", c.question_length, c.output_length)
+    return d.g
+
+
+def _self_consistency_dag(c: SelfConsistencyConfig, rng):
+    d = _Dag(c, c.question_length)
+    for _ in range(c.num_samples):
+        d.call("sample", 0, c.output_length)
+    return d.g
+
+
+def _chat_dag(c: MultiTurnChatConfig, rng):
+    d = _Dag(c)
+    prev = ()
+    for _ in range(c.num_turns):
+        prev = (d.call("turn", c.turn_length, c.output_length, parents=prev),)
+    return d.g
+
+
+def _tot_dag(c: TreeOfThoughtConfig, rng):
+    d = _Dag(c, c.problem_length)
+    frontier, scores = [None], []
+    for level in range(1, c.depth + 1):
+        thoughts = [d.call("thought", c.thought_length, c.output_length, parents=() if f is None else (f,),
+                           after=scores, level=level, kept=False)
+                    for f in frontier for _ in range(c.branching)]
+        scores = [d.call("score", c.score_length, c.output_length, parents=(t,), level=level) for t in thoughts]
+        if level < c.depth:
+            value = rng.random(len(thoughts))  # the (seeded) scores the score calls return
+            best = sorted(np.argsort(-value, kind="stable")[: c.keep].tolist())
+            frontier = [thoughts[i] for i in best]
+            for t in frontier:
+                d.g.nodes[t]["kept"] = True
+    return d.g
+
+
+def _agent_dag(c: AgentConfig, rng):
+    d = _Dag(c)
+    prev = d.call("step", c.step_length, c.output_length)
+    for k in range(1, c.num_steps):
+        finals = []
+        if k % c.fork_every == 0:
+            for _ in range(c.num_subagents):
+                s = d.g.graph["sessions"]
+                d.g.graph["sessions"] += 1
+                last = prev
+                for _ in range(c.subagent_steps):
+                    last = d.call("subagent", c.step_length, c.output_length, parents=(last,), session=s)
+                finals.append(last)
+        prev = d.call("join" if finals else "step", c.step_length, c.output_length, parents=(prev, *finals))
+    return d.g
+
+
+# ------------------------------------------------------------------------------------------
+# one program instance
+# ------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, eq=False)
+class Call:
+    """One call of a program instance, as a client sends it (arrays are read-only views)."""
+
+    program: "Program"
+    node: int
+    kind: str
+    depth: int  # 0 for a root; the request's round is depth + 1
+    session_id: int  # global: instance * sessions_per_instance + local session
+    prompt: np.ndarray
+    output: np.ndarray
+    sequence: np.ndarray  # prompt + output[:-1]
+
+    def sequence_keys(self, page_size: int) -> np.ndarray:
+        """Page keys of `sequence` (cache_core.keys.page_keys), built incrementally."""
+        return self.program.sequence_keys(self.node, page_size)
+
+
+class Program:
+    """One instance of an LM program: the DAG, a topological order and, per call, its prompt,
+    output, sequence, session and page keys (tokens are drawn on first use)."""
+
+    def __init__(self, name: str, config: ProgramConfig, instance: int, graph: nx.DiGraph):
+        if not 0 <= instance < config.num_instances:
+            raise ValueError(f"instance {instance} out of range 0..{config.num_instances - 1}")
+        self.name, self.config, self.instance, self.graph = name, config, instance, graph
+        self.prefix_len = graph.graph["prefix"]
+        self.order = tuple(nx.lexicographical_topological_sort(graph))
+        self.sessions_per_instance = graph.graph["sessions"]
+        self._plan()
+        self._bufs = None
+        self._keys: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def _plan(self) -> None:
+        g, nodes = self.graph, self.graph.nodes
+        self.plen, self.full, self.slen, heir = {}, {}, {}, {}
+        for c in self.order:
+            a = nodes[c]
+            a["depth"] = max((nodes[p]["depth"] + 1 for p in g.predecessors(c)), default=0)
+            ps = a["parents"]
+            head = self.prefix_len if not ps else self.full[ps[0]] + sum(nodes[p]["output_length"] for p in ps[1:])
+            self.plen[c] = head + a["new_tokens"]
+            self.full[c] = self.plen[c] + a["output_length"]
+            self.slen[c] = self.full[c] - 1 if a["output_length"] else self.full[c]
+            if ps:
+                p, cur = ps[0], heir.get(ps[0])
+                own = nodes[p]["session"]
+                if cur is None or (a["session"] == own and nodes[cur]["session"] != own):
+                    heir[p] = c
+        self.lane, self.lane_len = {}, []
+        for c in self.order:
+            ps = nodes[c]["parents"]
+            if ps and heir[ps[0]] == c:
+                self.lane[c] = self.lane[ps[0]]
+            else:
+                self.lane[c] = len(self.lane_len)
+                self.lane_len.append(0)
+            self.lane_len[self.lane[c]] = self.full[c]
+
+    def _tokens(self) -> list:
+        if self._bufs is not None:
+            return self._bufs
+        cfg, nodes = self.config, self.graph.nodes
+        span = cfg.vocab_size // cfg.num_instances
+        lo, hi = self.instance * span, (self.instance + 1) * span
+        rng = _rng(cfg.seed, _STREAM_TOKENS, self.instance)
+        prefix = rng.integers(lo, hi, size=self.prefix_len, dtype=np.int64)
+        bufs = [np.empty(n, dtype=TOKEN_DTYPE) for n in self.lane_len]
+        for c in self.order:
+            b, ps = bufs[self.lane[c]], nodes[c]["parents"]
+            if not ps:
+                b[: self.prefix_len] = prefix
+                at = self.prefix_len
+            else:
+                at = self.full[ps[0]]
+                if self.lane[ps[0]] != self.lane[c]:
+                    b[:at] = bufs[self.lane[ps[0]]][:at]
+                for q in ps[1:]:
+                    o = nodes[q]["output_length"]
+                    b[at : at + o] = bufs[self.lane[q]][self.plen[q] : self.full[q]]
+                    at += o
+            n = self.full[c] - at
+            b[at : at + n] = rng.integers(lo, hi, size=n, dtype=np.int64)
+        for b in bufs:
+            b.flags.writeable = False
+        self._prefix, self._bufs = prefix, bufs
+        return bufs
+
+    def prompt(self, c: int) -> np.ndarray:
+        """The prompt of call `c` (int64, read-only view)."""
+        return self._tokens()[self.lane[c]][: self.plen[c]]
+
+    def output(self, c: int) -> np.ndarray:
+        """The output tokens of call `c` (fixed up front)."""
+        return self._tokens()[self.lane[c]][self.plen[c] : self.full[c]]
+
+    def sequence(self, c: int) -> np.ndarray:
+        """prompt + output[:-1]: what a server caches for call `c`."""
+        return self._tokens()[self.lane[c]][: self.slen[c]]
+
+    def session(self, c: int) -> int:
+        """Global session id: instance * sessions_per_instance + the call's local session."""
+        return self.instance * self.sessions_per_instance + self.graph.nodes[c]["session"]
+
+    def depth(self, c: int) -> int:
+        """Longest dependency path from a root to `c` (0 for a root)."""
+        return self.graph.nodes[c]["depth"]
+
+    def call(self, c: int) -> Call:
+        """Call `c` as one record."""
+        return Call(self, c, self.graph.nodes[c]["kind"], self.depth(c), self.session(c), self.prompt(c),
+                    self.output(c), self.sequence(c))
+
+    def calls(self):
+        """Every call in topological order."""
+        return (self.call(c) for c in self.order)
+
+    def sequence_keys(self, c: int, page_size: int) -> np.ndarray:
+        """Keys of every full page of sequence(c) (module docstring: built incrementally)."""
+        kb, states = self._page_keys(page_size)
+        return kb[self.lane[c]][: states[c].length // page_size]
+
+    def _page_keys(self, P: int):
+        got = self._keys.get(P)
+        if got is not None:
+            return got
+        bufs, nodes = self._tokens(), self.graph.nodes
+        pk, pst = page_keys(self._prefix, P, ROOT_STATE)
+        kb = [np.empty(n // P, dtype=np.uint64) for n in self.lane_len]
+        states = {}
+        for c in self.order:
+            ps, kbuf = nodes[c]["parents"], kb[self.lane[c]]
+            st0, base = (pst, pk) if not ps else (states[ps[0]], kb[self.lane[ps[0]]])
+            k0 = st0.length // P
+            if base is not kbuf:
+                kbuf[:k0] = base[:k0]
+            new, states[c] = page_keys(bufs[self.lane[c]][st0.length : self.slen[c]], P, st0)
+            kbuf[k0 : k0 + len(new)] = new
+        for k in kb:
+            k.flags.writeable = False
+        self._keys[P] = (kb, states)
+        return self._keys[P]
+
+    def ideal_cached(self, page_size: int = 1) -> list:
+        """Cached tokens of each call (topological order) on an unbounded radix cache,
+        replayed one call at a time (SGLang's rules, cache_core.ReplayStepper)."""
+        rs = ReplayStepper(RadixCache(CacheConfig(page_size=page_size)))
+        return [rs.step(self.prompt(c), self.output(c), seq=TokenSeq(self.sequence(c))).cached_tokens
+                for c in self.order]
+
+    def summary(self, page_size: int = 1) -> dict:
+        """Counts and the ideal (unbounded, serial) hit rate at `page_size`."""
+        return _summary(self.name, self.config, [self], page_size)
+
+
+def _summary(name, config, programs, page_size) -> dict:
+    kinds: dict = {}
+    n = calls = sessions = prompt = output = cached = depth = 0
+    for p in programs:  # one instance at a time (a large workload is never held whole)
+        n += 1
+        calls += len(p)
+        sessions += p.sessions_per_instance
+        depth = max(depth, 1 + max(p.depth(c) for c in p.order))
+        for c in p.order:
+            k = p.graph.nodes[c]["kind"]
+            kinds[k] = kinds.get(k, 0) + 1
+        prompt += sum(p.plen.values())
+        output += sum(p.full[c] - p.plen[c] for c in p.order)
+        cached += sum(p.ideal_cached(page_size))
+    return {"program": name, "instances": n, "calls": calls, "calls_by_kind": kinds, "depth": depth,
+            "sessions": sessions, "prompt_tokens": prompt, "output_tokens": output, "page_size": page_size,
+            "ideal_cached_tokens": cached, "ideal_hit_rate": cached / prompt if prompt else 0.0}
+
+
+def _builder(name, dag):
+    def build(config: ProgramConfig, instance: int = 0) -> Program:
+        if not isinstance(config, PROGRAMS[name][0]):
+            raise TypeError(f"{name} needs a {PROGRAMS[name][0].__name__}, got {type(config).__name__}")
+        return Program(name, config, instance, dag(config, _rng(config.seed, _STREAM_STRUCTURE, instance)))
+
+    build.__name__ = name
+    build.__doc__ = f"Instance `instance` of the {name} program (see its config class)."
+    return build
+
+
+few_shot = _builder("few_shot", _few_shot_dag)
+self_consistency = _builder("self_consistency", _self_consistency_dag)
+multi_turn_chat = _builder("multi_turn_chat", _chat_dag)
+tree_of_thought = _builder("tree_of_thought", _tot_dag)
+agent_with_subagents = _builder("agent_with_subagents", _agent_dag)
+
+PROGRAMS = {
+    "few_shot": (FewShotConfig, few_shot),
+    "self_consistency": (SelfConsistencyConfig, self_consistency),
+    "multi_turn_chat": (MultiTurnChatConfig, multi_turn_chat),
+    "tree_of_thought": (TreeOfThoughtConfig, tree_of_thought),
+    "agent_with_subagents": (AgentConfig, agent_with_subagents),
+}
+
+
+def program_config(name: str, **knobs) -> ProgramConfig:
+    """The config of program `name` with `knobs` set; ValueError for an unknown name or knob."""
+    if name not in PROGRAMS:
+        raise ValueError(f"unknown program {name!r}; expected one of {', '.join(PROGRAMS)}")
+    cls = PROGRAMS[name][0]
+    fields = [f.name for f in dataclasses.fields(cls)]
+    for k in knobs:
+        if k not in fields:
+            raise ValueError(f"unknown {name} knob {k!r}; expected one of {', '.join(fields)}")
+    return cls(**knobs)
+
+
+class ProgramWorkload:
+    """``config.num_instances`` instances of one program (different spawn keys: instances
+    share nothing, sharing inside an instance follows the program). Instances are built on
+    demand and not kept."""
+
+    def __init__(self, config: ProgramConfig):
+        names = [n for n, (cls, _) in PROGRAMS.items() if type(config) is cls]
+        if not names:
+            raise TypeError(f"config must be one of the PROGRAMS configs, got {type(config).__name__}")
+        self.name, self.config = names[0], config
+        self._build = PROGRAMS[self.name][1]
+
+    def instance(self, i: int) -> Program:
+        """Instance `i` (fresh; tokens drawn on first use)."""
+        return self._build(self.config, i)
+
+    def instances(self):
+        """Every instance in order."""
+        return (self.instance(i) for i in range(self.config.num_instances))
+
+    def total_calls(self) -> int:
+        """Calls over all instances (every instance has config.num_calls)."""
+        return self.config.num_instances * self.config.num_calls
+
+    def summary(self, page_size: int = 1) -> dict:
+        """Counts over all instances and the ideal hit rate (each instance replayed on its own
+        unbounded cache: instances share nothing, so this equals one replay of them all)."""
+        return _summary(self.name, self.config, self.instances(), page_size)
+
+
+__all__ = ["ProgramConfig", "FewShotConfig", "SelfConsistencyConfig", "MultiTurnChatConfig", "TreeOfThoughtConfig",
+           "AgentConfig", "Program", "Call", "ProgramWorkload", "PROGRAMS", "program_config", "few_shot",
+           "self_consistency", "multi_turn_chat", "tree_of_thought", "agent_with_subagents"]
