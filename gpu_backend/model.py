@@ -142,6 +142,13 @@ class SyntheticHybridModel:
                                  f"0..{end - 1}, got {swa_pages.numel()}")
             if spec.n_rec and state_slot is None:
                 raise ValueError("forward: rec layers need a state_slot")
+            new_pp = torch.arange(start // P, need, device=dev)
+            for name, pages, used in (("FULL", full_pages, spec.n_full), ("SWA", swa_pages, spec.n_swa)):
+                phys = pages[new_pp] if used else pages[:0]
+                phys = phys[phys >= 0]
+                if phys.numel() != torch.unique(phys).numel():
+                    raise ValueError(f"forward: two page positions of the new tokens share one {name} "
+                                     f"page ({phys.tolist()}); pass -1 (SWA) for pages not kept")
         pos = torch.arange(start, end, device=dev)
         x = self.w["embed"][tokens]
         groups = spec.group_index
