@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import csv
-from pathlib import Path
-
 import matplotlib
 
 matplotlib.use("Agg")

@@ -122,6 +122,13 @@ def plan(raw: dict, key: str, target_text: str, out_dir, *, range_text: str | No
     def evaluate(xs):
         tasks = []
         raws = {}
+
+        def record(x, s):
+            m = s.get(metric)
+            if m is None:
+                raise ScenarioError(f"--target: {metric} is null for {key}={x} (e.g. no rounds); expected a number")
+            seen[x] = (m, OPS[op](m, value), _cost(resolve(raws[x], where), s, costs or {}))
+
         for x in sorted(set(xs) - set(seen)):
             pt = apply_sets(raw, [], where)
             set_key(pt, key, x, f"plan {key}")
@@ -133,12 +140,6 @@ def plan(raw: dict, key: str, target_text: str, out_dir, *, range_text: str | No
                     record(x, json.load(f))
             else:
                 tasks.append((x, pt, f"{where} [{key}={x}]", str(d)))
-
-        def record(x, s):
-            m = s.get(metric)
-            if m is None:
-                raise ScenarioError(f"--target: {metric} is null for {key}={x} (e.g. no rounds); expected a number")
-            seen[x] = (m, OPS[op](m, value), _cost(resolve(raws[x], where), s, costs or {}))
 
         if tasks:
             executor.map(tasks, record)

@@ -43,7 +43,7 @@ def agentic_clients(env, engine, workload):
     def send(sp, turn, buf):
         end = int(sp.prompt_end[turn - 1])
         out = int(sp.output[turn - 1])
-        prompt, output = buf[:end], buf[end:end + out]
+        prompt = buf[:end]
         seq = TokenSeq(buf[: end + max(out - 1, 0)])
         r = EngineRequest(rid=state["rid"], session_id=sp.session_id, prompt=prompt, output_length=out,
                           arrival_s=env.now, seq=seq, round=turn)

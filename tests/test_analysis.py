@@ -8,7 +8,6 @@ scatter offsets), not by pixels; files by their PNG/SVG signatures.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 

@@ -193,3 +193,16 @@ def test_plan_cli_writes_evidence_and_curve(tmp_path, capsys):
     assert main(["plan", "quickstart", "--vary", "cache.l2_tokens", "--target", "hit_rate >= 0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--range" in err[0]
+
+
+class _NoRuns(LocalExecutor):
+    def map(self, tasks, on_done):
+        assert not tasks, "every point should come from the previous run's directories"
+
+
+def test_plan_rerun_reuses_its_points(tmp_path):
+    raw = small_raw()
+    first = plan(raw, "cache.l2_tokens", "hit_rate >= 0.5", tmp_path / "p", range_text="0:8192",
+                 executor=LocalExecutor(1))
+    again = plan(raw, "cache.l2_tokens", "hit_rate >= 0.5", tmp_path / "p", range_text="0:8192", executor=_NoRuns(1))
+    assert again.evidence == first.evidence and again.answer == first.answer
