@@ -121,11 +121,20 @@ def _cumulative_busy(points, now: float):
     return t, cum
 
 
+def _links(eng) -> list:
+    """The links the run's tiers use: none without L2, PCIe with L2, and the L3 ones with L3."""
+    hier = eng.cache.hier
+    if hier is None:
+        return []
+    names = {"L2->L1", "L1->L2"} | ({"L3->L2", "L2->L3"} if hier.storage is not None else set())
+    return [ln for ln in eng.links if ln.name in names]
+
+
 def timeline_rows(eng, end_s: float) -> tuple[list, list]:
     """timeline.csv: engine samples after each step, at most TIMELINE_MAX_ROWS (the last
     sample of each equal time bin), with each link's busy fraction over the bin."""
     samples = eng.timeline
-    links = list(eng.links)
+    links = _links(eng)
     names = [f"util_{ln.name.replace('->', '_to_')}" for ln in links]
     if not samples:
         return ["t_s", "running", "waiting", "l1_used_tokens", "l2_used_tokens", "l3_used_tokens"] + names, []
@@ -177,7 +186,7 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     })
     cache = eng.cache
     hier = cache.hier
-    s["bytes_per_link"] = {ln.name: int(ln.bytes_done) for ln in eng.links}
+    s["bytes_per_link"] = {ln.name: int(ln.bytes_done) for ln in _links(eng)}
     s["evictions"] = _evictions(cache)
     s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
                    "simulated_end_s": env_now}
@@ -221,6 +230,9 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
     results.write_summary(out, summary)
     doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)
+    from cache_core.snapshot import write_snapshot
+
+    write_snapshot(eng.cache, out / "tree.json")  # the cache at the end, for `radixsim plot --kind tree`
     if plots and rounds:
         from analysis.plots import plot_run
 
