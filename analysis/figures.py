@@ -75,18 +75,21 @@ def format_change(pct: float) -> str:
     return f"{pct:+.1f}%"
 
 
-def fig6_figure(runs, out=None, *, labels=None, ttft: str = "ttft_mean_s", title: str | None = None):
+def fig6_figure(runs, out=None, *, labels=None, ttft: str = "ttft_mean_s", title: str | None = None,
+                group: int | None = None):
     """Figure-6 style, one bar group per configuration (run): top panel, stacked hit rate by
     tier (device at the bottom in the run's colour, host on top in grey, storage above it
     hatched); bottom panel, TTFT (`ttft`, a summary key) in the run's colour, with the TTFT
-    change vs the first (baseline) run printed above each bar (`format_change`). A run
+    change vs the first (baseline) run printed above each bar (`format_change`); with
+    `group` = k, each consecutive group of k runs has its own baseline (its first run: e.g.
+    k = 2 for LRU / session pairs, as the seed's figure 6 prints one change per pair). A run
     without a tier split (an SGLang log) shows its whole hit rate as the device bar."""
     runs = _runs(runs, labels)
     fig, (ax_hit, ax_t) = new_figure(2, 1, figsize=(max(5.0, 1.3 * len(runs) + 2.5), 6.5), sharex=True)
     colours = [colour_of(r.label) for r in runs]
     _tier_bars(ax_hit, runs, colours)
     ax_hit.set_title(title or "Hit rate by tier and TTFT per configuration")
-    _ttft_bars(ax_t, runs, colours, ttft)
+    _ttft_bars(ax_t, runs, colours, ttft, group or len(runs) or 1)
     long = max((len(r.label) for r in runs), default=0) > 10
     ax_t.set_xticks(np.arange(len(runs)), [r.label for r in runs], rotation=20 if long else 0,
                     ha="right" if long else "center")
@@ -114,15 +117,16 @@ def _tier_bars(ax, runs, colours) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _ttft_bars(ax, runs, colours, ttft: str) -> None:
+def _ttft_bars(ax, runs, colours, ttft: str, group: int) -> None:
     t = _nan([(r.summary or {}).get(ttft) for r in runs])
     ax.bar(np.arange(len(runs)), np.nan_to_num(t), color=colours, edgecolor="black", linewidth=0.5)
-    base = t[0] if len(t) else np.nan
     top = float(np.nanmax(t)) if np.isfinite(t).any() else 1.0
     for i, v in enumerate(t):
         if not np.isfinite(v):
             continue
-        text = "baseline" if i == 0 else (format_change(ttft_change_pct(base, v)) if base > 0 else "")
+        b = i // group * group
+        base = t[b]
+        text = "baseline" if i == b else (format_change(ttft_change_pct(base, v)) if base > 0 else "")
         ax.text(i, v + 0.02 * top, text, ha="center", va="bottom", fontsize=9)
     ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
     stat = {"ttft_mean_s": "mean", "ttft_p50_s": "p50", "ttft_p90_s": "p90", "ttft_p99_s": "p99"}.get(ttft, ttft)

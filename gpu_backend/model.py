@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -37,7 +38,7 @@ def _pages_tensor(pages, device) -> torch.Tensor:
         return torch.empty(0, dtype=torch.int64, device=device)
     if isinstance(pages, torch.Tensor):
         return pages.to(device=device, dtype=torch.int64).reshape(-1)
-    return torch.as_tensor(list(map(int, pages)), dtype=torch.int64, device=device)
+    return torch.as_tensor(np.asarray(pages, dtype=np.int64).reshape(-1), device=device)
 
 
 class SyntheticHybridModel:
@@ -137,6 +138,8 @@ class SyntheticHybridModel:
             if spec.n_full and full_pages.numel() < need:
                 raise ValueError(f"forward: {need} FULL pages cover positions 0..{end - 1}, "
                                  f"got {full_pages.numel()}")
+            if spec.n_full and bool((full_pages[:need] < 0).any()):
+                raise ValueError("forward: a FULL page covering positions 0..{} is -1".format(end - 1))
             if spec.n_swa and swa_pages.numel() < need:
                 raise ValueError(f"forward: {need} SWA page entries (-1 allowed) cover positions "
                                  f"0..{end - 1}, got {swa_pages.numel()}")

@@ -1,8 +1,7 @@
 """`radixsim plot` and `radixsim report`: figures and reports from result directories.
 
-Wiring (in radixsim/cli.py): ``report_cli.add_parsers(sub)`` in `build_parser`, and in
-`main` ``rc = report_cli.dispatch(args); if rc is not None: return rc``. Until then,
-``python -m radixsim.report_cli plot ...`` runs the same commands.
+radixsim/cli.py adds these subcommands (`add_parsers`) and hands them their arguments
+(`dispatch`); ``python -m radixsim.report_cli plot ...`` runs the same commands.
 
 Bad input (a missing or malformed file, an option a kind needs) ends with exit status 2 and
 one line on stderr naming the file or option and what was expected; never a traceback.
@@ -38,6 +37,9 @@ def add_parsers(subparsers) -> None:
                                             "cache.l1_tokens, or a sweep.csv column)")
     p.add_argument("--y", default=None, help="capacity: a second swept key (draws a heatmap)")
     p.add_argument("--metric", default="hit_rate", help="capacity/policy: the summary field to plot (default hit_rate)")
+    p.add_argument("--group", type=int, default=None, metavar="K",
+                   help="fig6: each consecutive group of K runs has its own baseline, its first run "
+                        "(e.g. 2 for LRU/session pairs; default: the first run is the baseline of all)")
     p.add_argument("--by", choices=["rid", "round"], default=None,
                    help="simhw: match requests by rid or rounds by number (default: rid when both runs have "
                         "per-request rows, else round)")
@@ -106,7 +108,7 @@ def _plot(args) -> list:
         if need(any(len(per_round(r)) for r in runs), "--kind rounds: no input run has rounds (rounds.csv)"):
             save(figures.rounds_figure(runs), "rounds")
     if kind in ("fig6", "all") and need(bool(runs), "--kind fig6: expected at least one result directory"):
-        save(figures.fig6_figure(runs), "fig6")
+        save(figures.fig6_figure(runs, group=getattr(args, "group", None)), "fig6")
     if kind in ("policy", "all"):
         for i, c in enumerate(comps):
             save(figures.policy_figure(c, metric=args.metric), f"policy-{i + 1}" if len(comps) > 1 else "policy")

@@ -216,6 +216,14 @@ def test_fig6_bars_and_ttft_change(runs, tmp_path):
     assert is_png(tmp_path / "fig6.png") and is_svg(tmp_path / "fig6.svg")
 
 
+def test_fig6_groups_have_their_own_baseline(runs):
+    rs = load_runs([runs["l1"].path, runs["l2"].path, runs["l2"].path, runs["l1"].path], ["a", "b", "c", "d"])
+    t = [r.summary["ttft_mean_s"] for r in rs]
+    fig = figures.fig6_figure(rs, group=2)
+    texts = [x.get_text() for x in fig.axes[1].texts]
+    assert texts == ["baseline", f"{100 * (t[1] - t[0]) / t[0]:+.1f}%", "baseline", f"{100 * (t[3] - t[2]) / t[2]:+.1f}%"]
+
+
 def test_policy_figure_draws_opt_dashed(dirs, tmp_path):
     cmp = pd.read_csv(dirs["cmp"] / "comparison.csv")
     fig = figures.policy_figure(dirs["cmp"], tmp_path / "policy")

@@ -198,6 +198,8 @@ def test_missing_swa_page_raises():
         m.forward(toks[12:], 12, list(range(5)), [0, -1, 2, 3, 4], None, pools)
     with pytest.raises(ValueError, match="share one"):
         m.forward(toks[12:], 12, list(range(5)), [0, 1, 2, 3, 3], None, pools)
+    with pytest.raises(ValueError, match="FULL page covering"):
+        m.forward(toks[12:], 12, [0, 1, 2, -1, 4], [0, 1, 2, 3, 4], None, pools)
     with pytest.raises(ValueError, match="FULL pages"):
         m.forward(toks[12:], 12, list(range(4)), [0, 1, 2, 3, 4], None, pools)
 
