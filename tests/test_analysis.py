@@ -73,7 +73,7 @@ def test_load_run_reads_every_file(dirs, runs):
     assert a.summary == json.loads((dirs["l2"] / "summary.json").read_text())
     assert a.config["cache"]["l1_tokens"] == 10000 and a.config["cache"]["hicache_ratio"] == 2
     assert len(a.requests) == 12 and list(a.rounds["round"]) == [1, 2, 3]
-    assert a.timeline is not None and "util_L2_to_L1" in a.timeline.columns and a.tree is None
+    assert a.timeline is not None and "util_L2_to_L1" in a.timeline.columns and a.tree["nodes"]
     assert rep.mode == "replay" and rep.timeline is None and rep.requests["ttft_s"].isna().all()
     # two runs named "quickstart": labels fall back to the directory names
     assert [r.label for r in load_runs([dirs["l2"], dirs["l1"]])] == ["quick-l2", "quick-l1"]
@@ -156,7 +156,7 @@ def test_metrics_agree_with_the_summary(runs):
     assert lat.loc["e2e_s", "p50"] == pytest.approx(s["e2e_p50_s"], rel=1e-12)
     assert link_bytes(a) == s["bytes_per_link"] and link_bytes(a)["L1->L2"] > 0
     util = link_utilisation(a)
-    assert list(util.columns) == ["t_s", "L2->L1", "L1->L2", "L3->L2", "L2->L3"]
+    assert list(util.columns) == ["t_s", "L2->L1", "L1->L2"]  # no L3 configured: its links left out
     assert list(util["L1->L2"]) == list(a.timeline["util_L1_to_L2"])
     ev = evictions(a)
     assert {(r.component, r.tier): r.amount for r in ev.itertuples()} == \
@@ -263,7 +263,7 @@ def test_timeline_panels(runs, tmp_path):
     req_ax, link_ax, occ_ax = fig.axes[:3]
     assert [ln.get_label() for ln in req_ax.lines] == ["running", "waiting"]
     assert list(req_ax.lines[1].get_ydata()) == list(a.timeline["waiting"])
-    assert [ln.get_label() for ln in link_ax.lines] == ["L2->L1", "L1->L2", "L3->L2", "L2->L3"]
+    assert [ln.get_label() for ln in link_ax.lines] == ["L2->L1", "L1->L2"]
     assert [ln.get_label() for ln in occ_ax.lines] == ["L1", "L2"]  # no L3 configured: left out
     assert list(occ_ax.lines[1].get_ydata()) == list(a.timeline["l2_used_tokens"])
     assert occ_ax.get_xlabel() == "simulated time (s)"
@@ -489,8 +489,8 @@ def test_html_report_is_self_contained_with_the_numbers(dirs, runs, tmp_path):
     a = runs["l2"].summary
     assert f"<td>{fmt_s(a['ttft_p90_s'])}</td>" in text and f"<td>{a['effective_input_tps']:,.0f}</td>" in text
     assert f"<td>{fmt_rate(a['hit_rate_host'])}</td>" in text and fmt_rate(a["hit_rate_host"]) != "0.0000"
-    # rounds, fig6, two timelines, the policy comparison
-    assert text.count("src='data:image/png;base64,") == 5
+    # rounds, fig6, two timelines, two tree pictures (the sim runs write tree.json), the policy comparison
+    assert text.count("src='data:image/png;base64,") == 7
     assert "src='http" not in text and ".png'" not in text
     assert "<td>cache.hicache_ratio</td><td>2</td>" in text
 
@@ -528,7 +528,7 @@ def test_plot_and_report_commands(dirs, bench_log, tmp_path, capsys):
     assert rc == 0 and err == ""
     names = sorted(p.name for p in out.iterdir())
     assert names == ["fig6.png", "fig6.svg", "rounds.png", "rounds.svg", "simhw.png", "simhw.svg",
-                     "timeline.png", "timeline.svg"]
+                     "timeline.png", "timeline.svg", "tree.png", "tree.svg"]
     rc, _, _ = run_cmd(capsys, ["plot", str(dirs["cmp"]), "--kind", "policy", "--out", str(out)])
     assert rc == 0 and is_png(out / "policy.png")
     rc, stdout, _ = run_cmd(capsys, ["report", str(dirs["l1"]), "--out", str(tmp_path / "rep.html")])
@@ -538,7 +538,8 @@ def test_plot_and_report_commands(dirs, bench_log, tmp_path, capsys):
 @pytest.mark.parametrize("argv, fragment", [
     (["plot", "{tmp}/nope", "--out", "{tmp}/o"], "radixsim plot: {tmp}/nope: no such result directory"),
     (["plot", "{l1}", "--kind", "bogus", "--out", "{tmp}/o"], "argument --kind: invalid choice: 'bogus'"),
-    (["plot", "{l1}", "--kind", "tree", "--out", "{tmp}/o"], "radixsim plot: --kind tree: {l1}/tree.json missing"),
+    (["plot", "{replay}", "--kind", "tree", "--out", "{tmp}/o"],
+     "radixsim plot: --kind tree: {replay}/tree.json missing"),
     (["plot", "{l1}", "--kind", "capacity", "--out", "{tmp}/o"], "radixsim plot: --x: required with --kind capacity"),
     (["plot", "{replay}", "--kind", "timeline", "--out", "{tmp}/o"], "no input run has timeline.csv rows"),
     (["plot", "{l1}", "{l2}", "--labels", "a", "--out", "{tmp}/o"], "--labels: got 1 label(s) for 2 run(s)"),
