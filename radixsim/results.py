@@ -52,7 +52,8 @@ def provenance(seed=None, command: str | None = None) -> dict:
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for mod in ("simpy", "torch"):
         m = sys.modules.get(mod)
-        versions[mod] = getattr(m, "__version__", None) if m else None
+        v = getattr(m, "__version__", None) if m else None
+        versions[mod] = None if v is None else str(v)  # torch's is a str subclass YAML cannot write
     return {
         "radixsim_version": __version__,
         "git_commit": _git_commit(),
