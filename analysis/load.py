@@ -56,22 +56,14 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _read_yaml(path: Path) -> dict:
-    import yaml
+    from scenarios.yamlfile import read_mapping
 
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ValueError(f"{path}: not valid YAML{where}; expected the run's resolved configuration") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not UTF-8 text; expected the run's resolved configuration") from None
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path}: expected a YAML mapping (the run's configuration), got {type(doc).__name__}")
-    return doc
+        return read_mapping(path, "the run's resolved configuration")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: missing; expected the run's resolved configuration") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror}") from None
 
 
 def read_csv(path: Path, required=(), text_columns=TEXT_COLUMNS) -> pd.DataFrame:

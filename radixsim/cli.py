@@ -353,15 +353,23 @@ def _cmd_run(args) -> int:
     return 0
 
 
-def _cmd_sweep(args) -> int:
-    from scenarios.scenario import ScenarioError, apply_sets, load
+def _scenario_and_executor(args):
+    """The scenario mapping (after --set) and the executor of a sweep or plan command."""
+    from scenarios.scenario import apply_sets, load
 
-    from .sweep import make_executor, parse_grid, run_sweep
+    from .sweep import make_executor
+
+    return apply_sets(load(args.scenario), args.sets), make_executor(args.executor, args.jobs, args.address)
+
+
+def _cmd_sweep(args) -> int:
+    from scenarios.scenario import ScenarioError
+
+    from .sweep import parse_grid, run_sweep
 
     try:
-        raw = apply_sets(load(args.scenario), args.sets)
+        raw, ex = _scenario_and_executor(args)
         grid = parse_grid(args.grid)
-        ex = make_executor(args.executor, args.jobs, args.address)
         t0 = time.perf_counter()
         r = run_sweep(raw, grid, args.out, repeat=args.repeat, executor=ex, where=args.scenario,
                       progress=not args.no_progress)
@@ -383,14 +391,12 @@ def _cmd_sweep(args) -> int:
 
 
 def _cmd_plan(args) -> int:
-    from scenarios.scenario import ScenarioError, apply_sets, load
+    from scenarios.scenario import ScenarioError
 
     from .plan import format_result, plan, write_outputs
-    from .sweep import make_executor
 
     try:
-        raw = apply_sets(load(args.scenario), args.sets)
-        ex = make_executor(args.executor, args.jobs, args.address)
+        raw, ex = _scenario_and_executor(args)
         costs = {k: v for k, v in (("gpu_hour", args.cost_gpu_hour), ("host_gib", args.cost_host_gib),
                                    ("l3_gib", args.cost_l3_gib)) if v is not None}
         out = args.out or f"runs/plan-{raw.get('name', 'scenario')}"

@@ -43,6 +43,7 @@ from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierC
 
 from . import presets
 from .units import parse_size
+from .yamlfile import read_mapping
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -219,25 +220,13 @@ def load(path) -> dict:
     .yaml) is looked up in scenarios/catalog/."""
     p = scenario_path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = read_mapping(p, "a scenario")
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file (catalog: {', '.join(catalog_names())})") from None
-    except UnicodeDecodeError as e:
-        raise ScenarioError(f"{path}: cannot read: not UTF-8 text (byte {e.start}); expected a YAML file") from None
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ScenarioError(f"{p}{line}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
-    except RecursionError:
-        raise ScenarioError(f"{path}: not valid YAML (too deeply nested); expected a mapping of keys") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{path}: top level: expected a mapping of keys, got {type(raw).__name__}")
     raw.setdefault("name", p.stem)
     return raw
 

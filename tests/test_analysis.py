@@ -94,7 +94,7 @@ def _broken(tmp_path, src, name, text=None):
     ("json_list", "summary.json: expected the run's summary (a JSON object)"),
     ("bad_cell", "requests.csv:3: column 'prompt_tokens': expected a number"),
     ("no_column", "requests.csv: missing column(s) cached_tokens"),
-    ("bad_yaml", "config.yaml: not valid YAML"),
+    ("bad_yaml", "config.yaml:2: not valid YAML"),
     ("empty_csv", "rounds.csv: empty file"),
 ])
 def test_load_run_errors_name_the_file_in_one_line(dirs, tmp_path, case, fragment):

@@ -156,7 +156,7 @@ def test_tab_indent_names_the_line(capsys, tmp_path):
 
 def test_top_level_list(capsys, tmp_path):
     path, rc, out, err = run_file(capsys, tmp_path, "- a\n- b\n")
-    assert_one_line(rc, out, err, f"{PREFIX}{path}: top level: expected a mapping of keys, got list")
+    assert_one_line(rc, out, err, f"{PREFIX}{path}: top level: expected a scenario (a mapping of keys), got list")
 
 
 def test_missing_file(capsys, tmp_path):
