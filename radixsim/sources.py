@@ -39,6 +39,8 @@ def _request(rid, session, rnd, prompt, output, priority=0) -> EngineRequest:
         seq = TokenSeq.join(prompt, output[:-1])
     else:
         seq = TokenSeq(prompt)
+    # the prompt as a view of the sequence's bytes: a queued request holds its tokens once
+    prompt = np.frombuffer(seq.data, dtype=np.int64, count=len(prompt))
     return EngineRequest(rid=rid, session_id=session, prompt=prompt, output_length=len(output), arrival_s=0.0,
                          seq=seq, round=rnd, priority=priority or 0)
 
