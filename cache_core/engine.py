@@ -53,7 +53,7 @@ from collections import deque
 
 import numpy as np
 
-from .actions import Transfer
+from .actions import CopyState, Transfer
 from .records import MatchResult
 from .allocator import INDEX_DTYPE
 from .engine_types import (ARRIVED, DECODE, DONE, LOADING, PREFETCHING, PREFILL, READY, WAITING,
@@ -198,7 +198,12 @@ class Engine:
         if not acts:
             return
         batch = [a for a in acts if isinstance(a, Transfer)]
+        copies = [a for a in acts if isinstance(a, CopyState)]
         acts.clear()
+        run_copy = getattr(self.dataplane, "copy_state", None)
+        if copies and run_copy is not None:  # a real data plane copies state slots (MAMBA)
+            for c in copies:
+                run_copy(c)
         for t in batch:
             if owner is not None and t.kind in ("load", "prefetch"):
                 owner.waiting_ids.add(t.id)
@@ -221,6 +226,8 @@ class Engine:
             if not r.waiting_ids:
                 for t, good in sorted(self._done.pop(id(r))):
                     self.cache.ack(t, good)
+                    if not good:  # a failed prefetch brought nothing from L3
+                        r.prefetch_tokens = 0
                 self._drain()
                 self._advance(r)
         self.clock.kick()
@@ -418,6 +425,7 @@ class Engine:
         for r in reversed(blocked):
             r.phase = READY
             self.ready.appendleft(r)
+        self._drain()  # state copies of the requests that start now run before their compute
         decode = []
         if not prefill or self.config.mixed_chunk:
             decode = self._decode_batch()

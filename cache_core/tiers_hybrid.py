@@ -119,20 +119,17 @@ def _store_late(hier, node, component: str, rel, src) -> None:
     if hier.auto_ack or hier.storage is None or hier.cfg.l3_write != "on_insert" or node.pkeys is None:
         return
     storage = hier.storage
-    if component == "swa":
-        keys = [("swa", int(k)) for k in node.pkeys[rel]]
-        tokens = len(keys) * hier.P
-    else:
-        keys = [("mamba", int(node.pkeys[-1]))]
-        tokens = 0
+    page_keys = node.pkeys[rel] if component == "swa" else node.pkeys[-1:]
+    keys = [(component, int(k)) for k in page_keys]
     if not keys:
         return
+    tokens = len(keys) * hier.P if component == "swa" else 0
 
     def done(ok, *_a, keys=keys):
         if ok:
             storage.put_many(keys)
 
-    hier._emit("store", L2, L3, tokens, src, None, None, done, component)
+    hier._emit("store", L2, L3, tokens, src, None, page_keys, done, component)
 
 
 def demote_components(cache, node) -> None:

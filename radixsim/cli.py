@@ -145,6 +145,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a scenario key, e.g. --set cache.l2_tokens=4000000 or --set "
                         "workload.num_rounds=20 (dotted names of DESIGN.md; repeatable)")
     u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
+    u.add_argument("--backend", choices=["sim", "torch"], default="sim",
+                   help="sim: the SimPy clock with modelled links and cost (default); torch: the same engine "
+                        "on the wall clock with real pools, copies, L3 page store and the synthetic model "
+                        "(sizes: the scenario's torch.* keys)")
+    u.add_argument("--device", default=None, help="torch backend: cpu or cuda (default: torch.device)")
     u.add_argument("--smoke", action="store_true",
                    help="run the scenario at a tiny size (about a second; what CI does with every catalog scenario)")
     u.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -336,7 +341,7 @@ def _cmd_run(args) -> int:
     out = args.out or f"runs/{sc.doc['name']}"
     try:
         s = run_scenario(sc, out, command=args.command_line, progress=not args.no_progress,
-                         plots=not args.no_plots)
+                         plots=not args.no_plots, backend=args.backend, device=args.device)
     except (ValueError, OSError) as e:
         sys.stderr.write(f"radixsim run: {name}: {e}\n")
         return EXIT_BAD_INPUT

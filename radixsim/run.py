@@ -28,18 +28,29 @@ def make_cost(sc):
     return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
 
 
-def simulate(sc, *, progress: bool = False):
-    """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds)."""
+def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,
+             record_logits: bool = False, store=None):
+    """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds).
+
+    backend "sim": the SimPy clock, modelled links, the cost model. backend "torch": the same
+    engine and clients on SimPy's real-time environment (the wall clock: idle gaps are slept,
+    each step and transfer advances the clock by its measured duration), real pools, copies and
+    page store, and the synthetic model as the step executor (gpu_backend/)."""
     import simpy
 
     from sim.simulator import build
 
     t0 = time.perf_counter()
-    env = simpy.Environment()
     tiered = sc.cache.tiers is not None
     cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=not tiered)
-    cost = make_cost(sc)
-    eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
+    if backend == "torch":
+        env, eng, cost = _torch_engine(sc, cache, device, record_logits, store)
+    elif backend == "sim":
+        env = simpy.Environment()
+        cost = make_cost(sc)
+        eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
+    else:
+        raise ValueError(f"backend {backend!r}: expected sim or torch")
     source, total = _source(env, eng, sc.workload)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
@@ -55,6 +66,29 @@ def simulate(sc, *, progress: bool = False):
                            f"(waiting {len(eng.waiting)}, loading {len(eng.loading)}, running {len(eng.running)})")
     invariants.check(cache)
     return eng, env, cost, time.perf_counter() - t0
+
+
+def _torch_engine(sc, cache, device, record_logits, store=None):
+    import dataclasses
+
+    import simpy.rt
+
+    from cache_core.engine import Engine
+    from gpu_backend.backend import TorchOptions, build_plugins
+    from sim.links import LinkSet
+    from sim.simulator import SimClock
+
+    opts = TorchOptions(**sc.doc.get("torch", {}))
+    if device:
+        opts = dataclasses.replace(opts, device=device)
+    env = simpy.rt.RealtimeEnvironment(factor=1.0, strict=False)
+    _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
+                                    record_logits=record_logits, store=store,
+                                    chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
+    eng = Engine(cache, sc.engine, SimClock(env), plane, ex)
+    eng.listeners.append(ex.release)
+    eng.links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # (idle: the result schema's columns)
+    return env, eng, f"torch {opts.device} {opts.dtype}"
 
 
 def _source(env, eng, wl):
@@ -171,7 +205,7 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     def pct(a, q):
         return float(np.percentile(a, q)) if len(a) else None
 
-    s = {"mode": "sim", **results.totals(rows, rounds)}
+    s = {"mode": "torch" if hasattr(eng.dataplane, "pools") else "sim", **results.totals(rows, rounds)}
     s.update({
         "effective_input_tps": s["total_prompt_tokens"] / duration if duration > 0 else None,
         "duration_s": duration,
@@ -187,6 +221,8 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     cache = eng.cache
     hier = cache.hier
     s["bytes_per_link"] = {ln.name: int(ln.bytes_done) for ln in _links(eng)}
+    if hasattr(eng.dataplane, "bytes_moved"):  # torch: what the real copies moved
+        s["bytes_per_link"] = dict(sorted(eng.dataplane.bytes_moved.items()))
     s["evictions"] = _evictions(cache)
     s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
                    "simulated_end_s": env_now}
@@ -212,11 +248,12 @@ def write_timeline(out: Path, header, rows) -> None:
             w.writerow([results._cell(v) for v in r])
 
 
-def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True) -> dict:
+def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True,
+                 backend: str = "sim", device: str | None = None) -> dict:
     """Simulate `sc` and write config.yaml, requests.csv, rounds.csv, timeline.csv,
     summary.json (and per-round plots) to out_dir. Returns the summary (plus wall time
     under the key "_wall_s", not written to summary.json so that runs compare byte for byte)."""
-    eng, env, cost, wall = simulate(sc, progress=progress)
+    eng, env, cost, wall = simulate(sc, progress=progress, backend=backend, device=device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = request_rows(eng)
@@ -228,7 +265,7 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
     write_timeline(out, header, trows)
     results.write_summary(out, summary)
-    doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
+    doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)
     from cache_core.snapshot import write_snapshot
 

@@ -105,6 +105,17 @@ SCHEMA = {
         "ready_queue_policy": ("fifo", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
         "vocab_size": (128_000, "int1", "an integer >= 1"),
     },
+    "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
+        "device": ("cpu", "str", "cpu or cuda"),
+        "layers": (4, "int1", "an integer >= 1 (layers of the reduced model, the preset's mix)"),
+        "hidden": (64, "int1", "an integer >= 1"), "num_heads": (4, "int1", "an integer >= 1"),
+        "head_dim": (16, "int1", "an integer >= 1"), "state_dim": (32, "int1", "an integer >= 1"),
+        "vocab": (4096, "int1", "an integer >= 1"),
+        "dtype": ("float32", ("choice", ("float32", "bfloat16", "float16")), "float32, bfloat16 or float16"),
+        "layout": ("page_first", ("choice", ("page_first", "layer_first")), "page_first or layer_first"),
+        "store_path": (None, "str_or_none", "null (a temporary directory) or the L3 page store directory"),
+        "seed": (0, "int0", "an integer >= 0"),
+    },
     "cost": {
         "kind": ("roofline", ("choice", ("roofline", "table")), "roofline or table"),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),

@@ -1,0 +1,83 @@
+"""Building the torch backend's plug-ins for one cache: pools sized from the cache's pools, the
+synthetic model from the model preset (reduced), the data plane and the step executor."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .dataplane import TorchDataPlane
+from .executor import TorchExecutor
+from .model import SyntheticHybridModel
+from .pools import KVPools
+from .spec import HybridSpec
+from .store import LocalDirStore
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchOptions:
+    """The `torch:` section of a scenario (sizes of the synthetic model; small on CPU)."""
+
+    device: str = "cpu"
+    layers: int = 4
+    hidden: int = 64
+    num_heads: int = 4
+    head_dim: int = 16
+    state_dim: int = 32
+    vocab: int = 4096
+    dtype: str = "float32"
+    layout: str = "page_first"
+    store_path: str | None = None  # L3 page store directory (default: a temporary one)
+    seed: int = 0
+
+
+def _pages(pool) -> int:
+    return 0 if pool is None or pool.capacity_pages is None else pool.capacity_pages
+
+
+def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, record_logits: bool = False,
+                  store=None, chunk_tokens: int = 8192):
+    """(model, pools, data plane, executor) for `cache` (built with record_actions and, with
+    tiers, auto_ack=False). Pools mirror the cache's pools per tier; MAMBA gets one scratch
+    state slot and SWA a ring of scratch pages per running request beyond the core's
+    (`chunk_tokens`: the longest prefill of one forward)."""
+    P = cache.page_size
+    if cache.config.capacity_tokens is None:
+        raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
+    swa_window = cache.swa.window if cache.swa is not None else None
+    spec = HybridSpec.from_preset(preset, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
+                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab,
+                                  window=swa_window, page_size=P)
+    if cache.mamba is not None and cache.mamba.every:
+        raise ValueError("the torch backend does not take MAMBA snapshots every K tokens yet "
+                         "(cache.mamba_every_tokens); expected null")
+    hier = cache.hier
+    full = {"L1": cache.full.pool.capacity_pages, "L2": _pages(hier.pool) if hier is not None else 0}
+    swa = 0
+    swa_scratch = swa_core = 0
+    if cache.swa is not None:
+        swa_core = _pages(cache.swa.pool)
+        swa_scratch = cache.swa.window_pages + -(-chunk_tokens // P) + 2
+        swa = {"L1": swa_core + (max_running + 1) * swa_scratch, "L2": _pages(cache.swa.host_pool)}
+    state = 0
+    scratch = 0
+    if cache.mamba is not None:
+        scratch = _pages(cache.mamba.pool)
+        state = {"L1": scratch + max_running + 1, "L2": _pages(cache.mamba.host_pool)}
+    dtype = DTYPES[opts.dtype]
+    pools = KVPools(spec, full_pages=full, swa_pages=swa, state_slots=state, layout=opts.layout,
+                    device=opts.device, dtype=dtype)
+    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
+    if store is None and hier is not None and hier.storage is not None:
+        import tempfile
+
+        store = LocalDirStore(opts.store_path or tempfile.mkdtemp(prefix="radixsim-l3-"))
+    plane = TorchDataPlane(env, pools, store)
+    ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
+                       swa_scratch_pages=swa_scratch, record_logits=record_logits)
+    return model, pools, plane, ex
+
+
+__all__ = ["TorchOptions", "build_plugins", "DTYPES"]

@@ -1,0 +1,148 @@
+"""The torch step executor: runs a `Step` of the engine on the synthetic model over real pools.
+
+For every prefill entry (request, new tokens, context) and every decode request, one
+`SyntheticHybridModel.forward` over the request's page table:
+
+- FULL: the pages of its cached prefix (`RadixCache.slots_of` up to its lock) followed by the
+  pages it owns (allocated per chunk and per decode page by the engine);
+- SWA: the prefix's SWA pages (-1 where tombstoned), then the request's own SWA pages: the
+  core gives it ``min(pages, window_pages + 1)`` pages and, at insert, page i holds position
+  page ``w_lo/P + i`` with ``w_lo = max(prefix, end - window_pages*P)``, so positions from
+  w_lo on are written straight there; positions before w_lo (earlier chunks, whose KV only
+  later chunks of the same request read) go to a private ring of scratch pages beyond the
+  core's pool (window + one chunk + 2 pages per running request);
+- MAMBA: the request's state runs in a scratch slot (one per running request, beyond the core's
+  slots); the core's private slot (where the reused checkpoint was copied) seeds it, and the
+  state after the token ending the request's last whole page (the position the core will
+  checkpoint) is copied back into the private slot.
+
+Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV in the cache is
+always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
+The step's wall time is measured (CUDA-synchronised) and the clock advances by it.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+
+class TorchExecutor:
+    def __init__(self, env, model, pools, cache, *, scratch_base: int = 0, swa_scratch_base: int = 0,
+                 swa_scratch_pages: int = 0, record_logits: bool = False):
+        self.env = env
+        self.model = model
+        self.pools = pools
+        self.cache = cache
+        self.P = cache.page_size
+        self.scratch_base = scratch_base  # first state slot the executor may use as scratch
+        self._scratch: dict = {}  # id(request) -> scratch slot
+        self._free_scratch: list = []
+        # SWA pages of positions before a request's kept window, while it computes: a ring of
+        # `swa_scratch_pages` pages per running request beyond the core's SWA pages
+        self.swa_scratch_base, self.swa_scratch_pages = swa_scratch_base, swa_scratch_pages
+        self._swa: dict = {}
+        self._free_swa: list = []
+        self.record_logits = record_logits
+        self.logits: dict = {}  # rid -> logits of its last prompt token (first output)
+        self.prompts: dict = {}  # rid -> its prompt (model token ids), with record_logits
+        self.busy_s = 0.0
+        self.steps = 0
+
+    # -- page tables ---------------------------------------------------------------------------
+    def _tokens(self, r, a: int, b: int) -> torch.Tensor:
+        t = np.frombuffer(r.seq.data, dtype=np.int64, count=b)[a:b] % self.model.spec.vocab
+        return torch.from_numpy(t.copy())
+
+    def _full_pages(self, r) -> list:
+        cached = r.match.cached_tokens
+        pre = self.cache.slots_of(r.seq, cached)["full"] if cached else np.empty(0, dtype=np.int64)
+        own = np.concatenate(r.pages) if r.pages else np.empty(0, dtype=np.int64)
+        return np.concatenate([pre, own]).tolist()
+
+    def _swa_pages(self, r, start: int, end: int) -> list:
+        P = self.P
+        need = -(-end // P)
+        out = [-1] * need
+        lo = r.match.cached_tokens  # with SWA the request's lock stays at its reused prefix
+        if lo:
+            pre = self.cache.slots_of(r.seq, lo)["swa"].tolist()
+            out[: len(pre)] = pre
+        own = [] if r.swa_pages is None else [int(x) for x in r.swa_pages]
+        hi = r.seq.length // P * P
+        q0 = max(lo, hi - self.cache.swa.window_pages * P) // P  # own[i] holds position page q0 + i
+        scratch = self._swa_block(r)
+        S = len(scratch)
+        for q in range(lo // P, need):
+            if q >= q0 and q - q0 < len(own):
+                out[q] = own[q - q0]
+            elif q < q0 and need - q <= S:  # before the kept window: a private scratch ring
+                out[q] = scratch[q % S]
+        return out
+
+    def _swa_block(self, r) -> list:
+        b = self._swa.get(id(r))
+        if b is None:
+            b = self._free_swa.pop() if self._free_swa else len(self._swa)
+            self._swa[id(r)] = b
+        return list(range(self.swa_scratch_base + b * self.swa_scratch_pages,
+                          self.swa_scratch_base + (b + 1) * self.swa_scratch_pages))
+
+    def _state(self, r, start: int) -> int | None:
+        if self.cache.mamba is None:
+            return None
+        s = self._scratch.get(id(r))
+        if s is None:
+            s = self._free_scratch.pop() if self._free_scratch else self.scratch_base + len(self._scratch)
+            self._scratch[id(r)] = s
+        if start == r.match.cached_tokens and start > 0:  # first compute of this admission:
+            self.pools.copy_state("L1", [int(r.states[0])], [s])  # seed with the reused checkpoint
+        return s
+
+    def release(self, r) -> None:
+        s = self._scratch.pop(id(r), None)
+        if s is not None:
+            self._free_scratch.append(s)
+        b = self._swa.pop(id(r), None)
+        if b is not None:
+            self._free_swa.append(b)
+
+    # -- one forward ---------------------------------------------------------------------------
+    def _forward(self, r, start: int, n: int):
+        end = start + n
+        kw = {"full_pages": self._full_pages(r), "pools": self.pools}
+        if self.cache.swa is not None:
+            kw["swa_pages"] = self._swa_pages(r, start, end)
+        slot = self._state(r, start)
+        ck = r.seq.length // self.P * self.P  # where the core will put this request's checkpoint
+        if slot is not None and start < ck < end:  # stop there, save the state, go on
+            self.model.forward(self._tokens(r, start, ck), start=start, state_slot=slot, **kw)
+            self.pools.copy_state("L1", [slot], [int(r.states[0])])
+            start = ck
+            kw["swa_pages"] = self._swa_pages(r, start, end) if self.cache.swa is not None else None
+        logits = self.model.forward(self._tokens(r, start, end), start=start, state_slot=slot, **kw)
+        if slot is not None and end == ck:
+            self.pools.copy_state("L1", [slot], [int(r.states[0])])
+        return logits
+
+    def execute(self, step):
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for r, new, ctx in step.prefill:
+                logits = self._forward(r, ctx, new)
+                if self.record_logits and ctx + new == len(r.prompt) + r.generated_tokens \
+                        and r.rid not in self.logits:
+                    self.logits[r.rid] = logits[-1].clone()
+                    self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
+            for r in step.decode:
+                self._forward(r, r.fill_len - 1, 1)
+        if self.pools.device.type == "cuda":
+            torch.cuda.synchronize(self.pools.device)
+        dt = time.perf_counter() - t0
+        self.busy_s += dt
+        self.steps += 1
+        yield self.env.timeout(dt)
+
+
+__all__ = ["TorchExecutor"]
