@@ -29,8 +29,24 @@ class TorchOptions:
     vocab: int = 4096
     dtype: str = "float32"
     layout: str = "page_first"
-    store_path: str | None = None  # L3 page store directory (default: a temporary one)
+    store: str = "local"  # the L3 page store: "local" (a directory) or "mooncake" (Mooncake Store)
+    store_path: str | None = None  # local: the directory (default: a temporary one)
+    mooncake_master: str = "127.0.0.1:50051"
+    mooncake_metadata: str = "http://127.0.0.1:8080/metadata"
     seed: int = 0
+
+
+def make_store(opts: TorchOptions):
+    """The L3 page store the options name."""
+    if opts.store == "mooncake":
+        from .store_mooncake import MooncakeStore
+
+        return MooncakeStore(opts.mooncake_master, opts.mooncake_metadata)
+    if opts.store != "local":
+        raise ValueError(f"torch.store {opts.store!r}: expected local or mooncake")
+    import tempfile
+
+    return LocalDirStore(opts.store_path or tempfile.mkdtemp(prefix="radixsim-l3-"))
 
 
 def _pages(pool) -> int:
@@ -71,13 +87,11 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
                     device=opts.device, dtype=dtype)
     model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
-        import tempfile
-
-        store = LocalDirStore(opts.store_path or tempfile.mkdtemp(prefix="radixsim-l3-"))
+        store = make_store(opts)
     plane = TorchDataPlane(env, pools, store)
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
                        swa_scratch_pages=swa_scratch, record_logits=record_logits)
     return model, pools, plane, ex
 
 
-__all__ = ["TorchOptions", "build_plugins", "DTYPES"]
+__all__ = ["TorchOptions", "build_plugins", "make_store", "DTYPES"]

@@ -113,7 +113,10 @@ SCHEMA = {
         "vocab": (4096, "int1", "an integer >= 1"),
         "dtype": ("float32", ("choice", ("float32", "bfloat16", "float16")), "float32, bfloat16 or float16"),
         "layout": ("page_first", ("choice", ("page_first", "layer_first")), "page_first or layer_first"),
+        "store": ("local", ("choice", ("local", "mooncake")), "local (a directory) or mooncake (Mooncake Store)"),
         "store_path": (None, "str_or_none", "null (a temporary directory) or the L3 page store directory"),
+        "mooncake_master": ("127.0.0.1:50051", "str", "HOST:PORT of mooncake_master"),
+        "mooncake_metadata": ("http://127.0.0.1:8080/metadata", "str", "the HTTP metadata server's URL"),
         "seed": (0, "int0", "an integer >= 0"),
     },
     "cost": {
