@@ -206,6 +206,18 @@ def build_parser() -> argparse.ArgumentParser:
     report_cli.add_parsers(sub)
     workload_cli.add_parsers(sub)
 
+    k = sub.add_parser("calibrate", help="measure the torch backend's step times into a cost table",
+                       description=(
+                           "Time prefill (new tokens x cached tokens) and decode (batch x context) forwards of "
+                           "the scenario's torch model (its torch.* keys, the model preset's layer mix) on real "
+                           "pools, and write them as a cost table (JSON) for `cost: {kind: table, table: FILE}`, "
+                           "so the simulator prices steps as this machine runs them."))
+    k.add_argument("scenario", help="scenario file or catalog name")
+    k.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    k.add_argument("--device", default=None, help="cpu or cuda (default: the scenario's torch.device)")
+    k.add_argument("--quick", action="store_true", help="fewer points (a rough table in seconds)")
+    k.add_argument("--out", required=True, help="the cost table to write (.json)")
+
     c = sub.add_parser("scenarios", help="list the scenario catalog",
                        description="List the bundled scenarios (scenarios/catalog/*.yaml), one line each.")
     c.set_defaults()
@@ -417,6 +429,43 @@ def _cmd_plan(args) -> int:
     return 0
 
 
+def _cmd_calibrate(args) -> int:
+    import dataclasses
+    import json
+
+    from scenarios.scenario import ScenarioError, from_file
+
+    try:
+        sc = from_file(args.scenario, args.sets)
+        from gpu_backend.backend import DTYPES, TorchOptions
+        from gpu_backend.calibrate import measure_table
+        from gpu_backend.model import SyntheticHybridModel
+        from gpu_backend.spec import HybridSpec
+    except ScenarioError as e:
+        sys.stderr.write(f"radixsim calibrate: {e}\n")
+        return EXIT_BAD_INPUT
+    except ImportError as e:
+        sys.stderr.write(f"radixsim calibrate: needs torch (pip install torch==2.13.0): {e}\n")
+        return EXIT_BAD_INPUT
+    opts = TorchOptions(**sc.doc.get("torch", {}))
+    if args.device:
+        opts = dataclasses.replace(opts, device=args.device)
+    window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
+    spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
+                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
+                                  page_size=sc.cache.page_size)
+    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+    kw = dict(prefill_tokens=(16, 256), cached=(0, 1024), batches=(1, 8), contexts=(64, 1024), repeats=1) \
+        if args.quick else {}
+    t0 = time.perf_counter()
+    table = measure_table(model, **kw)
+    with open(args.out, "w") as f:
+        json.dump(table, f, indent=1)
+    print(f"{len(table['prefill'])} prefill and {len(table['decode'])} decode points on {opts.device} in "
+          f"{time.perf_counter() - t0:.1f} s -> {args.out} (use: --set cost.kind=table --set cost.table={args.out})")
+    return 0
+
+
 def _cmd_scenarios(args) -> int:
     from scenarios.scenario import catalog
 
@@ -445,6 +494,8 @@ def main(argv=None) -> int:
         return _cmd_scenarios(args)
     if args.command == "sweep":
         return _cmd_sweep(args)
+    if args.command == "calibrate":
+        return _cmd_calibrate(args)
     if args.command == "plan":
         return _cmd_plan(args)
     from . import report_cli, workload_cli
