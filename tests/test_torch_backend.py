@@ -110,3 +110,24 @@ def test_sim_and_torch_make_the_same_cache_decisions(tiers):
     sim, *_ = simulate(sc)
     real, *_ = simulate(sc, backend="torch")
     assert rows(sim) == rows(real)
+
+
+def test_calibrate_writes_a_table_the_simulator_prices_steps_with(tmp_path):
+    import yaml
+
+    from radixsim.cli import main
+    from sim.cost import TableCostModel
+
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"model": "qwen3-32b", "cache": {"page_size": 16, "l1_tokens": 4096},
+                                 "torch": {"layers": 2, "hidden": 32, "num_heads": 2, "head_dim": 8, "vocab": 97},
+                                 "workload": {"num_clients": 2, "num_rounds": 2, "request_length": 64,
+                                              "output_length": 2}}))
+    table = tmp_path / "t.json"
+    assert main(["calibrate", str(p), "--quick", "--out", str(table)]) == 0
+    model = TableCostModel.from_file(table)
+    assert len(model.prefill_rows) == 4 and len(model.decode_rows) == 4
+    assert model.prefill_time_s([(256, 0)]) > 0
+    out = tmp_path / "run"
+    assert main(["run", str(p), "--set", "cost.kind=table", "--set", f"cost.table={table}", "--out", str(out),
+                 "--no-plots", "--no-progress"]) == 0
