@@ -270,10 +270,13 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
     from cache_core.snapshot import write_snapshot
 
     write_snapshot(eng.cache, out / "tree.json")  # the cache at the end, for `radixsim plot --kind tree`
-    if plots and rounds:
+    if plots:
         from analysis.plots import plot_run
+        from analysis.report import write_report
 
-        plot_run(out)
+        if rounds:
+            plot_run(out)
+        write_report([out], out / "report.html")  # one self-contained page: tables and every figure
     summary["_wall_s"] = wall
     return summary
 

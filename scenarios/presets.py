@@ -783,11 +783,11 @@ def _h200(num_gpus: int) -> HardwarePreset:
         l3_block_overhead_s=0.52e-6, sources=dict(_H200_SOURCES))
 
 
-HARDWARE: dict[str, HardwarePreset] = {f"h200x{n}": _h200(n) for n in (1, 4, 8)}
+HARDWARE: dict[str, HardwarePreset] = {f"h200x{n}": _h200(n) for n in (1, 2, 4, 8)}
 
 
 def get_hardware(name: str) -> HardwarePreset:
-    """The hardware preset `name` ("h200x1", "h200x4", "h200x8")."""
+    """The hardware preset `name` ("h200x1", "h200x2", "h200x4", "h200x8")."""
     return _lookup(HARDWARE, name, "hardware")
 
 

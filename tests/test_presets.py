@@ -44,7 +44,7 @@ HAND = {
 
 def test_registry_has_every_family():
     assert set(MODELS) == set(HAND)
-    assert set(HARDWARE) == {"h200x1", "h200x4", "h200x8"}
+    assert set(HARDWARE) == {"h200x1", "h200x2", "h200x4", "h200x8"}
 
 
 @pytest.mark.parametrize("key", sorted(HAND))
@@ -232,7 +232,7 @@ def test_unknown_names_raise_with_the_known_list():
         assert key in str(e.value)
     with pytest.raises(ValueError) as e:
         get_hardware("b200x8")
-    assert "h200x1, h200x4, h200x8" in str(e.value)
+    assert "h200x1, h200x2, h200x4, h200x8" in str(e.value)
     assert get_model("Llama-3.1-70B") is MODELS["llama-3.1-70b"]
 
 
