@@ -395,9 +395,10 @@ def _cmd_sweep(args) -> int:
         return EXIT_BAD_INPUT
     keys = [k for k, _ in grid]
     if 1 <= len(keys) <= 2:
-        from analysis.sweep_plots import plot_sweep
+        from analysis.figures import capacity_figure
 
-        plot_sweep(f"{args.out}/sweep.csv", keys, args.plot, f"{args.out}/sweep.png")
+        capacity_figure(args.out, keys[0], args.plot, y=keys[1] if len(keys) == 2 else None,
+                        out=f"{args.out}/sweep")
     print(f"{r['points']} runs ({r['ran']} run now, {r['skipped']} already done) in "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}/sweep.csv")
     for row in r["rows"]:

@@ -228,7 +228,7 @@ def write_outputs(res: PlanResult, out_dir) -> None:
         f.write(f"{res.key},{metric},meets,cost\n")
         for x, m, g, c in res.evidence:
             f.write(f"{x},{m!r},{int(g)},{'' if c is None else repr(c)}\n")
-    from analysis.sweep_plots import plot_capacity_curve
+    from analysis.plan_plot import plot_capacity_curve
 
     plot_capacity_curve([x for x, *_ in res.evidence], [m for _, m, *_ in res.evidence], res.key, metric,
                         out / "plan.png", target=value, answer=res.answer)

@@ -34,7 +34,7 @@ def agentic_clients(env, engine, workload):
     state = {"rid": 0, "active": 0, "slot": None}
 
     def on_finish(r):
-        ev = waiters.pop(r.rid, None)
+        ev = waiters.pop(id(r), None)  # by object: another source's rids may repeat ours
         if ev is not None:
             ev.succeed()
 
@@ -48,7 +48,7 @@ def agentic_clients(env, engine, workload):
         r = EngineRequest(rid=state["rid"], session_id=sp.session_id, prompt=prompt, output_length=out,
                           arrival_s=env.now, seq=seq, round=turn)
         state["rid"] += 1
-        ev = waiters[r.rid] = env.event()
+        ev = waiters[id(r)] = env.event()
         engine.arrive(r)
         return ev
 

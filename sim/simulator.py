@@ -132,9 +132,12 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
         if ev is not None and not ev.triggered:
             ev.succeed()
 
+    mine: set = set()  # ids of the requests this client sent (another source may share the engine)
+
     def finished(r):
-        if r.round is None:
+        if id(r) not in mine:
             return
+        mine.discard(id(r))
         state["inflight"] -= 1
         state["finished"] += 1
         done_in_round[r.round] += 1
@@ -172,6 +175,7 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
                             arrival_s=env.now, seq=seq, round=wr.round)
         state["sent"] += 1
         state["inflight"] += 1
+        mine.add(id(req))
         engine.arrive(req)
         if gap is not None and state["sent"] < total:
             yield env.timeout(float(rng.exponential(gap)))
