@@ -355,9 +355,15 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
 
 
 def _evictions(cache) -> dict:
+    """Tokens (MAMBA: slots) dropped per component and tier; FULL's L1 demotions to L2 (still
+    cached) are counted apart, under "L1_demoted_to_L2"."""
     out = {c.name: {"L1": c.stats()["evicted_" + ("slots" if c.name == "mamba" else "tokens")]}
            for c in cache.components}
     if cache.hier is not None:
+        # an L1 eviction of a node backed up on L2 is a demotion: the tokens stay cached
+        demoted = cache.full.demoted_tokens
+        out["full"]["L1"] -= demoted
+        out["full"]["L1_demoted_to_L2"] = demoted
         out["full"]["L2"] = cache.hier.evicted_l2_tokens
         if cache.hier.storage is not None:
             out["full"]["L3"] = cache.hier.storage.evicted_pages * cache.page_size
