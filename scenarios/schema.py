@@ -1,0 +1,221 @@
+"""The scenario schema: every key, its default, its check and what is expected (one place
+for validation, `--set` and `--grid` key names). `scenarios/scenario.py` reads, resolves and
+documents the keys."""
+from __future__ import annotations
+
+import copy
+import math
+import numbers
+
+from cache_core.engine_types import SCHEDULE_POLICIES
+from cache_core.eviction import policy_names
+from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
+
+from .workloads import READY_QUEUE_POLICIES
+
+REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
+
+
+class ScenarioError(ValueError):
+    """A bad scenario file or override: one line naming the file, the key and what was expected."""
+
+
+# -- schema -------------------------------------------------------------------------------------
+# key -> (default, checker name, what is expected); nested dicts are sections.
+_ANY_SIZE = "a token count, a size like 500GiB"
+SCHEMA = {
+    "name": (None, "str_or_none", "a string"),
+    "description": ("", "str", "a string"),
+    "seed": (0, "int0", "an integer >= 0"),
+    "model": ("qwen3-32b", "model", "a model preset name"),
+    "hardware": ("h200x1", "hardware", "a hardware preset name"),
+    "tp": (None, "int1_or_none", "an integer >= 1 (default: the hardware's GPU count)"),
+    "cache": {
+        "page_size": (64, "int1", "an integer >= 1"),
+        "l1_tokens": ("auto", "size_auto", f"'auto' or {_ANY_SIZE}"),
+        "mem_fraction_static": (0.88, "fraction", "a number in (0, 1]"),
+        "max_total_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "swa_full_tokens_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "mamba_full_memory_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "swa_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "mamba_slots": (None, "int1_or_none", "null or an integer >= 1"),
+        "mamba_every_tokens": (None, "int1_or_none", "null or an integer >= 1"),
+        "components": (None, "components", "null or a list of full, swa, mamba"),
+        "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
+        "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
+        "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
+        "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
+        "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
+        "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
+        "min_prefetch_tokens": (256, "int0", "an integer >= 0"),
+    },
+    "engine": {
+        "max_running_requests": (16, "int1", "an integer >= 1"),
+        "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
+        "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
+        "schedule_policy": ("fcfs", ("choice", SCHEDULE_POLICIES), "one of " + ", ".join(SCHEDULE_POLICIES)),
+        "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
+        "mixed_chunk": (False, "bool", "true or false"),
+    },
+    "workload": {
+        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),
+                 "multiturn, trace, agentic, azure or program"),
+        "num_clients": (48, "int1", "an integer >= 1"),
+        "num_rounds": (60, "int1", "an integer >= 1"),
+        "request_length": (4096, "int1", "an integer >= 1"),
+        "output_length": (16, "int0", "an integer >= 0"),
+        "max_parallel": (16, "int1", "an integer >= 1"),
+        "request_rate": (64.0, "rate", "a number > 0 or inf"),
+        "round_barrier": (True, "bool", "true or false"),
+        "ready_queue_policy": ("fifo", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
+        "vocab_size": (128_000, "int1", "an integer >= 1"),
+    },
+    "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
+        "device": ("cpu", "str", "cpu or cuda"),
+        "layers": (4, "int1", "an integer >= 1 (layers of the reduced model, the preset's mix)"),
+        "hidden": (64, "int1", "an integer >= 1"), "num_heads": (4, "int1", "an integer >= 1"),
+        "head_dim": (16, "int1", "an integer >= 1"), "state_dim": (32, "int1", "an integer >= 1"),
+        "vocab": (4096, "int1", "an integer >= 1"),
+        "dtype": ("float32", ("choice", ("float32", "bfloat16", "float16")), "float32, bfloat16 or float16"),
+        "layout": ("page_first", ("choice", ("page_first", "layer_first")), "page_first or layer_first"),
+        "store": ("local", ("choice", ("local", "mooncake")), "local (a directory) or mooncake (Mooncake Store)"),
+        "store_path": (None, "str_or_none", "null (a temporary directory) or the L3 page store directory"),
+        "mooncake_master": ("127.0.0.1:50051", "str", "HOST:PORT of mooncake_master"),
+        "mooncake_metadata": ("http://127.0.0.1:8080/metadata", "str", "the HTTP metadata server's URL"),
+        "seed": (0, "int0", "an integer >= 0"),
+    },
+    "cost": {
+        "kind": ("roofline", ("choice", ("roofline", "table")), "roofline or table"),
+        "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
+        "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
+    },
+}
+
+
+_KIND = SCHEMA["workload"]["kind"]
+_SPEEDUP = (1.0, "pos", "a number > 0 (arrival times are divided by it)")
+_RANGE = "a list [lo, hi]"
+WORKLOAD_SCHEMAS = {
+    "multiturn": SCHEMA["workload"],
+    "trace": {"kind": _KIND, "path": (None, "str", "a JSONL trace file (Mooncake hash_ids or tokens)"),
+              "block_size": (None, "int1_or_none", "null or tokens per hash_ids block"),
+              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
+    "azure": {"kind": _KIND, "path": (None, "str", "an Azure LLM-inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"),
+              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
+    "agentic": {"kind": _KIND, "speedup": _SPEEDUP,
+                "closed_loop": (True, "bool", "true (next turn after the previous completes + think time) "
+                                "or false (the workload's nominal timestamps, open loop)"),
+                "num_sessions": (16, "int1", "an integer >= 1"), "concurrency": (8, "int1", "an integer >= 1"),
+                "system_prompt_tokens": (2048, "int0", "an integer >= 0"),
+                "repo_context_tokens": ([4000, 12000], "range", _RANGE), "turns": ([8, 24], "range", _RANGE),
+                "tool_output_tokens": ([200, 2000], "range", _RANGE), "output_tokens": ([50, 400], "range", _RANGE),
+                "think_time_s": ([0.5, 20.0], "range", _RANGE), "subagent_prob": (0.1, "nonneg", "a probability"),
+                "subagent_turns": ([1, 5], "range", _RANGE), "arrival_rate": (1.0, "rate", "a number > 0 or inf"),
+                "service_base_s": (0.25, "nonneg", "seconds >= 0"),
+                "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
+                "vocab_size": (128_000, "int1", "an integer >= 1")},
+    "program": {"kind": _KIND, "program": ("few_shot", ("choice", ("few_shot", "self_consistency", "multi_turn_chat",
+                                                                   "tree_of_thought", "agent_with_subagents")),
+                                           "few_shot, self_consistency, multi_turn_chat, tree_of_thought or "
+                                           "agent_with_subagents"),
+                "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
+                "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
+                "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},
+}
+_WORKLOAD_UNION = {k: v for sch in WORKLOAD_SCHEMAS.values() for k, v in sch.items()}
+
+
+def _ok(check, v) -> bool:
+    if isinstance(check, tuple):
+        return v in check[1]
+    num = isinstance(v, numbers.Real) and not isinstance(v, bool)
+    integer = isinstance(v, numbers.Integral) and not isinstance(v, bool)
+    return {
+        "str": lambda: isinstance(v, str),
+        "str_or_none": lambda: v is None or isinstance(v, str),
+        "int0": lambda: integer and v >= 0,
+        "int1": lambda: integer and v >= 1,
+        "int1_or_none": lambda: v is None or (integer and v >= 1),
+        "fraction": lambda: num and 0 < v <= 1,
+        "pos_or_none": lambda: v is None or (num and v > 0 and math.isfinite(v)),
+        "nonneg": lambda: num and v >= 0 and math.isfinite(v),
+        "rate": lambda: (num and v > 0) or (isinstance(v, str) and v.lower() in ("inf", "infinity")),
+        "bool": lambda: isinstance(v, bool),
+        "mapping": lambda: isinstance(v, dict),
+        "pos": lambda: num and v > 0 and math.isfinite(v),
+        "range": lambda: (isinstance(v, (list, tuple)) and len(v) == 2 and all(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)),
+        "model": lambda: isinstance(v, str),
+        "hardware": lambda: isinstance(v, str),
+        "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
+        "components": lambda: v is None or (isinstance(v, list) and v and
+                                            all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
+        "size_auto": lambda: v == "auto" or _size_syntax(v),
+        "size_or_none": lambda: v is None or _size_syntax(v),
+        "size_l3": lambda: v is None or _size_syntax(v),
+    }[check]()
+
+
+def _size_syntax(v) -> bool:
+    from .units import is_size_text
+
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, numbers.Integral):
+        return v >= 0
+    return isinstance(v, str) and is_size_text(v)
+
+
+def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
+    """Defaults filled in, unknown keys and bad values rejected."""
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{where}: {prefix.rstrip('.') or 'top level'}: expected a mapping, got {raw!r}")
+    out = {}
+    for k in raw:
+        if k not in schema:
+            raise ScenarioError(f"{where}: {prefix}{k}: unknown key; expected one of "
+                                f"{', '.join(sorted(schema))}")
+    for k, spec in schema.items():
+        if k == "workload" and not prefix:
+            sub = raw.get(k) or {}
+            kind = sub.get("kind", "multiturn") if isinstance(sub, dict) else "multiturn"
+            if kind not in WORKLOAD_SCHEMAS:
+                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected {_KIND[2]}")
+            spec = WORKLOAD_SCHEMAS[kind]
+        if isinstance(spec, dict):
+            out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
+            continue
+        default, check, expected = spec
+        v = raw.get(k, copy.deepcopy(default))
+        if not _ok(check, v):
+            raise ScenarioError(f"{where}: {prefix}{k}: got {v!r}; expected {expected}")
+        out[k] = v
+    return out
+
+
+def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
+    parts = key.split(".")
+    node, schema = raw, SCHEMA
+    for i, part in enumerate(parts):
+        if isinstance(schema, tuple) and schema[1] == "mapping":  # free-form mapping (cost.efficiency)
+            for p in parts[i:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+            return
+        if schema is SCHEMA["workload"]:
+            schema = _WORKLOAD_UNION
+        if not isinstance(schema, dict) or part not in schema:
+            known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
+            raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
+        schema = schema[part]
+        if i == len(parts) - 1:
+            node[part] = value
+        elif isinstance(schema, tuple) and schema[1] == "mapping":
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        elif isinstance(schema, dict):
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
