@@ -3,8 +3,9 @@ healing of host-only nodes. The mechanics of residency live in tiers.py / tiers_
 this is the orchestration on the cache."""
 from __future__ import annotations
 
+from .components.mamba import MAMBA, MambaPayload
 from .records import LockHandle, MatchResult, TokenSeq
-from .tiers_hybrid import load_boundary, prefetch_components, storage_boundary
+from .tiers_hybrid import fetch_boundary, l3_boundary, load_boundary, prefetch_components, storage_boundary
 from .vote import vote
 
 
@@ -65,6 +66,13 @@ class TierOps:
                 if tnode.parent is not None and tnode.end > traversed:
                     tnode = tree.split(tnode, traversed - tnode.parent.end)
                 node, best, cut = tnode, traversed, None
+        l3b = 0
+        if storage == 0 and best < traversed and hier.storage is not None and hier.pool is not None:
+            # a deeper boundary whose missing component payloads L3 holds (computed before
+            # the split below: `visited` still describes the path)
+            l3b = l3_boundary(self, visited, traversed, best, seq.page_keys(P))
+            if l3b - best < max(hier.cfg.min_prefetch_tokens, 1):
+                l3b = 0
         if storage == 0:
             if node is None:
                 node = tree.root
@@ -73,7 +81,46 @@ class TierOps:
         d = node
         while d.parent is not None and d.value is None:
             d = d.parent
-        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage)
+        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage, l3b)
+
+    def _fetch_l3(self, m: MatchResult, seq):
+        """Start the L3 -> L2 fetch of the component payloads that reuse at `m.l3_boundary`
+        needs (tiers_hybrid.fetch_boundary), splitting the node there. Returns (node ending
+        at the boundary, True when every missing payload is on its way), or (None, False)."""
+        b, tree = m.l3_boundary, self.tree
+        path = tree.path_nodes(seq.data, b)
+        if not path or sum(k for _, k in path) != b:
+            return None, False
+        bnode, k = path[-1]
+        if k < bnode.num_tokens:
+            bnode = tree.split(bnode, k)
+        if self.mamba is not None and bnode.comp[MAMBA] is None:
+            bnode.comp[MAMBA] = MambaPayload(-1)  # before the lock: it counts on the payload
+        held = MatchResult(b, LockHandle(bnode))
+        self.lock(held)  # no L2 eviction (for the slots) takes the path meanwhile
+        try:
+            ok = fetch_boundary(self.hier, bnode, seq.page_keys(self.page_size))
+        finally:
+            self.unlock(held)
+        return bnode, ok
+
+    def _load_l3(self, m: MatchResult, seq) -> MatchResult:
+        """`load`'s first part for a match with an L3 component boundary: fetch the payloads;
+        once they are valid on L2 (replay: acknowledged at emission) the match moves to the
+        boundary (locked; `m` unlocked), and the rest of `load` brings it to L1. FULL is
+        counted where it is (device/host): only the component payloads came from L3."""
+        bnode, ok = self._fetch_l3(m, seq)
+        if bnode is None or not ok or not self.hier.auto_ack:
+            return m  # in flight: the caller matches again once they are acknowledged
+        b, trav = bnode.end, m.traversed_tokens
+        d = bnode
+        while d.parent is not None and d.value is None:
+            d = d.parent
+        lost = tuple((name, min(t, trav - b), why) for name, t, why in m.lost if trav > b)
+        new = MatchResult(b, LockHandle(bnode), trav, lost, d.end, b - d.end, 0)
+        self.lock(new)
+        self.unlock(m)
+        return new
 
     def _fallback_l1(self, node):
         """The deepest boundary at or above `node` that L1 alone can serve (all components)."""
@@ -100,6 +147,8 @@ class TierOps:
         if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
             return m
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        if m.l3_boundary > m.cached_tokens and hier.storage is not None:
+            m = self._load_l3(m, seq)
         node = m.handle._node
         chain = []
         n = node
@@ -168,10 +217,16 @@ class TierOps:
         without loading anything into L1 (an engine does this while the request waits, as
         SGLang's prefetch thread does). Returns the tokens being prefetched (0: none; e.g. no
         L3 run right after the tree match, or no L2 room). The caller may unlock `m` at once:
-        the new node is held in flight until its transfers are acknowledged."""
+        the new node is held in flight until its transfers are acknowledged.
+        A match with an `l3_boundary` (component payloads on the tree path only in L3) gets
+        those payloads fetched L3 -> L2 instead; that returns 0 (no FULL tokens come from L3)."""
         hier = self.hier
-        if hier is None or hier.storage is None or not m.storage_tokens:
+        if hier is None or hier.storage is None:
             return 0
+        if not m.storage_tokens:
+            if m.l3_boundary > m.cached_tokens:
+                self._fetch_l3(m, seq if isinstance(seq, TokenSeq) else TokenSeq(seq))
+            return 0  # FULL stays where it is: no FULL tokens come from L3
         node = m.handle._node
         if m.traversed_tokens != node.end:
             return 0

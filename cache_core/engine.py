@@ -10,8 +10,10 @@ Life of a request (``EngineRequest.phase``)::
 
 1. **Arrival** (`arrive`): a request that can never fit (``ceil(prompt + generated) + output
    reservation >= max_total_tokens``) is rejected at once. With an L3 tier the request is
-   matched; a storage run starts a prefetch L3 -> L2 (`RadixCache.prefetch`), and the
-   prefetch policy decides when it may be scheduled (``EngineConfig.prefetch_policy``).
+   matched; a storage run (or a tree boundary whose SWA window / MAMBA checkpoint only L3
+   still holds: ``MatchResult.l3_boundary``) starts a prefetch L3 -> L2
+   (`RadixCache.prefetch`), and the prefetch policy decides when it may be scheduled
+   (``EngineConfig.prefetch_policy``).
 2. **Admission** (`schedule`), each step, in this order and under one prefill budget:
    the request chunked in the previous step; requests whose loads finished (``ready``,
    admitted earlier); then the waiting queue in the schedule policy's order through
@@ -167,7 +169,7 @@ class Engine:
         hier = cache.hier
         if hier is not None and hier.storage is not None:
             m = cache.match(r.seq, r.limit)
-            if m.storage_tokens:
+            if m.storage_tokens or m.l3_boundary > m.cached_tokens:  # a storage run, or component payloads in L3
                 cache.lock(m)
                 r.prefetch_tokens = cache.prefetch(m, r.seq)
                 cache.unlock(m)

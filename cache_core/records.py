@@ -65,6 +65,11 @@ class MatchResult:
     device_tokens: int = -1  # with tiers: the part on L1 (-1: all of cached_tokens)
     host_tokens: int = 0  # with tiers: the part on L2 only
     storage_tokens: int = 0  # with tiers: the part found in L3 (beyond the tree)
+    # with tiers, SWA/MAMBA and L3: a deeper boundary on the tree path (a token position >
+    # cached_tokens, 0: none) whose FULL pages are in the tree but some component payloads
+    # (SWA window pages, the MAMBA checkpoint) are only in L3; not counted in cached_tokens:
+    # `RadixCache.prefetch` / `load` fetch them L3 -> L2, after which a match reuses it
+    l3_boundary: int = 0
 
     @property
     def device(self) -> int:

@@ -101,7 +101,7 @@ def _checkpoint_to_host(hier, node, kind: str, src_tier: str, src, keys) -> None
     def done(ok, node=node, slot=int(dst[0])):
         node.pending -= 1
         q = node.comp[MAMBA] if node.alive else None
-        if ok and q is not None:
+        if ok and q is not None and q.host < 0:  # (a copy that landed first keeps its slot)
             q.host = slot
             if kind == "backup" and node.pkeys is not None and len(node.pkeys):
                 _store_late(hier, node, "mamba", None, slot)
@@ -175,6 +175,125 @@ def storage_boundary(cache, keys, run_pages: int, swa_state) -> int:
         if ok:
             best = j
     return best
+
+
+def l3_boundary(cache, visited, traversed: int, best: int, keys) -> int:
+    """Deepest page boundary b in (best, traversed] of a tree path at which every voting
+    component has its payload in the tree (L1 or L2) or in L3: SWA every page of the window
+    [b - W, b) (all of [0, b) when b < W: the run/clean rule of the voter), MAMBA a checkpoint
+    at a node ending at b or ("mamba", key of the page ending at b). FULL must be in the tree
+    (not in flight) up to b. `visited`: the walk's nodes (before any split); `keys`: the
+    request's page keys. 0 when none."""
+    P, storage, swa, mamba = cache.page_size, cache.hier.storage, cache.swa, cache.mamba
+    T = traversed // P
+    tree_swa = np.zeros(T, dtype=bool)
+    ck = {}
+    cap = T
+    for nd in visited:
+        s, e = nd.parent.end // P, min(nd.end, traversed) // P
+        if s >= T:
+            break
+        if nd.value is None and nd.host is None:  # a prefetch still in flight
+            cap = s
+            break
+        if swa is not None and nd.comp[SWA] is not None:
+            tree_swa[s:e] = nd.comp[SWA].present(e - s)
+        if mamba is not None and nd.end <= traversed:
+            pl = nd.comp[MAMBA]
+            ck[e] = pl is not None and (pl.slot >= 0 or pl.host >= 0)
+    lo_b = best // P + 1
+    if cap < lo_b:
+        return 0
+    if swa is not None:
+        wp = swa.window_pages
+        lo = max(0, lo_b - wp)
+        av = tree_swa[lo:cap].copy()
+        for i in np.flatnonzero(~av).tolist():
+            av[i] = ("swa", int(keys[lo + i])) in storage
+        bad = np.concatenate(([0], np.cumsum(~av)))  # bad[k]: pages missing in [lo, lo + k)
+    for b in range(cap, lo_b - 1, -1):
+        if mamba is not None and not ck.get(b) and ("mamba", int(keys[b - 1])) not in storage:
+            continue
+        if swa is not None and bad[b - lo] != bad[max(0, b - wp) - lo]:
+            continue
+        return b * P
+    return 0
+
+
+def fetch_boundary(hier, bnode, keys) -> bool:
+    """Start the L3 -> L2 prefetches of the component payloads that reuse at `bnode`'s end
+    needs and no tree tier holds: the SWA pages of the window before it (into the nodes' SWA
+    L2 arrays) and its MAMBA checkpoint. Each is valid on L2 only at its ack (a failure frees
+    the slots). `keys`: the request's page keys (page j of the path = keys[j]). True when
+    every missing payload is on its way (False: not in L3 any more, or no L2 slot)."""
+    cache = hier.cache
+    ok = True
+    if cache.swa is not None:
+        ok = cache.swa.host_pool is not None and _fetch_window(hier, bnode, keys)
+    if cache.mamba is not None:
+        pl = bnode.comp[MAMBA]
+        if pl is None or (pl.slot < 0 and pl.host < 0):
+            j = bnode.end // hier.P
+            if ("mamba", int(keys[j - 1])) not in hier.storage:
+                return False
+            if pl is None:
+                from .components.mamba import MambaPayload
+
+                bnode.comp[MAMBA] = MambaPayload(-1)
+            ids0 = hier._ids
+            _checkpoint_to_host(hier, bnode, "prefetch", L3, None, keys[j - 1 : j])
+            ok = ok and hier._ids != ids0
+    return ok
+
+
+def _fetch_window(hier, bnode, keys) -> bool:
+    """fetch_boundary's SWA part: one prefetch per node of the window, into fresh L2 slots."""
+    swa, storage, P = hier.cache.swa, hier.storage, hier.P
+    lo = max(0, bnode.end - swa.window_pages * P)
+    segs = []
+    n = bnode
+    while n.parent is not None and n.end > lo:
+        pl = n.comp[SWA]
+        if pl is None:
+            k = n.num_tokens // P
+            pl = n.comp[SWA] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
+        s = n.parent.end // P
+        j0 = max(0, lo // P - s)
+        miss = pl.pages[j0:] < 0
+        if pl.host is not None:
+            miss &= pl.host[j0:] < 0
+        idx = np.flatnonzero(miss) + j0
+        if len(idx):
+            ks = keys[s + idx]
+            if not all(("swa", int(k)) in storage for k in ks.tolist()):
+                return False
+            segs.append((n, idx, ks))
+        n = n.parent
+    need = sum(len(i) for _, i, _ in segs)
+    dst_all = _alloc_host(hier, swa.host_pool, need)
+    if dst_all is None:
+        return False
+    used = 0
+    for n, idx, ks in reversed(segs):  # top-down
+        dst = dst_all[used : used + len(idx)]
+        used += len(idx)
+
+        def done(ok, pieces, idx=idx, dst=dst):  # valid on L2 only once acknowledged
+            for x, sl in pieces:
+                sel = (idx >= sl.start) & (idx < sl.stop)
+                loc, d = idx[sel] - sl.start, dst[sel]
+                q = x.comp[SWA] if x.alive else None
+                if ok and q is not None:
+                    h = q.host.copy() if q.host is not None else np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
+                    free = h[loc] < 0  # a copy that landed meanwhile keeps its slot
+                    h[loc[free]] = d[free]
+                    q.host = h
+                    swa.host_pool.free(d[~free])
+                else:
+                    swa.host_pool.free(d)
+
+        hier._emit("prefetch", L3, L2, len(idx) * P, None, dst, ks, done, "swa", node=n)
+    return True
 
 
 def prefetch_components(hier, node, keys) -> None:
