@@ -44,3 +44,55 @@ def drain(cache) -> list[str]:
     while (e := evict_one(cache)) is not None:
         out.append(e)
     return out
+
+
+# -- tiers with SWA/MAMBA: reading transfers and payloads (tests/test_tiers_hybrid.py and
+#    tests/test_tiers_l3_components.py)
+def transfers(cache, since=0) -> list:
+    """The Transfer actions the cache recorded since index `since`."""
+    from cache_core.actions import Transfer
+
+    return [a for a in cache.actions[since:] if isinstance(a, Transfer)]
+
+
+def tshape(ts) -> list:
+    """(kind, component, src tier, dst tier, tokens) of each transfer."""
+    return [(t.kind, t.component, t.src_tier, t.dst_tier, t.tokens) for t in ts]
+
+
+def ints(x) -> list:
+    import numpy as np
+
+    return np.atleast_1d(np.asarray(x)).tolist()
+
+
+def node_at(cache, tokens):
+    """The node whose edge ends exactly at len(tokens) on tokens' path (read-only)."""
+    from cache_core import TokenSeq
+
+    seq = TokenSeq(tokens)
+    for nd, k in cache.tree.path_nodes(seq.data, seq.length):
+        if nd.end == seq.length and k == nd.num_tokens:
+            return nd
+    return None
+
+
+def swa_l1(node) -> list:
+    from cache_core.components.swa import SWA
+
+    return node.comp[SWA].pages.tolist()
+
+
+def swa_l2(node) -> list:
+    from cache_core.components.swa import SWA
+
+    h = node.comp[SWA].host
+    return None if h is None else h.tolist()
+
+
+def ckpt(node) -> tuple:
+    """(L1 slot, L2 slot) of a node's MAMBA checkpoint, -1 where absent."""
+    from cache_core.components.mamba import MAMBA
+
+    pl = node.comp[MAMBA]
+    return (-1, -1) if pl is None else (pl.slot, pl.host)

@@ -38,6 +38,8 @@ from cache_core.components.mamba import MAMBA
 from cache_core.components.swa import SWA
 from cache_core.keys import page_keys
 from cache_core.tiers import TierConfig
+from helpers import ckpt, ints, node_at, swa_l1, swa_l2, transfers
+from helpers import tshape as shape
 
 SWA_WHY = "SWA window incomplete"
 MAMBA_WHY = "no MAMBA checkpoint at boundary"
@@ -66,40 +68,18 @@ def step(cache, prompt, output=(9999,)):
     return r
 
 
-def transfers(cache, since=0) -> list:
-    return [a for a in cache.actions[since:] if isinstance(a, Transfer)]
 
 
-def shape(ts) -> list:
-    return [(t.kind, t.component, t.src_tier, t.dst_tier, t.tokens) for t in ts]
 
 
-def ints(x) -> list:
-    return np.atleast_1d(np.asarray(x)).tolist()
 
 
-def node_at(cache, tokens):
-    """The node whose edge ends exactly at len(tokens) on tokens' path (read-only)."""
-    seq = TokenSeq(tokens)
-    for nd, k in cache.tree.path_nodes(seq.data, seq.length):
-        if nd.end == seq.length and k == nd.num_tokens:
-            return nd
-    return None
 
 
-def swa_l1(node) -> list:
-    return node.comp[SWA].pages.tolist()
 
 
-def swa_l2(node) -> list:
-    h = node.comp[SWA].host
-    return None if h is None else h.tolist()
 
 
-def ckpt(node) -> tuple:
-    """(L1 slot, L2 slot) of a node's MAMBA checkpoint, -1 where absent."""
-    pl = node.comp[MAMBA]
-    return (-1, -1) if pl is None else (pl.slot, pl.host)
 
 
 def keys_of(tokens, P) -> list:

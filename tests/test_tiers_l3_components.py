@@ -19,14 +19,15 @@ import simpy
 
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq, invariants
 from cache_core.actions import L1, L2, L3, CopyState, Transfer
-from cache_core.components.mamba import MAMBA
 from cache_core.components.swa import SWA
 from cache_core.engine_types import EngineConfig, EngineRequest
 from cache_core.keys import page_keys
 from cache_core.tiers import TierConfig
 from scenarios.presets import get_hardware
 from sim.cost import RooflineCostModel
-from sim.simulator import build, timed_arrivals
+from sim.simulator import build
+from helpers import ckpt, ints, node_at, swa_l1, swa_l2, transfers
+from helpers import tshape as shape
 
 MAMBA_WHY = "no MAMBA checkpoint at boundary"
 SWA_WHY = "SWA window incomplete"
@@ -61,42 +62,22 @@ def ack_all(cache, ok=True) -> None:
                 invariants.check(cache)
 
 
-def transfers(cache, since=0) -> list:
-    return [a for a in cache.actions[since:] if isinstance(a, Transfer)]
 
 
-def shape(ts) -> list:
-    return [(t.kind, t.component, t.src_tier, t.dst_tier, t.tokens) for t in ts]
 
 
-def ints(x) -> list:
-    return np.atleast_1d(np.asarray(x)).tolist()
 
 
 def keys_of(tokens, P=4) -> list:
     return [int(k) for k in page_keys(np.asarray(tokens, dtype=np.int64), P)[0]]
 
 
-def node_at(cache, tokens):
-    seq = TokenSeq(tokens)
-    for nd, k in cache.tree.path_nodes(seq.data, seq.length):
-        if nd.end == seq.length and k == nd.num_tokens:
-            return nd
-    return None
 
 
-def swa_l1(node) -> list:
-    return node.comp[SWA].pages.tolist()
 
 
-def swa_l2(node) -> list:
-    h = node.comp[SWA].host
-    return None if h is None else h.tolist()
 
 
-def ckpt(node) -> tuple:
-    pl = node.comp[MAMBA]
-    return (-1, -1) if pl is None else (pl.slot, pl.host)
 
 
 def probe(cache, tokens, limit):
