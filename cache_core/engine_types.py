@@ -30,6 +30,11 @@ ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
     "arrived", "prefetching", "waiting", "loading", "ready", "prefill", "decode", "done")
 
 
+class EngineStalled(RuntimeError):
+    """Nothing can run and nothing is in flight, yet requests wait (e.g. memory held by
+    transfers that never finish)."""
+
+
 class Clock(Protocol):
     def now(self) -> float: ...
     def idle(self, until: float | None): ...
@@ -145,4 +150,5 @@ class Step:
         return not self.prefill and not self.decode
 
 
-__all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "Step", "SCHEDULE_POLICIES"]
+__all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "EngineStalled", "Step",
+           "SCHEDULE_POLICIES"]
