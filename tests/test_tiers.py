@@ -6,9 +6,8 @@ Every test drives a `RadixCache` through its public calls (match -> lock -> load
 -> insert -> unlock, `ack`, or `ReplayStepper.step`) and reads the tree only to name the node
 that holds a given prefix (`tree.path_nodes`, read-only).
 
-Tests marked ``xfail(strict=True)`` are minimal reproducers of behaviour that contradicts the
-tiers.py docstring / the Transfer contract in actions.py; each asserts the *correct*
-behaviour, so it starts passing (and the strict marker fails the run) once the core is fixed.
+Behaviour that once contradicted the tiers.py docstring or the Transfer contract in
+actions.py is pinned here by minimal reproducers that assert the correct behaviour.
 """
 from __future__ import annotations
 

@@ -25,12 +25,12 @@ After EVERY operation `invariants.check(cache)` runs, plus these exact checks:
   load: a node's L1 pages, store: the keys in L3); a failed one returns the destination slots
   to their pool and leaves the node on its source tier.
 
-`test_tiers_stress_random` is the driver exactly as above. The core currently breaks under it
-in every configuration within a few dozen operations (the bugs are pinned one by one, with
-minimal reproducers, in tests/test_tiers.py), so it is a strict xfail per configuration.
+`test_tiers_stress_random` is the driver exactly as above, with nothing steered: it passes in
+every configuration (the bugs it found are fixed, each pinned by a minimal reproducer in
+tests/test_tiers.py).
 
-`test_tiers_stress_protocol` runs the same driver with a protocol that steers around those
-bugs, so that everything else stays covered (>= 20,000 operations in total):
+`test_tiers_stress_protocol` runs the same driver with the protocol an engine follows, so that
+the paths an engine takes are covered densely (>= 20,000 operations in total):
   a. a request waits for its own loads and prefetches: they are acknowledged (random order,
      random failures) right after `load`, and the request re-matches up to three times;
   b. before a match or an insert that would split a node with a transfer in flight, every
