@@ -217,8 +217,8 @@ def _check_identity(out: Path, marker: Path, identity: dict, what: str) -> None:
     if marker.is_file():
         with open(marker) as f:
             if yaml.safe_load(f) != doc:
-                raise OutputError(f"{out}: holds a different {what} ({marker.name} differs: another scenario, "
-                                  f"--set or grid); expected a new directory or the same command")
+                raise OutputError(f"{out}: holds a different {what} ({marker.name} records another scenario, "
+                                  f"--set or {what} options); expected a new directory or the same command")
         return
     other = sorted(p.name for p in out.iterdir() if p.name != ".lock")
     if other:

@@ -4,6 +4,9 @@
 - ``requests.csv``: one row per request, columns `REQUEST_COLUMNS` in this order;
 - ``summary.json``: totals and rates (`SUMMARY_KEYS` first; fields a mode cannot measure
   are null, e.g. the time fields of clockless replay).
+
+Every file goes through `outputs.write` (plain numbers only), into a directory from
+`outputs.result_dir` (renamed into place once the run is complete).
 """
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ a run directory holds exactly one complete run (stale files gone, an interrupted
 the earlier one untouched); an unwritable or foreign target is refused before simulating."""
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,6 @@ import pytest
 from radixsim import results
 from radixsim import run as run_mod
 from radixsim.cli import main
-from radixsim.outputs import OutputError, plain, write
 from scenarios.scenario import from_file
 
 SMALL = ["workload.num_clients=3", "workload.num_rounds=2", "workload.request_length=256",
@@ -52,6 +52,8 @@ def test_table_priced_run_writes_plain_numbers_that_plot_and_report_read(tmp_pat
 
 
 def test_the_writer_converts_numpy_scalars_and_refuses_anything_else(tmp_path):
+    from radixsim.outputs import plain, write
+
     doc = {"a": np.float64(0.5), "b": np.int64(3), "c": np.bool_(True), "d": (np.float32(0.25), None, "x")}
     assert plain(doc) == {"a": 0.5, "b": 3, "c": True, "d": [0.25, None, "x"]}
     assert [type(v) for v in plain(doc).values()][:3] == [float, int, bool]
@@ -134,7 +136,7 @@ def test_a_bad_target_is_refused_in_one_line_before_simulating(tmp_path, monkeyp
 
 
 def test_result_dir_refuses_when_foreign_files_appear_during_the_run(tmp_path):
-    from radixsim.outputs import result_dir
+    from radixsim.outputs import OutputError, result_dir
 
     out = tmp_path / "run"
     with pytest.raises(OutputError, match=r"not radixsim results \(late.txt\)"):
@@ -144,3 +146,18 @@ def test_result_dir_refuses_when_foreign_files_appear_during_the_run(tmp_path):
             (out / "late.txt").write_text("x\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert sorted(p.name for p in out.iterdir()) == ["late.txt"]
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_run_says_what_it_is_doing_on_a_terminal_only(tmp_path, monkeypatch):
+    sc = from_file("quickstart", SMALL)
+    for stream, shown in ((_Tty(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        run_mod.run_scenario(sc, tmp_path / "run", progress=True, plots=False)
+        text = stream.getvalue()
+        assert (f"radixsim: writing the results to {tmp_path / 'run'}\n" in text) is shown
+        assert ("6/6" in text) is shown  # the simulation's progress bar: 6 requests
