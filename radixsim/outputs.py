@@ -175,7 +175,7 @@ def _swap(tmp: Path, target: Path) -> Path | None:
 def result_dir(target):
     """Yield a fresh directory to write a run into; on success it replaces `target` (module
     docstring); on any exception (Ctrl-C included) it is removed and `target` is untouched."""
-    target = Path(os.path.abspath(target))
+    target = Path(os.path.realpath(target))  # a symlinked run directory: replace what it points to
     _check_target(target)
     tmp = _fresh_dir(target)
     try:

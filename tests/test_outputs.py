@@ -82,6 +82,16 @@ def test_a_rerun_replaces_every_file_of_the_earlier_run(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temporary directory left
 
 
+def test_a_rerun_through_a_symlink_replaces_the_directory_it_points_to(tmp_path):
+    real, link = tmp_path / "real", tmp_path / "link"
+    assert run_cli(real) == 0
+    (real / "report.html").write_text("from an earlier run\n")
+    link.symlink_to(real)
+    assert run_cli(link) == 0
+    assert link.is_symlink() and set(snapshot(real)) == FILES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
 def test_replay_into_a_run_directory_leaves_only_replay_files(tmp_path):
     out = tmp_path / "run"
     assert run_cli(out) == 0
