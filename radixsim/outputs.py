@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import hashlib
 import json
 import os
 import secrets
@@ -127,11 +128,14 @@ def _foreign(target: Path) -> list:
     return sorted(p.name for p in target.iterdir() if p.name not in RUN_FILES or not p.is_file())
 
 
+def _shown(names: list) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
 def _check_target(target: Path) -> None:
     other = _foreign(target)
     if other:
-        shown = ", ".join(other[:3]) + (f" and {len(other) - 3} more" if len(other) > 3 else "")
-        raise OutputError(f"{target}: holds files that are not radixsim results ({shown}); "
+        raise OutputError(f"{target}: holds files that are not radixsim results ({_shown(other)}); "
                           "expected a new or empty directory or an earlier run's")
 
 
@@ -222,15 +226,13 @@ def _check_identity(out: Path, marker: Path, identity: dict, what: str) -> None:
         return
     other = sorted(p.name for p in out.iterdir() if p.name != ".lock")
     if other:
-        raise OutputError(f"{out}: holds files but no {marker.name} ({', '.join(other[:3])}); "
+        raise OutputError(f"{out}: holds files but no {marker.name} ({_shown(other)}); "
                           f"expected a new or empty directory or an earlier run of the same {what}")
     write(marker, identity)
 
 
 def scenario_key(doc: dict) -> str:
     """A short hash of a fully resolved scenario (`Scenario.doc`): what a sweep/plan point is."""
-    import hashlib
-
     text = json.dumps(plain(doc, "scenario"), sort_keys=True, separators=(",", ":"))
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
