@@ -142,6 +142,9 @@ def _split_sources(run_dirs):
     """(runs, comparison directories, sweep directories)."""
     runs, comps, sweeps = [], [], []
     for d in run_dirs:
+        if isinstance(d, Run):  # already loaded
+            runs.append(d)
+            continue
         p = Path(d)
         if p.is_dir() and (p / "comparison.csv").is_file() and not (p / "summary.json").exists():
             comps.append(p)

@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--cost-gpu-hour", type=float, default=None, help="price of one GPU-hour")
     pl.add_argument("--cost-host-gib", type=float, default=None, help="price of one GiB of host (L2) memory")
     pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
+    pl.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     from . import report_cli, workload_cli
 
@@ -382,6 +383,7 @@ def _scenario_and_executor(args):
 def _cmd_sweep(args) -> int:
     from scenarios.scenario import ScenarioError
 
+    from .outputs import OutputError
     from .sweep import parse_grid, run_sweep
 
     try:
@@ -390,7 +392,7 @@ def _cmd_sweep(args) -> int:
         t0 = time.perf_counter()
         r = run_sweep(raw, grid, args.out, repeat=args.repeat, executor=ex, where=args.scenario,
                       progress=not args.no_progress)
-    except ScenarioError as e:
+    except (ScenarioError, OutputError) as e:
         sys.stderr.write(f"radixsim sweep: {e}\n")
         return EXIT_BAD_INPUT
     keys = [k for k, _ in grid]
@@ -411,6 +413,7 @@ def _cmd_sweep(args) -> int:
 def _cmd_plan(args) -> int:
     from scenarios.scenario import ScenarioError
 
+    from .outputs import OutputError
     from .plan import format_result, plan, write_outputs
 
     try:
@@ -420,8 +423,8 @@ def _cmd_plan(args) -> int:
         out = args.out or f"runs/plan-{raw.get('name', 'scenario')}"
         t0 = time.perf_counter()
         res = plan(raw, args.vary, args.target, out, range_text=args.range_text, largest=args.largest,
-                   tol=args.tol, executor=ex, costs=costs, where=args.scenario)
-    except ScenarioError as e:
+                   tol=args.tol, executor=ex, costs=costs, where=args.scenario, progress=not args.no_progress)
+    except (ScenarioError, OutputError) as e:
         sys.stderr.write(f"radixsim plan: {e}\n")
         return EXIT_BAD_INPUT
     write_outputs(res, out)

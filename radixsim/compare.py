@@ -6,12 +6,12 @@ the cold/evicted miss split, rejected requests).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from .outputs import write
 from .replay import ReplayOptions, run_replay
 
 COLUMNS = ["policy", "capacity_tokens", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage",
@@ -53,10 +53,7 @@ def run_comparison(opts: ReplayOptions, policies, capacities, out_dir, jobs: int
                      "cold_miss_rate": s.get("cold_miss_tokens", 0) / prompt if "cold_miss_tokens" in s else None,
                      "evicted_miss_rate": (s["evicted_miss_tokens"] / prompt) if "evicted_miss_tokens" in s else None,
                      "total_cached_tokens": s["total_cached_tokens"], "rejected": s["rejected"], "dir": w[1].name})
-    with open(out / "comparison.csv", "w", newline="") as f:
-        wr = csv.DictWriter(f, COLUMNS, lineterminator="\n")
-        wr.writeheader()
-        wr.writerows(rows)
+    write(out / "comparison.csv", rows, columns=COLUMNS)
     return format_table(rows)
 
 

@@ -7,8 +7,10 @@ target holds at the high end only, the answer is the smallest value that meets i
 end (or the high end with ``largest``); at neither, no answer in the range. Each round runs k
 evenly spaced interior points at once (rounded to whole pages for token keys) until the
 bracket is narrower than the tolerance (default: 1% of the range, at least one page). Every
-point is a normal result directory under ``OUT/points/KEY=VALUE`` and is reused when the
-command is run again.
+point is a normal result directory under ``OUT/points/KEY=VALUE-HASH`` (HASH: that of the
+point's fully resolved scenario) and is reused when the command is run again. ``OUT/plan.yaml``
+ties OUT to one plan (the scenario after --set and the key): another plan there is refused,
+and ``OUT/.lock`` is held while a plan runs (a second one on OUT refuses).
 
 Monotonicity is checked at the visited points: for "smallest meeting", once a point meets the
 target every larger one should; violations are listed (the answer is then the smallest
@@ -20,7 +22,6 @@ point that meets the target is reported beside the threshold.
 """
 from __future__ import annotations
 
-import json
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,9 @@ from pathlib import Path
 from scenarios.scenario import ScenarioError, apply_sets, resolve, set_key
 from scenarios.units import parse_size
 
+from .outputs import owned_dir, scenario_key, write
 from .results import SUMMARY_KEYS
-from .sweep import LocalExecutor
+from .sweep import LocalExecutor, done_summary, progress_bar
 
 OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 METRICS = [k for k in SUMMARY_KEYS if k != "requests"] + ["queue_mean_s", "load_mean_s", "compute_mean_s"]
@@ -106,80 +108,109 @@ def _cost(sc, summary: dict, costs: dict) -> float | None:
 
 def plan(raw: dict, key: str, target_text: str, out_dir, *, range_text: str | None = None, largest: bool = False,
          tol: int | None = None, executor=None, costs: dict | None = None, where: str = "<scenario>",
-         max_rounds: int = 30) -> PlanResult:
-    """Find the threshold value of `key` (module docstring). Writes points under out_dir."""
-    metric, op, value = parse_target(target_text)
+         max_rounds: int = 30, progress: bool = False) -> PlanResult:
+    """Find the threshold value of `key` (module docstring). Writes points under out_dir,
+    which belongs to this plan (`outputs.owned_dir`: locked, and refused if it holds another
+    plan's points)."""
+    target = parse_target(target_text)
     bpt, sc0 = _bpt(raw, where)
     lo, hi = _range(range_text, bpt, key)
     page = sc0.cache.page_size if key.endswith("_tokens") else 1
     tol = max(page, (hi - lo) // 100) if tol is None else max(1, tol)
     executor = executor or LocalExecutor()
     k = max(1, getattr(executor, "jobs", None) or 2)
-    out = Path(out_dir)
-    (out / "points").mkdir(parents=True, exist_ok=True)
-    seen: dict[int, tuple] = {}  # value -> (metric, meets, cost)
-
-    def evaluate(xs):
-        tasks = []
-        raws = {}
-
-        def record(x, s):
-            m = s.get(metric)
-            if m is None:
-                raise ScenarioError(f"--target: {metric} is null for {key}={x} (e.g. no rounds); expected a number")
-            seen[x] = (m, OPS[op](m, value), _cost(resolve(raws[x], where), s, costs or {}))
-
-        for x in sorted(set(xs) - set(seen)):
-            pt = apply_sets(raw, [], where)
-            set_key(pt, key, x, f"plan {key}")
-            resolve(pt, f"{where} [{key}={x}]")  # one-line error before anything runs
-            d = out / "points" / f"{key}={x}"
-            raws[x] = pt
-            if (d / ".done").exists():
-                with open(d / "summary.json") as f:
-                    record(x, json.load(f))
-            else:
-                tasks.append((x, pt, f"{where} [{key}={x}]", str(d)))
-
-        if tasks:
-            executor.map(tasks, record)
-
-    evaluate([lo, hi])
-    meets_lo, meets_hi = seen[lo][1], seen[hi][1]
-    res = PlanResult(key, (metric, op, value), None, "largest" if largest else "smallest")
-    if meets_lo and meets_hi:
-        res.answer = hi if largest else lo
-        res.message = f"the target holds at both ends of the range; answer: the {res.direction} value"
-    elif not meets_lo and not meets_hi:
-        res.message = "the target is met at neither end of the range: no answer in it (widen --range)"
-    else:
-        increasing = meets_hi  # meets at hi only: smallest meeting value
-        res.direction = "smallest" if increasing else "largest"
-        a, b = lo, hi  # invariant: increasing -> a fails, b meets; else a meets, b fails
-        for _ in range(max_rounds):
-            if b - a <= tol:
-                break
-            step = (b - a) / (k + 1)
-            xs = sorted({min(b - page, max(a + page, int(round((a + step * i) / page)) * page))
-                         for i in range(1, k + 1)})
-            xs = [x for x in xs if a < x < b]
-            if not xs:
-                break
-            evaluate(xs)
-            for x in xs:
-                if seen[x][1] == increasing:  # meets (increasing) / fails (decreasing): new b
-                    b = min(b, x)
-            a = max([x for x in seen if x < b and seen[x][1] != increasing] + [a])
-        res.answer = b if increasing else a
-        res.message = (f"{res.direction} {key} meeting {metric} {op} {value:g}: {res.answer:,} "
-                       f"(bracket [{a:,}, {b:,}], tolerance {tol:,})")
-    res.evidence = [(x, *seen[x]) for x in sorted(seen)]
+    res = PlanResult(key, target, None, "largest" if largest else "smallest")
+    with owned_dir(out_dir, {"scenario": raw, "vary": key}, "plan") as out:
+        (out / "points").mkdir(exist_ok=True)
+        ev = _Evaluator(raw, key, target, out, where, executor, costs or {}, progress)
+        try:
+            _search(ev, res, lo, hi, tol, page, k, max_rounds)
+        finally:
+            ev.close()
+    res.evidence = [(x, *ev.seen[x]) for x in sorted(ev.seen)]
     res.monotone, res.violations = _check_monotone(res.evidence, res.direction)
     ok = [(c, x) for x, _, good, c in res.evidence if good and c is not None]
     if ok:
         c, x = min(ok)
         res.cheapest = (x, c)
     return res
+
+
+class _Evaluator:
+    """Runs (or reuses) plan points: `seen` maps value -> (metric, meets, cost). A point is
+    `OUT/points/KEY=VALUE-HASH`, HASH that of its fully resolved scenario."""
+
+    def __init__(self, raw, key, target, out: Path, where, executor, costs, progress: bool):
+        self.raw, self.key, self.target, self.out, self.where = raw, key, target, out, where
+        self.executor, self.costs = executor, costs
+        self.seen: dict[int, tuple] = {}
+        self.scs: dict = {}  # value -> resolved scenario
+        self.bar = progress_bar(progress, None, 0, f"plan {key}")
+
+    def __call__(self, xs) -> None:
+        tasks = []
+        for x in sorted(set(xs) - set(self.seen)):
+            pt = apply_sets(self.raw, [], self.where)
+            set_key(pt, self.key, x, f"plan {self.key}")
+            label = f"{self.where} [{self.key}={x}]"
+            sc = self.scs[x] = resolve(pt, label)  # one-line error before anything runs
+            d = self.out / "points" / f"{self.key}={x}-{scenario_key(sc.doc)}"
+            s = done_summary(d, scenario_key(sc.doc))
+            if s is not None:
+                self.record(x, s)
+            else:
+                tasks.append((x, pt, label, str(d)))
+        if tasks:
+            self.executor.map(tasks, self.record)
+
+    def record(self, x, s: dict) -> None:
+        metric, op, value = self.target
+        m = s.get(metric)
+        if m is None:
+            raise ScenarioError(f"--target: {metric} is null for {self.key}={x} (e.g. no rounds); expected a number")
+        self.seen[x] = (m, OPS[op](m, value), _cost(self.scs[x], s, self.costs))
+        if self.bar is not None:
+            self.bar.update()
+            self.bar.set_postfix_str(f"{self.key}={x:,}: {metric} {m:.4g}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _search(evaluate, res: PlanResult, lo: int, hi: int, tol: int, page: int, k: int, max_rounds: int) -> None:
+    """Bracket the threshold (module docstring); sets res.answer, direction, message."""
+    metric, op, value = res.target
+    evaluate([lo, hi])
+    seen = evaluate.seen
+    meets_lo, meets_hi = seen[lo][1], seen[hi][1]
+    if meets_lo and meets_hi:
+        res.answer = hi if res.direction == "largest" else lo
+        res.message = f"the target holds at both ends of the range; answer: the {res.direction} value"
+        return
+    if not meets_lo and not meets_hi:
+        res.message = "the target is met at neither end of the range: no answer in it (widen --range)"
+        return
+    increasing = meets_hi  # meets at hi only: smallest meeting value
+    res.direction = "smallest" if increasing else "largest"
+    a, b = lo, hi  # invariant: increasing -> a fails, b meets; else a meets, b fails
+    for _ in range(max_rounds):
+        if b - a <= tol:
+            break
+        step = (b - a) / (k + 1)
+        xs = sorted({min(b - page, max(a + page, int(round((a + step * i) / page)) * page))
+                     for i in range(1, k + 1)})
+        xs = [x for x in xs if a < x < b]
+        if not xs:
+            break
+        evaluate(xs)
+        for x in xs:
+            if seen[x][1] == increasing:  # meets (increasing) / fails (decreasing): new b
+                b = min(b, x)
+        a = max([x for x in seen if x < b and seen[x][1] != increasing] + [a])
+    res.answer = b if increasing else a
+    res.message = (f"{res.direction} {res.key} meeting {metric} {op} {value:g}: {res.answer:,} "
+                   f"(bracket [{a:,}, {b:,}], tolerance {tol:,})")
 
 
 def _check_monotone(evidence, direction: str):
@@ -223,11 +254,9 @@ def write_outputs(res: PlanResult, out_dir) -> None:
            "monotone": res.monotone, "violations": res.violations, "cheapest": res.cheapest,
            "message": res.message,
            "evidence": [{"value": x, metric: m, "meets": g, "cost": c} for x, m, g, c in res.evidence]}
-    (out / "plan.json").write_text(json.dumps(doc, indent=2) + "\n")
-    with open(out / "plan.csv", "w") as f:
-        f.write(f"{res.key},{metric},meets,cost\n")
-        for x, m, g, c in res.evidence:
-            f.write(f"{x},{m!r},{int(g)},{'' if c is None else repr(c)}\n")
+    write(out / "plan.json", doc)
+    write(out / "plan.csv", ([x, m, int(g), c] for x, m, g, c in res.evidence),
+          columns=[res.key, metric, "meets", "cost"])
     from analysis.plan_plot import plot_capacity_curve
 
     plot_capacity_curve([x for x, *_ in res.evidence], [m for _, m, *_ in res.evidence], res.key, metric,

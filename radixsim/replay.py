@@ -21,6 +21,7 @@ from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
 
 from . import results
+from .outputs import result_dir
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -266,8 +267,14 @@ def _agentic_items(wl, cfg, P: int):
 
 def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
     """Replay a trace (or a generated workload) and write requests.csv, summary.json,
-    config.yaml (and rounds.csv when requests have rounds) to out_dir. Returns the summary.
+    config.yaml (and rounds.csv when requests have rounds) to out_dir, which then holds
+    exactly this run (`outputs.result_dir`). Returns the summary.
     Raises TraceError / ValueError on bad input."""
+    with result_dir(out_dir) as out:
+        return _replay_into(opts, out, command)
+
+
+def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     config = build_config(opts)
     items, total, source, future = _workload_items(opts) if opts.workload else _trace_items(opts)
     cache = RadixCache(config)
@@ -303,8 +310,6 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
         bar.close()
     invariants.check(cache)
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,
                  "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
                  "cached_tokens": r.cached_tokens, "cached_device": r.cached_device,

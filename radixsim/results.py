@@ -4,11 +4,12 @@
 - ``requests.csv``: one row per request, columns `REQUEST_COLUMNS` in this order;
 - ``summary.json``: totals and rates (`SUMMARY_KEYS` first; fields a mode cannot measure
   are null, e.g. the time fields of clockless replay).
+
+Every file goes through `outputs.write` (plain numbers only), into a directory from
+`outputs.result_dir` (renamed into place once the run is complete).
 """
 from __future__ import annotations
 
-import csv
-import json
 import platform
 import shlex
 import subprocess
@@ -18,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from .outputs import write
 
 REQUEST_COLUMNS = [
     "rid", "session_id", "round", "arrival_s", "start_s", "first_token_s", "finish_s",
@@ -64,39 +66,20 @@ def provenance(seed=None, command: str | None = None) -> dict:
 
 
 def write_config(out: Path, config: dict, seed=None, command: str | None = None) -> None:
-    import yaml
-
     doc = dict(config)
     doc["provenance"] = provenance(seed, command)
-    with open(out / "config.yaml", "w") as f:
-        yaml.safe_dump(doc, f, sort_keys=False)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, float):
-        return repr(v)
-    return str(v)
+    write(out / "config.yaml", doc)
 
 
 def write_requests(out: Path, rows) -> None:
     """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells)."""
-    with open(out / "requests.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(REQUEST_COLUMNS)
-        for r in rows:
-            w.writerow([_cell(r.get(c)) for c in REQUEST_COLUMNS])
+    write(out / "requests.csv", rows, columns=REQUEST_COLUMNS)
 
 
 def write_summary(out: Path, summary: dict) -> None:
     ordered = {k: summary.get(k) for k in SUMMARY_KEYS}
     ordered.update({k: v for k, v in summary.items() if k not in ordered})
-    with open(out / "summary.json", "w") as f:
-        json.dump(ordered, f, indent=2)
-        f.write("\n")
+    write(out / "summary.json", ordered)
 
 
 def rate(num: int, den: int) -> float | None:
@@ -137,11 +120,7 @@ def round_table(rows) -> list:
 
 
 def write_rounds(out: Path, rounds) -> None:
-    with open(out / "rounds.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(ROUND_COLUMNS)
-        for r in rounds:
-            w.writerow([_cell(r.get(c)) for c in ROUND_COLUMNS])
+    write(out / "rounds.csv", rounds, columns=ROUND_COLUMNS)
 
 
 def totals(rows, rounds) -> dict:

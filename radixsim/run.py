@@ -5,6 +5,7 @@ engine loop) -> sim (links, cost model, clients) -> results files -> analysis (p
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 from cache_core import RadixCache, invariants
 
 from . import results
+from .outputs import result_dir
 
 DEFAULT_SCENARIO = "quickstart"
 TIMELINE_MAX_ROWS = 2000
@@ -239,23 +241,31 @@ def _evictions(cache) -> dict:
 
 
 def write_timeline(out: Path, header, rows) -> None:
-    import csv
-
-    with open(out / "timeline.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(header)
-        for r in rows:
-            w.writerow([results._cell(v) for v in r])
+    results.write(out / "timeline.csv", rows, columns=header)
 
 
 def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True,
                  backend: str = "sim", device: str | None = None) -> dict:
     """Simulate `sc` and write config.yaml, requests.csv, rounds.csv, timeline.csv,
-    summary.json (and per-round plots) to out_dir. Returns the summary (plus wall time
-    under the key "_wall_s", not written to summary.json so that runs compare byte for byte)."""
-    eng, env, cost, wall = simulate(sc, progress=progress, backend=backend, device=device)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    summary.json, tree.json (and the per-round plots and report.html) to out_dir, which then
+    holds exactly this run (`outputs.result_dir`: written beside it, renamed into place at
+    the end; checked before simulating). Returns the summary (plus wall time under the key
+    "_wall_s", not written to summary.json so that runs compare byte for byte)."""
+    with result_dir(out_dir) as out:
+        eng, env, cost, wall = simulate(sc, progress=progress, backend=backend, device=device)
+        _status(progress, f"writing the results to {out_dir}")
+        summary, rounds = write_run(out, sc, eng, env, cost, backend, command)
+        if plots:
+            _status(progress, "drawing the plots and report.html")
+            _plots(out, Path(os.path.abspath(out_dir)), bool(rounds))
+    summary["_wall_s"] = wall
+    return summary
+
+
+def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) -> tuple[dict, list]:
+    """The result files of a finished simulation (each through `results.write`); (summary, rounds)."""
+    from cache_core.snapshot import snapshot
+
     rows = request_rows(eng)
     results.write_requests(out, rows)
     rounds = results.round_table(rows)
@@ -267,18 +277,28 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)
-    from cache_core.snapshot import write_snapshot
+    results.write(out / "tree.json", snapshot(eng.cache))  # the cache at the end, for `radixsim plot --kind tree`
+    return summary, rounds
 
-    write_snapshot(eng.cache, out / "tree.json")  # the cache at the end, for `radixsim plot --kind tree`
-    if plots:
-        from analysis.plots import plot_run
-        from analysis.report import write_report
 
-        if rounds:
-            plot_run(out)
-        write_report([out], out / "report.html")  # one self-contained page: tables and every figure
-    summary["_wall_s"] = wall
-    return summary
+def _plots(out: Path, final: Path, rounds: bool) -> None:
+    """The per-round plots and report.html of the run in `out`, which will be `final`."""
+    import dataclasses
+
+    from analysis.load import load_run
+    from analysis.plots import plot_run
+    from analysis.report import write_report
+
+    if rounds:
+        plot_run(out)
+    run = dataclasses.replace(load_run(out), path=final)  # the report names the final directory
+    write_report([run], out / "report.html")  # one self-contained page: tables and every figure
+
+
+def _status(enabled: bool, text: str) -> None:
+    """What a long command is doing, on a terminal only."""
+    if enabled and sys.stderr.isatty():
+        sys.stderr.write(f"radixsim: {text}\n")
 
 
 __all__ = ["run_scenario", "simulate", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]

@@ -3,21 +3,22 @@ directory per point, one `sweep.csv`; resumable; a local process pool or Ray.
 
 Layout of `--out DIR`::
 
-    DIR/sweep.yaml            the scenario (after --set), the grid and the repeat count
-    DIR/points/NNNN-HASH/     one result directory per (grid point, repeat); `.done` marks it complete
+    DIR/sweep.yaml            the scenario (after --set), the grid and the repeat count: the
+                              sweep the directory belongs to (another sweep there is refused)
+    DIR/.lock                 held while a sweep runs (a second one on DIR refuses)
+    DIR/points/NNNN-HASH/     one result directory per (grid point, repeat), HASH that of the
+                              point's fully resolved scenario; `.done` (holding HASH) marks it complete
     DIR/sweep_points.csv      one row per run: the grid values, repeat, seed, the summary figures
     DIR/sweep.csv             one row per grid point: the grid values and the summary figures
                               (with --repeat N: the mean over the repeats and a `_ci95` column,
                               the half-width of the 95% confidence interval, Student's t)
 
-A point directory whose `.done` exists is not run again, so an interrupted sweep is resumed
-by running the same command. Every point is validated before any runs (one-line errors).
+A point directory whose `.done` holds its HASH is not run again, so an interrupted sweep is
+resumed by running the same command. Every point is validated before any runs (one-line errors).
 """
 from __future__ import annotations
 
 import copy
-import csv
-import hashlib
 import itertools
 import json
 import math
@@ -30,6 +31,8 @@ from pathlib import Path
 import yaml
 
 from scenarios.scenario import ScenarioError, apply_sets, resolve
+
+from .outputs import owned_dir, scenario_key, write
 
 FIGURES = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "hit_rate_last10",
            "effective_input_tps", "duration_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
@@ -78,12 +81,11 @@ class Point:
     repeat: int
     seed: int
     raw: dict  # the scenario mapping for this point (overrides applied)
+    key: str  # `scenario_key` of the resolved scenario: what the point is
 
     @property
     def name(self) -> str:
-        h = hashlib.blake2b(json.dumps([list(self.values), self.repeat, self.seed], sort_keys=True,
-                                       default=str).encode(), digest_size=4).hexdigest()
-        return f"{self.index:04d}-{h}"
+        return f"{self.index:04d}-{self.key}"
 
 
 def make_points(raw: dict, grid, repeat: int = 1, where: str = "<scenario>") -> list[Point]:
@@ -106,27 +108,34 @@ def make_points(raw: dict, grid, repeat: int = 1, where: str = "<scenario>") -> 
             pt["seed"] = seed
             label = ", ".join(f"{k}={v}" for k, v in zip(keys, combo)) or "base"
             try:
-                resolve(pt, f"{where} [{label}]")
+                sc = resolve(pt, f"{where} [{label}]")
             except ScenarioError as e:
                 raise ScenarioError(str(e)) from None
-            points.append(Point(len(points), tuple(zip(keys, combo)), r, seed, pt))
+            points.append(Point(len(points), tuple(zip(keys, combo)), r, seed, pt, scenario_key(sc.doc)))
     return points
 
 
 def run_point(raw: dict, where: str, out_dir: str) -> dict:
-    """Run one point (in any process): resolve, simulate, write, mark done; its summary."""
+    """Run one point (in any process): resolve, simulate, write, mark done (`.done` holds the
+    resolved scenario's key); its summary."""
     from .run import run_scenario
 
     sc = resolve(raw, where)
     s = run_scenario(sc, out_dir, progress=False, plots=False)
     s.pop("_wall_s", None)
-    Path(out_dir, ".done").write_text("ok\n")
+    Path(out_dir, ".done").write_text(scenario_key(sc.doc) + "\n")
     return s
 
 
-def _read_summary(d: Path) -> dict:
-    with open(d / "summary.json") as f:
-        return json.load(f)
+def done_summary(d: Path, key: str) -> dict | None:
+    """The summary of point directory `d` if it holds a finished run of scenario `key`."""
+    try:
+        if (d / ".done").read_text().strip() != key:
+            return None
+        with open(d / "summary.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 class LocalExecutor:
@@ -183,52 +192,56 @@ def run_sweep(raw: dict, grid, out_dir, *, repeat: int = 1, executor=None, where
               progress: bool = True) -> dict:
     """Run (or resume) a sweep; write sweep_points.csv and sweep.csv. Returns
     {"points": n, "ran": n run now, "skipped": n already done, "rows": sweep.csv rows}."""
-    out = Path(out_dir)
     points = make_points(raw, grid, repeat, where)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "points").mkdir(exist_ok=True)
-    with open(out / "sweep.yaml", "w") as f:
-        yaml.safe_dump({"scenario": raw, "grid": [[k, v] for k, v in grid], "repeat": repeat}, f, sort_keys=False)
+    identity = {"scenario": raw, "grid": [[k, v] for k, v in grid], "repeat": repeat}
+    with owned_dir(out_dir, identity, "sweep") as out:
+        (out / "points").mkdir(exist_ok=True)
+        summaries, todo = _pending(out, points, where)
+        bar = progress_bar(progress and bool(todo), len(points), len(points) - len(todo), "sweep")
+
+        def done(key, s):
+            summaries[key] = s
+            if bar is not None:
+                bar.update()
+
+        try:
+            if todo:
+                (executor or LocalExecutor()).map(todo, done)
+        finally:
+            if bar is not None:
+                bar.close()
+        rows = _write_tables(out, points, summaries, grid, repeat)
+    return {"points": len(points), "ran": len(todo), "skipped": len(points) - len(todo), "rows": rows}
+
+
+def _pending(out: Path, points, where: str) -> tuple[dict, list]:
+    """({index: summary} of the points already done, tasks for the others)."""
     summaries: dict = {}
     todo = []
     for p in points:
         d = out / "points" / p.name
-        if (d / ".done").exists():
-            summaries[p.index] = _read_summary(d)
+        s = done_summary(d, p.key)
+        if s is not None:
+            summaries[p.index] = s
         else:
             todo.append((p.index, p.raw, f"{where} [{p.name}]", str(d)))
-    bar = None
-    if progress and sys.stderr.isatty() and todo:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(points), initial=len(points) - len(todo), unit="point", desc="sweep", file=sys.stderr)
-
-    def done(key, s):
-        summaries[key] = s
-        if bar is not None:
-            bar.update()
-
-    if todo:
-        (executor or LocalExecutor()).map(todo, done)
-    if bar is not None:
-        bar.close()
-    rows = _write_tables(out, points, summaries, grid, repeat)
-    return {"points": len(points), "ran": len(todo), "skipped": len(points) - len(todo), "rows": rows}
+    return summaries, todo
 
 
-def _cell(v):
-    return "" if v is None else v
+def progress_bar(enabled: bool, total, initial: int, desc: str):
+    """A tqdm bar on stderr when it is a terminal (else None): sweep's and plan's."""
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, unit="point", desc=desc, file=sys.stderr)
 
 
 def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
     keys = [k for k, _ in grid]
-    with open(out / "sweep_points.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(keys + ["repeat", "seed", "dir"] + FIGURES)
-        for p in points:
-            s = summaries[p.index]
-            w.writerow([_cell(v) for _, v in p.values] + [p.repeat, p.seed, f"points/{p.name}"]
-                       + [_cell(s.get(k)) for k in FIGURES])
+    write(out / "sweep_points.csv", ([v for _, v in p.values] + [p.repeat, p.seed, f"points/{p.name}"]
+                                     + [summaries[p.index].get(k) for k in FIGURES] for p in points),
+          columns=keys + ["repeat", "seed", "dir"] + FIGURES)
     rows = []
     by: dict = {}
     for p in points:
@@ -243,13 +256,9 @@ def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
                 row[fig] = ss[0].get(fig)
         rows.append(row)
     cols = keys + [c for fig in FIGURES for c in ([fig, fig + "_ci95"] if repeat > 1 else [fig])]
-    with open(out / "sweep.csv", "w", newline="") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(cols)
-        for row in rows:
-            w.writerow([_cell(row.get(c)) for c in cols])
+    write(out / "sweep.csv", rows, columns=cols)
     return rows
 
 
-__all__ = ["parse_grid", "make_points", "run_point", "run_sweep", "LocalExecutor", "RayExecutor",
-           "make_executor", "mean_ci", "FIGURES"]
+__all__ = ["parse_grid", "make_points", "run_point", "run_sweep", "done_summary", "progress_bar", "LocalExecutor",
+           "RayExecutor", "make_executor", "mean_ci", "FIGURES"]
