@@ -64,7 +64,18 @@ from .scheduling import FINISHED, Admission, BatchLimits, RunningBatch, Scheduli
 from .scheduling import WAITING as Q_WAITING
 
 MAX_RESOLVE_ROUNDS = 8
+_STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
 UNBOUNDED_TOKENS = 1 << 62
+
+
+class _Detached:
+    """Transfers no request waits for any more (`Engine._detach`)."""
+
+    phase = DONE
+    prefetch_tokens = 0
+
+    def __init__(self, waiting_ids: set):
+        self.waiting_ids = waiting_ids
 
 
 class Engine(StepOps):
@@ -138,6 +149,29 @@ class Engine(StepOps):
         self.input_closed = True
         self.clock.kick()
 
+    def check_finished(self, expected: int | None = None) -> None:
+        """After the loop's driver stopped: raise EngineStalled, naming the unfinished requests'
+        phases, unless every request that arrived (and `expected` ones, when given) finished."""
+        n = self.arrived if expected is None else expected
+        if len(self.finished) != n or self.arrived != n:
+            raise EngineStalled(f"the run stopped with {len(self.finished)} of {n} requests finished; "
+                                f"{self.stall_report()}")
+
+    def stall_report(self) -> str:
+        """One line: the unfinished requests by phase (with their ids) and the memory state."""
+        groups = [("prefetching", self.prefetching), ("waiting", self.waiting), ("loading", self.loading),
+                  ("ready", self.ready), ("chunked", [self.chunked] if self.chunked is not None else []),
+                  ("running", list(self.running))]
+        parts = [f"{name} {len(rs)} (rids {', '.join(str(r.rid) for r in rs[:8])}{', ...' if len(rs) > 8 else ''})"
+                 for name, rs in groups if rs]
+        held = sum(len(rs) for _, rs in groups)
+        lost = self.arrived - len(self.finished) - held
+        if lost:
+            parts.append(f"{lost} in no queue")
+        return (f"{self.arrived - len(self.finished)} of {self.arrived} arrived requests unfinished: "
+                f"{'; '.join(parts) or 'none'}; L1 free {self.cache.free_tokens} tokens, evictable "
+                f"{self.cache.full.evictable_tokens}, transfers in flight {self.inflight}")
+
     def wake_at(self):
         times = [r.ready_at for r in self.prefetching if r.ready_at is not None]
         return min(times) if times else None
@@ -150,6 +184,7 @@ class Engine(StepOps):
         cache = self.cache
         self.arrived += 1
         r.phase = ARRIVED
+        r.phase_since_s = r.arrival_s
         if self.admission._ceil(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
             r.rejected = True
             r.phase = DONE
@@ -168,7 +203,7 @@ class Engine(StepOps):
                 cache.unlock(m)
                 self._drain(r)
         if r.waiting_ids and self.config.prefetch_policy != "best_effort":
-            r.phase = PREFETCHING
+            self._set_phase(r, PREFETCHING)
             if self.config.prefetch_policy == "timeout":
                 r.ready_at = r.arrival_s + hier.cfg.prefetch_budget_s(r.prefetch_tokens)
             self.prefetching.append(r)
@@ -179,8 +214,20 @@ class Engine(StepOps):
     def close_session(self, session_id) -> None:
         self.cache.close_session(session_id)
 
+    def _set_phase(self, r: EngineRequest, phase: str) -> None:
+        """Move r to `phase`. Until its first token, a stretch in the waiting queue adds to
+        ``queue_s`` and one waiting for transfers (prefetch gate, loads) to ``load_s``; the
+        rest of its TTFT is compute (ready, prefill), so queue + load + compute = TTFT."""
+        old, new = _STRETCH.get(r.phase), _STRETCH.get(phase)
+        if old != new:
+            now = self.clock.now()
+            if old is not None and r.first_token_s is None:
+                setattr(r, old, getattr(r, old) + (now - r.phase_since_s))
+            r.phase_since_s = now
+        r.phase = phase
+
     def _to_waiting(self, r, front: bool = False) -> None:
-        r.phase = WAITING
+        self._set_phase(r, WAITING)
         r.state = Q_WAITING
         if front:
             self.waiting.insert(0, r)
@@ -227,6 +274,17 @@ class Engine(StepOps):
                 self._advance(r)
         self.clock.kick()
 
+    def _detach(self, r: EngineRequest) -> None:
+        """r stops waiting for its transfers in flight: they finish in the background, still
+        acknowledged together and in emission order (with any of them already finished)."""
+        group = _Detached(r.waiting_ids)
+        r.waiting_ids = set()
+        for t in group.waiting_ids:
+            self._owner[t] = group
+        done = self._done.pop(id(r), None)
+        if done is not None:
+            self._done[id(group)] = done
+
     def _advance(self, r: EngineRequest) -> None:
         """All of r's transfers are acknowledged."""
         if r.phase == PREFETCHING:
@@ -260,6 +318,9 @@ class Engine(StepOps):
         if r.match is not None:
             cache.unlock(r.match)
             r.match = None
+        if r.phase == WAITING and r.waiting_ids:  # admitted before its prefetch finished (best_effort,
+            self._detach(r)  # timeout): it reuses only what has landed and computes the rest
+            r.prefetch_tokens = 0
         m = cache.match(r.seq, r.limit)
         cache.lock(m)
         if r.first_prefix is None:
@@ -271,17 +332,15 @@ class Engine(StepOps):
         self._drain(r)
         if r.waiting_ids:
             if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
-                r.phase = LOADING
+                self._set_phase(r, LOADING)
                 self.loading.append(r)
                 return
-            for t in r.waiting_ids:  # give up waiting: they finish in the background
-                self._owner.pop(t, None)
-            r.waiting_ids.clear()
-        now = self.clock.now()
+            self._detach(r)  # give up waiting: they finish in the background
         r.prefix_len = r.computed_tokens = m.cached_tokens
         r.kv_pages = m.cached_tokens // self.P
-        r.phase = READY
-        r.ready_s = now
+        self._set_phase(r, READY)
+        if r.first_token_s is None:
+            r.ready_s = self.clock.now()
         if r.retracted == 0:
             r.cached_tokens = m.cached_tokens
             dev = min(r.first_prefix, m.cached_tokens)

@@ -19,8 +19,9 @@ class StepOps:
     # ---------------------------------------------------------------------------------------
     # one step
     # ---------------------------------------------------------------------------------------
-    def schedule(self) -> Step | None:
-        """Form the next step (None: nothing can run now)."""
+    def schedule(self, admit: bool = True) -> Step | None:
+        """Form the next step (None: nothing can run now); `admit` False: no new request
+        from the waiting queue (after a stall's retraction, the earlier admitted go first)."""
         now = self.clock.now()
         self._release_timeouts(now)
         P = self.P
@@ -66,7 +67,7 @@ class StepOps:
                 self.chunked = r
                 cut = True
         # 3. the waiting queue
-        if not cut and self.waiting and room() > 0:
+        if admit and not cut and self.waiting and room() > 0:
             self._admit(entries, budget, take)
         # prefill pages; a request that cannot get them now keeps what it holds and retries
         prefill, blocked = [], []
@@ -93,8 +94,8 @@ class StepOps:
             if self.inflight or self.prefetching or self.loading:
                 return None  # acknowledgements will free or bring memory
             stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
-            stuck = [r for r in stuck if r.started or r.pages]
-            if stuck:  # admitted prefills hold memory that none of them can complete with:
+            stuck = [r for r in stuck if r.started or r.pages or r.match.cached_tokens]
+            if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
                 r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
                 if r is self.chunked:
                     self.chunked = None
@@ -104,12 +105,10 @@ class StepOps:
                 r.retracted += 1
                 self._release(r)
                 self._to_waiting(r, front=True)
-                return self.schedule()
+                return self.schedule(admit=False)
             if not self.input_closed or self.idle_done():
                 return None
-            raise EngineStalled(f"{len(self.waiting)} waiting, {len(self.ready)} ready, nothing can run "
-                                f"(L1 free {self.cache.free_tokens}, evictable "
-                                f"{self.cache.full.evictable_tokens})")
+            raise EngineStalled(f"nothing can run: {self.stall_report()}")
         cost = self._prefill_cost(prefill)
         self.steps += 1
         return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
@@ -121,7 +120,6 @@ class StepOps:
         for r in [x for x in self.prefetching if x.ready_at is not None and x.ready_at <= now]:
             self.prefetching.remove(r)
             r.prefetch_wait_s = now - r.arrival_s
-            r.phase = WAITING
             self._to_waiting(r)  # its prefetch goes on; what arrives in time is used
 
     def _admitted(self) -> list:

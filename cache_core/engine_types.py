@@ -113,7 +113,10 @@ class EngineRequest(Request):
     ready_s: float | None = None
     first_token_s: float | None = None
     finish_s: float | None = None
-    prefetch_wait_s: float = 0.0
+    prefetch_wait_s: float = 0.0  # held at the prefetch gate (wait_complete, timeout)
+    queue_s: float = 0.0  # until the first token: time in the waiting queue
+    load_s: float = 0.0  # until the first token: time waiting for transfers (prefetch gate, loads)
+    phase_since_s: float = 0.0  # when the current queue / load / compute stretch began
     cached_tokens: int = 0
     cached_device: int = 0
     cached_host: int = 0

@@ -62,10 +62,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     env.run()
     if bar is not None:
         bar.close()
-    total = eng.arrived if total is None else total
-    if len(eng.finished) != total:
-        raise RuntimeError(f"the simulation stopped with {len(eng.finished)} of {total} requests finished "
-                           f"(waiting {len(eng.waiting)}, loading {len(eng.loading)}, running {len(eng.running)})")
+    eng.check_finished(total)
     invariants.check(cache)
     return eng, env, cost, time.perf_counter() - t0
 
@@ -141,10 +138,8 @@ def request_rows(eng) -> list:
                "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_length,
                "cached_tokens": r.cached_tokens, "cached_device": r.cached_device, "cached_host": r.cached_host,
                "cached_storage": r.cached_storage, "evicted_tokens": r.evicted_tokens, "rejected": r.rejected}
-        if ttft is not None and r.admit_s is not None and r.ready_s is not None:
-            queue = r.admit_s - r.arrival_s - r.prefetch_wait_s
-            load = r.prefetch_wait_s + (r.ready_s - r.admit_s)
-            row.update(queue_s=queue, load_s=load, compute_s=ttft - queue - load)
+        if ttft is not None:
+            row.update(queue_s=r.queue_s, load_s=r.load_s, compute_s=ttft - r.queue_s - r.load_s)
         rows.append(row)
     return rows
 

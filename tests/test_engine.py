@@ -10,6 +10,7 @@ from cache_core import CacheConfig, RadixCache, ReplayStepper, invariants
 from cache_core.config import MambaConfig, SwaConfig
 from cache_core.engine import Engine
 from cache_core.engine_types import EngineConfig, EngineRequest
+from radixsim.run import request_rows
 from cache_core.records import TokenSeq
 from cache_core.tiers import TierConfig
 from scenarios.presets import get_hardware
@@ -45,11 +46,31 @@ def req(rid, prompt, out_len, session=None, output=None):
 
 
 def run(env, e, timed):
+    """Serve `timed` to the end; every request must finish (EngineStalled names the ones that
+    did not), the cache keep its invariants and every result row's times add up."""
     env.process(timed_arrivals(env, e, timed))
     env.process(e.loop())
     env.run()
+    e.check_finished()
     invariants.check(e.cache)
+    check_times(e)
     return {r.rid: r for r in e.finished}
+
+
+def check_times(e) -> None:
+    """Each result row: queue_s + load_s + compute_s = ttft_s with every part >= 0 (compute
+    > 0: a first token takes a step), and load time only where the request waited for a
+    transfer (host or storage hits loaded, or held at the prefetch gate)."""
+    reqs = {r.rid: r for r in e.finished}
+    for row in request_rows(e):
+        r = reqs[row["rid"]]
+        if row["ttft_s"] is None:
+            assert r.rejected and "queue_s" not in row, row
+            continue
+        q, ld, c = row["queue_s"], row["load_s"], row["compute_s"]
+        assert q >= 0 and ld >= 0 and c > 0, row
+        assert q + ld + c == pytest.approx(row["ttft_s"], rel=1e-12, abs=1e-12), row
+        assert ld == 0 or r.cached_host + r.cached_storage > 0 or r.prefetch_wait_s > 0, row
 
 
 # -- serial engine == replay -----------------------------------------------------------------------
@@ -86,6 +107,38 @@ def test_serial_engine_caches_exactly_what_replay_caches(kind, seed):
     got = run(env, e, timed)
     assert [got[i].cached_tokens for i in range(len(items))] == expect
     assert sum(expect) > 0 and e.counters["retractions"] == 0
+
+
+def test_serial_engine_equals_replay_on_exact_page_aligned_repeats():
+    """The engine matches at most fill_len - 1 tokens (one token is always computed), cut to
+    whole pages, as replay does. Prompts repeated exactly, of a page-aligned length (64: the
+    cap floors to 48) and one token longer (65: the cap is exactly 64), tell a cap one token
+    larger or smaller apart."""
+    P = 16
+    cfg = CacheConfig(page_size=P, capacity_tokens=2_000)
+    out = np.array([-1], dtype=np.int64)  # one output token: the cached sequence is the prompt itself
+    items = [(0, np.arange(64)), (0, np.arange(64)), (1, np.arange(65) + 100), (1, np.arange(65) + 100),
+             (2, np.arange(128) + 300), (2, np.arange(129) + 300)]
+    rs = ReplayStepper(RadixCache(cfg))
+    expect = [rs.step(p, out, session_id=s).cached_tokens for s, p in items]
+    assert expect == [0, 48, 0, 64, 0, 128]
+    env, cache, e, _ = make(cfg, max_running_requests=1, chunked_prefill_tokens=None)
+    got = run(env, e, [(float(i), req(i, p, 1, s, out)) for i, (s, p) in enumerate(items)])
+    assert [got[i].cached_tokens for i in range(len(items))] == expect
+
+
+def test_decode_retraction_after_the_first_token_keeps_its_times():
+    """A request retracted while decoding re-prefills later; its TTFT parts are those of its
+    first token (before the fix its load_s ran until the re-prefill: compute_s < 0)."""
+    env, cache, e, steps = make(CacheConfig(page_size=4, capacity_tokens=200), max_running_requests=2,
+                                chunked_prefill_tokens=None, new_token_ratio=0.0)
+    got = run(env, e, [(0.0, req(0, np.arange(60), 60)), (0.0, req(1, np.arange(60) + 500, 60))])
+    r = got[1]
+    assert (r.retracted, got[0].retracted) == (1, 0)
+    assert r.ready_s == r.admit_s == got[0].first_token_s > 0  # admitted when rid 0's prefill step ended
+    row = {x["rid"]: x for x in request_rows(e)}[1]
+    assert (row["queue_s"], row["load_s"]) == (r.admit_s, 0.0)
+    assert row["compute_s"] == row["ttft_s"] - r.admit_s == r.first_token_s - r.admit_s
 
 
 # -- chunked prefill -------------------------------------------------------------------------------
