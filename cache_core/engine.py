@@ -26,7 +26,11 @@ Life of a request (``EngineRequest.phase``)::
    match still allows. While transfers are in flight the request is ``loading``: it holds its
    running slot and its lock but takes no part in steps; when they are all acknowledged it is
    matched again (a voting component's boundary payload may need a second round), at most
-   ``MAX_RESOLVE_ROUNDS`` times. Its reused prefix is then fixed: ``cached_tokens``.
+   ``MAX_RESOLVE_ROUNDS`` times. Its reused prefix is then fixed: ``cached_tokens``. A request
+   admitted before its arrival prefetch finished (``best_effort``; ``timeout`` past its
+   budget) does not wait for it: the prefetch finishes in the background and the request
+   reuses only what had landed (waiting would hold a running slot and memory admission had
+   already counted as free).
 4. **Prefill**: the first chunk allocates the request's SWA window pages and MAMBA state slots
    (and copies the reused checkpoint), exactly as replay does; every chunk allocates the FULL
    pages for its tokens, evicting as needed. Requests of one step that share a prefix beyond
@@ -42,7 +46,15 @@ Life of a request (``EngineRequest.phase``)::
 
 Steps: a step with prefill work runs only the prefill (SGLang's default) unless
 ``mixed_chunk``; otherwise it decodes every running request. The step executor prices or runs
-``Step.prefill_cost`` and ``Step.decode_contexts``.
+``Step.prefill_cost`` and ``Step.decode_contexts``. When nothing can run and nothing is in
+flight while admitted requests hold L1 memory (pages, or locked prefixes they loaded) that none
+of them can complete with, the latest admitted gives it back and waits again (a retraction),
+and the step is formed again without new admissions. A driver that stops with requests
+unfinished gets `EngineStalled` naming them by phase (`Engine.check_finished`).
+
+Times of a result row (until the first token): ``queue_s`` in the waiting queue, ``load_s``
+waiting for transfers (prefetch gate, loading), compute the rest (ready, prefill): they add up
+to the TTFT, and a retraction after the first token changes none of them.
 
 Transfers the cache emits are handed to the data plane as they appear (backups and stores run
 in the background and compete for the links); the engine acknowledges the cache when the data

@@ -94,7 +94,7 @@ class StepOps:
             if self.inflight or self.prefetching or self.loading:
                 return None  # acknowledgements will free or bring memory
             stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
-            stuck = [r for r in stuck if r.started or r.pages or r.match.cached_tokens]
+            stuck = [r for r in stuck if r.started or r.pages or (r.match is not None and r.match.cached_tokens)]
             if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
                 r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
                 if r is self.chunked:

@@ -31,8 +31,9 @@ ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
 
 
 class EngineStalled(RuntimeError):
-    """Nothing can run and nothing is in flight, yet requests wait (e.g. memory held by
-    transfers that never finish)."""
+    """Requests that can never finish: nothing can run and nothing is in flight, yet requests
+    wait, or the driver stopped with requests unfinished (`Engine.check_finished`; e.g. a
+    transfer that never completes). The message names the unfinished requests by phase."""
 
 
 class Clock(Protocol):
