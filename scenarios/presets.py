@@ -49,7 +49,8 @@ GiB = 2**30
 # ------------------------------------------------------------------------------------------
 
 ATTENTION_KINDS = ("gqa", "mla", "dsv4")
-_SOURCE_PREFIXES = ("MODELS.md", "HARDWARE.md", "assumption:")
+_SOURCE_PREFIXES = ("MODELS.md", "HARDWARE.md", "docs/sources/models.md", "docs/sources/hardware.md",
+                    "assumption:")
 
 
 def _is_number(v) -> bool:
@@ -81,7 +82,8 @@ def _check_sources(obj, extra_keys: list[str]) -> None:
         raise ValueError(f"{obj.name}: sources name unknown fields {unknown}")
     bad = [k for k, v in src.items() if not (isinstance(v, str) and v.startswith(_SOURCE_PREFIXES))]
     if bad:
-        raise ValueError(f"{obj.name}: sources {bad} must cite MODELS.md/HARDWARE.md or say 'assumption: ...'")
+        raise ValueError(f"{obj.name}: sources {bad} must cite MODELS.md/HARDWARE.md (or docs/sources/models.md, "
+                         "docs/sources/hardware.md) or say 'assumption: ...'")
 
 
 def _nonneg_int(owner: str, name: str, v, lo: int = 0) -> None:
@@ -655,6 +657,136 @@ def _llama_70b() -> ModelPreset:
                   hidden=8192, vocab=128_256, ctx=131_072, src={})
 
 
+_MS = "docs/sources/models.md"
+
+
+def _qwen3_8b() -> ModelPreset:
+    return _dense(f"{_MS} Qwen3-8B", name="Qwen3-8B", family="qwen3", layers=36, q=32, kv=8,
+                  full_bytes=147_456, params=8_190_427_136,
+                  params_src="8.19B computed: embedding + untied head 2 x 151,936 x 4,096, 36 x (attention "
+                             "41,943,040 + MLP 3 x 4,096 x 12,288); norms excluded",
+                  hidden=4096, vocab=151_936, ctx=40_960, src={})
+
+
+# Qwen3-235B-A22B: 94 MoE layers of 128 experts (top-8) x 3 x 4096 x 1536, router 4096 x 128
+_Q235_LAYER = 71_303_168 + 128 * 3 * 4096 * 1536 + 4096 * 128
+_Q235_ACTIVE_LAYER = 71_303_168 + 8 * 3 * 4096 * 1536 + 4096 * 128
+_Q235_EMBED = 2 * 151_936 * 4096  # embedding + untied LM head
+
+
+def _qwen3_235b() -> ModelPreset:
+    s = f"{_MS} Qwen3-235B-A22B"
+    total, active = 94 * _Q235_LAYER + _Q235_EMBED, 94 * _Q235_ACTIVE_LAYER + _Q235_EMBED
+    src = {
+        "num_layers": f"{s}: 94 layers, all full attention (MoE MLPs)",
+        "full_layers": f"{s}: all 94 layers are full attention",
+        "num_q_heads": f"{s}: 64 query heads",
+        "num_kv_heads": f"{s}: 4 KV heads (num_query_groups 4)",
+        "head_dim": f"{s}: head_dim 128 (kv_channels)",
+        "full_kv_bytes_per_token": f"{s}: 4 kv heads x 128 x 2 (K,V) x 2 B = 2,048 B/layer x 94 = 192,512 B",
+        "total_params": f"{s}: 235.09B computed (attention 71,303,168 + 128 experts x 3 x 4,096 x 1,536 + "
+                        "router per layer x 94, + embedding and untied head); 235B published",
+        "active_params": f"{s}: 22.19B computed (8 of 128 experts); 22B published",
+        "weight_bytes": _BF16_WEIGHTS + ": 235,092,836,352 x 2",
+        "hidden_size": f"{s}: hidden 4096",
+        "vocab_size": f"{s}: vocab 151,936",
+        "max_context_tokens": f"{s}: ctx 40,960",
+    }
+    return _model(s, src, name="Qwen3-235B-A22B", family="qwen3-moe", attention="gqa", num_layers=94,
+                  full_layers=94, num_q_heads=64, num_kv_heads=4, head_dim=128, kv_dtype="bf16",
+                  kv_dtype_bytes=2, full_kv_bytes_per_token=192_512, total_params=total, active_params=active,
+                  weight_dtype="bf16", weight_bytes=2 * total, hidden_size=4096, vocab_size=151_936,
+                  max_context_tokens=40_960)
+
+
+def _deepseek_v3() -> ModelPreset:
+    s = f"{_MS} DeepSeek-V3"
+    src = {
+        "num_layers": f"{s}: 61 layers (3 dense + 58 MoE), all MLA (+1 MTP layer, not counted)",
+        "full_layers": f"{s}: every layer is MLA full attention (61)",
+        "num_q_heads": f"{s}: 128 heads",
+        "num_kv_heads": "assumption: MLA caches one shared latent per token, counted as 1 KV head "
+                        "(replicated, not split, across tensor-parallel ranks)",
+        "head_dim": f"{s}: qk_nope_head_dim 128 + qk_rope_head_dim 64 = 192",
+        "v_head_dim": f"{s}: v_head_dim 128",
+        "kv_lora_rank": f"{s}: kv_lora_rank 512",
+        "qk_rope_head_dim": f"{s}: qk_rope_head_dim 64",
+        "full_kv_bytes_per_token": f"{s}: MLA (512+64) x 2 B = 1,152 B/layer x 61 = 70,272 B",
+        "total_params": f"{s}: 671.03B computed; 671B published",
+        "active_params": f"{s}: 37.55B computed (8 of 256 routed + 1 shared); 37B published",
+        "weight_bytes": "assumption: fp8 weights as DeepSeek released them, 1 B/param x 671.03B; block "
+                        "scales and the bf16 embeddings/norms ignored",
+        "hidden_size": f"{s}: hidden 7168",
+        "vocab_size": f"{s}: vocab 129,280",
+        "max_context_tokens": f"{s}: ctx 163,840",
+    }
+    return _model(s, src, name="DeepSeek-V3", family="deepseek-v3", attention="mla", num_layers=61,
+                  full_layers=61, num_q_heads=128, num_kv_heads=1, head_dim=192, v_head_dim=128,
+                  kv_lora_rank=512, qk_rope_head_dim=64, kv_dtype="bf16", kv_dtype_bytes=2,
+                  full_kv_bytes_per_token=70_272, total_params=671_030_000_000,
+                  active_params=37_550_000_000, weight_dtype="fp8", weight_bytes=671_030_000_000,
+                  hidden_size=7168, vocab_size=129_280, max_context_tokens=163_840)
+
+
+def _glm45_air() -> ModelPreset:
+    s = f"{_MS} GLM-4.5-Air"
+    src = {
+        "num_layers": f"{s}: 46 layers (1 dense + 45 MoE), all full attention (+1 MTP layer, not counted)",
+        "full_layers": f"{s}: all 46 layers are full attention",
+        "num_q_heads": f"{s}: 96 heads",
+        "num_kv_heads": f"{s}: 8 KV heads",
+        "head_dim": f"{s}: head_dim 128",
+        "full_kv_bytes_per_token": f"{s}: 8 kv heads x 128 x 2 (K,V) x 2 B = 4,096 B/layer x 46 = 188,416 B",
+        "total_params": f"{s}: 106.85B computed; 106B published",
+        "active_params": f"{s}: 13.42B computed; 12B published",
+        "weight_bytes": _BF16_WEIGHTS + ": 106.85B x 2",
+        "hidden_size": f"{s}: hidden 4096",
+        "vocab_size": f"{s}: vocab 151,552",
+        "max_context_tokens": f"{s}: ctx 131,072",
+    }
+    return _model(s, src, name="GLM-4.5-Air", family="glm-4.5", attention="gqa", num_layers=46,
+                  full_layers=46, num_q_heads=96, num_kv_heads=8, head_dim=128, kv_dtype="bf16",
+                  kv_dtype_bytes=2, full_kv_bytes_per_token=188_416, total_params=106_850_000_000,
+                  active_params=13_420_000_000, weight_dtype="bf16", weight_bytes=2 * 106_850_000_000,
+                  hidden_size=4096, vocab_size=151_552, max_context_tokens=131_072)
+
+
+# gpt-oss-120b routed-expert parameters: 128 experts x 3 x 2880 x 2880 x 36 layers
+_OSS120_EXPERT_PARAMS = 128 * 3 * 2880 * 2880 * 36
+_OSS120_TOTAL = 116_790_000_000
+
+
+def _gpt_oss_120b() -> ModelPreset:
+    s = f"{_MS} gpt-oss-120b"
+    src = {
+        "num_layers": f"{s}: 36 layers, alternating SWA and full (SWA first)",
+        "full_layers": f"{s}: 18 full layers",
+        "swa_layers": f"{s}: 18 SWA layers",
+        "swa_window_tokens": f"{s}: sliding_window 128",
+        "num_q_heads": f"{s}: 64 heads",
+        "num_kv_heads": f"{s}: 8 KV heads",
+        "head_dim": f"{s}: head_dim 64",
+        "full_kv_bytes_per_token": f"{s}: 8 x 64 x 2 (K,V) x 2 B = 2,048 B/layer x 18 = 36,864 B",
+        "swa_kv_bytes_per_token": f"{s}: SWA 2,048 x 18 = 36,864 B/token",
+        "swa_full_tokens_ratio": _RULES["swa_ratio_default"],
+        "total_params": f"{s}: 116.79B computed; 117B published",
+        "active_params": f"{s}: 5.71B computed (with embeddings); 5.1B published",
+        "weight_bytes": "assumption: MXFP4 routed experts (4.25 bits/param with scales) and bf16 for the "
+                        "rest, as gpt-oss-20b: experts 128 x 3 x 2880 x 2880 x 36 = 114.66B params -> "
+                        "60.91 GB, rest 2.13B x 2 B -> 4.26 GB",
+        "hidden_size": f"{s}: hidden 2880",
+        "vocab_size": f"{s}: vocab 201,088",
+        "max_context_tokens": f"{s}: ctx 131,072",
+    }
+    weights = _OSS120_EXPERT_PARAMS * 17 // 32 + (_OSS120_TOTAL - _OSS120_EXPERT_PARAMS) * 2
+    return _model(s, src, name="gpt-oss-120b", family="gpt-oss", attention="gqa", num_layers=36,
+                  full_layers=18, swa_layers=18, swa_window_tokens=128, num_q_heads=64, num_kv_heads=8,
+                  head_dim=64, kv_dtype="bf16", kv_dtype_bytes=2, full_kv_bytes_per_token=36_864,
+                  swa_kv_bytes_per_token=36_864, swa_full_tokens_ratio=0.8, total_params=_OSS120_TOTAL,
+                  active_params=5_710_000_000, weight_dtype="mxfp4-experts+bf16", weight_bytes=weights,
+                  hidden_size=2880, vocab_size=201_088, max_context_tokens=131_072)
+
+
 MODELS: dict[str, ModelPreset] = {
     "dsv4-flash": _dsv4_flash(),
     "dsv4-pro": _dsv4_pro(),
@@ -666,6 +798,11 @@ MODELS: dict[str, ModelPreset] = {
     "qwen3.5-397b": _qwen35(),
     "llama-3.1-8b": _llama_8b(),
     "llama-3.1-70b": _llama_70b(),
+    "qwen3-8b": _qwen3_8b(),
+    "qwen3-235b-a22b": _qwen3_235b(),
+    "deepseek-v3": _deepseek_v3(),
+    "glm-4.5-air": _glm45_air(),
+    "gpt-oss-120b": _gpt_oss_120b(),
 }
 
 
@@ -785,9 +922,113 @@ def _h200(num_gpus: int) -> HardwarePreset:
 
 HARDWARE: dict[str, HardwarePreset] = {f"h200x{n}": _h200(n) for n in (1, 2, 4, 8)}
 
+# --- A100, H100, H800, B200 (docs/sources/hardware.md; the same node slicing as the H200) ----
+_HS = "docs/sources/hardware.md"
+_DERIVED_FROM_H200 = {
+    "bf16_matmul_measured_flops": "assumption: not measured on this GPU; its dense bf16 peak x the H200's "
+                                  "measured/peak ratio 790/989 (HARDWARE.md dense compute)",
+    "d2d_copy_bytes_per_s": "assumption: not measured on this GPU; half its HBM bandwidth x the H200's "
+                            "measured/peak copy ratio 4.3/4.8 (HARDWARE.md device copy)",
+    "pcie_latency_s": _H200_SOURCES["pcie_latency_s"],
+    "l3_latency_s": _H200_SOURCES["l3_latency_s"],
+    "l3_block_overhead_s": _H200_SOURCES["l3_block_overhead_s"],
+    "l3_bytes_per_s": "assumption: Mooncake's 190 GB/s on 8x 400 Gb/s NICs (HARDWARE.md, FAST'25 5.4.1; "
+                      "47.5% of line rate) scaled to this node's NICs",
+    "num_gpus": "assumption: a slice of the 8-GPU node (docs/sources/hardware.md 'Node shapes': 1/2/4-GPU "
+                "shapes are slices) with this many GPUs in use; node-level fields (DRAM, NICs, L3) stay whole",
+}
+_HOPPER_SM_COPY = (f"{_HS} Host <-> device copy rates: SM-driven copy kernel (SGLang's default "
+                   "--hicache-io-backend kernel), pinned, H100: 35.2 GB/s H2D (NVIDIA/nvbandwidth #24)")
+_A100 = {
+    "bf16_flops": (312e12, f"{_HS} A100: bf16_dense_flops 312 T"),
+    "fp8_flops": (312e12, "assumption: A100 has no FP8 tensor cores (docs/sources/hardware.md); fp8 "
+                          "weights would run as bf16 matmuls, so the bf16 rate"),
+    "nvlink_bytes_per_s": (300e9, f"{_HS} A100: NVLink 3, 600 GB/s bidirectional, 300 each way"),
+    "pcie_bytes_per_s": (25.13e9, f"{_HS} A100-SXM4-40GB: pcie_h2d_sm_measured 25.13 GB/s (SM copy kernel, "
+                                  "SGLang's default --hicache-io-backend kernel; nvbandwidth #42)"),
+    "pcie_peak_bytes_per_s": (32e9, f"{_HS} A100: PCIe Gen4 x16, 32 GB/s per direction theoretical"),
+    "host_dram_bytes": (2**40, f"{_HS} Node shapes dgx-a100 / hgx-a100-80gb: 1 TB host DRAM; assumption: "
+                               "DIMM GB are GiB (1 TiB)"),
+    "host_dram_bytes_per_s": (409.6e9, "assumption: not in the sources; 2x AMD EPYC (docs/sources/hardware.md "
+                                       "dgx-a100) x 8 DDR4-3200 channels x 25.6 GB/s"),
+    "nic_bytes_per_s": (200e9, f"{_HS} Node shapes dgx-a100: 8x ConnectX-6 200 Gb/s HDR InfiniBand = 200 GB/s"),
+    "l3_bytes_per_s": (95e9, None),
+}
+_HOPPER_NODE = {
+    "host_dram_bytes": (2 * 2**40, f"{_HS} Node shapes dgx-h100 / hgx-h100: 2 TB DDR5; assumption: DIMM GB "
+                                   "are GiB (2 TiB), as the H200 preset"),
+    "host_dram_bytes_per_s": (614e9, "assumption: not in the sources; the H200 node's DDR5 figure (HARDWARE.md "
+                                     "614 GB/s), same 2x Xeon 8480C platform (docs/sources/hardware.md)"),
+    "nic_bytes_per_s": (400e9, f"{_HS} Node shapes dgx-h100: 8x single-port ConnectX-7 400 Gb/s = 400 GB/s"),
+    "l3_bytes_per_s": (190e9, None),
+    "pcie_bytes_per_s": (35.2e9, _HOPPER_SM_COPY),
+    "pcie_peak_bytes_per_s": (64e9, f"{_HS} H100: PCIe Gen5 x16, 64 GB/s per direction theoretical"),
+    "bf16_flops": (989.4e12, f"{_HS} H100: bf16_dense_flops 989.4 T"),
+    "fp8_flops": (1978.9e12, f"{_HS} H100: fp8_dense_flops 1978.9 T"),
+}
+_GPUS = {
+    "a100-40gb": dict(_A100, gpu_name=("NVIDIA A100-SXM4-40GB", None), hbm_bytes_per_gpu=(
+        40 * GiB, f"{_HS} A100-SXM4-40GB: hbm_bytes 40 G; assumption: NVIDIA's GB are GiB here (the "
+                  "board exposes 40,960 MiB), CUDA context ignored"),
+        hbm_bytes_per_s=(1.555e12, f"{_HS} A100-SXM4-40GB: hbm_bandwidth 1.555 TB/s")),
+    "a100-80gb": dict(_A100, gpu_name=("NVIDIA A100-SXM4-80GB", None), hbm_bytes_per_gpu=(
+        80 * GiB, f"{_HS} A100-SXM4-80GB: hbm_bytes 80 G; assumption: NVIDIA's GB are GiB here (81,920 "
+                  "MiB), CUDA context ignored"),
+        hbm_bytes_per_s=(2.039e12, f"{_HS} A100-SXM4-80GB: hbm_bandwidth 2.039 TB/s"),
+        pcie_bytes_per_s=(25.13e9, f"{_HS} A100-SXM4-80GB: pcie_h2d_sm_measured 25.13 GB/s (as the 40GB, same "
+                                   "Gen4 link; SGLang's default kernel io backend)")),
+    "h100": dict(_HOPPER_NODE, gpu_name=("NVIDIA H100 SXM 80GB", None), hbm_bytes_per_gpu=(
+        81_559 * 2**20, f"{_HS} H100-SXM: hbm_bytes 80 G; assumption: as nvidia-smi commonly reports "
+                        "81,559 MiB for an H100 80GB (not measured in this project), CUDA context ignored"),
+        hbm_bytes_per_s=(3.35e12, f"{_HS} H100-SXM: hbm_bandwidth 3.35 TB/s"),
+        nvlink_bytes_per_s=(450e9, f"{_HS} H100-SXM: NVLink 4, 900 GB/s bidirectional, 450 each way")),
+    "h800": dict(_HOPPER_NODE, gpu_name=("NVIDIA H800 SXM 80GB", None), hbm_bytes_per_gpu=(
+        81_559 * 2**20, f"{_HS} H800: hbm_bytes 80 G (as H100); assumption: 81,559 MiB exposed, as the H100"),
+        hbm_bytes_per_s=(3.35e12, f"{_HS} H800: hbm_bandwidth 3.35 TB/s"),
+        bf16_flops=(989.4e12, f"{_HS} H800: bf16_dense_flops 989.4 T (same die as H100)"),
+        fp8_flops=(1978.9e12, f"{_HS} H800: fp8_dense_flops 1978.9 T"),
+        nvlink_bytes_per_s=(200e9, f"{_HS} H800: nvlink_bw_per_gpu 400 GB/s bidirectional (SXM; conflict "
+                                   "noted there), 200 each way"),
+        pcie_bytes_per_s=(35.2e9, f"{_HS} H800: pcie_h2d_sm_measured 35.2 GB/s (nvbandwidth #24 comment: "
+                                  "similar to H100; SGLang's default kernel io backend)"),
+        host_dram_bytes=(2 * 2**40, "assumption: hgx-h800 host DRAM is NOT SOURCED (docs/sources/hardware.md); "
+                                    "2 TiB as the HGX H100 platform"),
+        nic_bytes_per_s=(400e9, "assumption: docs/sources/hardware.md hgx-h800 has 8x mlx5 RDMA NICs, speed not "
+                                "stated; 400 Gb/s each (ConnectX-7, HARDWARE.md's H800 RoCE setup) = 400 GB/s")),
+    "b200": dict(_HOPPER_NODE, gpu_name=("NVIDIA B200 SXM 180GB", None), hbm_bytes_per_gpu=(
+        179 * GB, f"{_HS} B200: hbm_bytes 180 G (1,440 GB / 8); docs.vultr.com shows 179 GB visible, used"),
+        hbm_bytes_per_s=(8e12, f"{_HS} B200: hbm_bandwidth 8 TB/s"),
+        bf16_flops=(2250e12, f"{_HS} B200: bf16_dense_flops 2250 T (HGX, 1000 W)"),
+        fp8_flops=(4500e12, f"{_HS} B200: fp8_dense_flops 4500 T"),
+        nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
+        pcie_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); the "
+                                  "Hopper SM-kernel figure 35.2 GB/s on the same Gen5 x16 host link"),
+        pcie_peak_bytes_per_s=(64e9, f"{_HS} B200: host link PCIe Gen5 x16 as built, 64 GB/s per direction"),
+        host_dram_bytes_per_s=(716.8e9, "assumption: not in the sources; 2x Xeon 8570 (docs/sources/hardware.md "
+                                        "dgx-b200) x 8 DDR5-5600 channels x 44.8 GB/s"),
+        host_dram_bytes=(2 * 2**40, f"{_HS} Node shapes dgx-b200: 2 TB DIMM; assumption: GiB (2 TiB)"),
+        nic_bytes_per_s=(400e9, f"{_HS} Node shapes dgx-b200: 8x ConnectX-7 400 Gb/s = 400 GB/s")),
+}
+
+
+def _gpu_node(key: str, num_gpus: int) -> HardwarePreset:
+    """`key`'s GPU (a `_GPUS` table: value and source per field) as a node slice of `num_gpus`."""
+    table = _GPUS[key]
+    values = {k: v for k, (v, _) in table.items()}
+    sources = dict(_DERIVED_FROM_H200)
+    sources.update({k: s for k, (_, s) in table.items() if s is not None})
+    values.update(bf16_matmul_measured_flops=values["bf16_flops"] * 790 / 989,
+                  d2d_copy_bytes_per_s=values["hbm_bytes_per_s"] * 4.3 / 4.8 / 2,
+                  pcie_latency_s=10e-6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6)
+    return HardwarePreset(name=f"{key}x{num_gpus}", num_gpus=num_gpus, sources=sources, **values)
+
+
+HARDWARE.update({f"{key}x{n}": _gpu_node(key, n) for key in _GPUS for n in (1, 2, 4, 8)})
+
 
 def get_hardware(name: str) -> HardwarePreset:
-    """The hardware preset `name` ("h200x1", "h200x2", "h200x4", "h200x8")."""
+    """The hardware preset `name`: a GPU and a node slice, "h200x1" .. "h200x8", "a100-40gbx1",
+    "a100-80gbx4", "h100x8", "h800x8", "b200x2", ... (`HARDWARE` lists them)."""
     return _lookup(HARDWARE, name, "hardware")
 
 

@@ -39,12 +39,20 @@ HAND = {
                      45 * ((64 * 128 + 2 * 16 * 128) * 3 * BF16 + 64 * 128 * 128 * FP32)),
     "llama-3.1-8b": (32 * 8 * 128 * K_AND_V * BF16, 0, 0),                 # 131,072
     "llama-3.1-70b": (80 * 8 * 128 * K_AND_V * BF16, 0, 0),                # 327,680
+    # docs/sources/models.md
+    "qwen3-8b": (36 * 8 * 128 * K_AND_V * BF16, 0, 0),                     # 147,456
+    "qwen3-235b-a22b": (94 * 4 * 128 * K_AND_V * BF16, 0, 0),              # 192,512
+    "deepseek-v3": (61 * (512 + 64) * BF16, 0, 0),                         # MLA latent + rope: 70,272
+    "glm-4.5-air": (46 * 8 * 128 * K_AND_V * BF16, 0, 0),                  # 188,416
+    "gpt-oss-120b": (18 * 8 * 64 * K_AND_V * BF16, 18 * 8 * 64 * K_AND_V * BF16, 0),  # 36,864 each
 }
+SOURCE_PREFIXES = ("MODELS.md", "HARDWARE.md", "docs/sources/models.md", "docs/sources/hardware.md", "assumption:")
 
 
 def test_registry_has_every_family():
     assert set(MODELS) == set(HAND)
-    assert set(HARDWARE) == {"h200x1", "h200x2", "h200x4", "h200x8"}
+    assert set(HARDWARE) == {f"{gpu}x{n}" for gpu in ("h200", "a100-40gb", "a100-80gb", "h100", "h800", "b200")
+                             for n in (1, 2, 4, 8)}
 
 
 @pytest.mark.parametrize("key", sorted(HAND))
@@ -132,7 +140,7 @@ def test_every_numeric_field_has_a_source(key):
     for s in m.sidecars:
         assert f"sidecar:{s.name}" in m.sources
     for k, text in m.sources.items():
-        assert text.startswith(("MODELS.md", "assumption:")), (key, k, text)
+        assert text.startswith(SOURCE_PREFIXES), (key, k, text)
 
 
 @pytest.mark.parametrize("key", sorted(HARDWARE))
@@ -141,7 +149,7 @@ def test_every_hardware_field_has_a_source(key):
     for f in dataclasses.fields(h):
         v = getattr(h, f.name)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            assert f.name in h.sources and h.sources[f.name].startswith(("HARDWARE.md", "assumption:"))
+            assert f.name in h.sources and h.sources[f.name].startswith(SOURCE_PREFIXES)
 
 
 def test_params_and_weights():
@@ -231,8 +239,8 @@ def test_unknown_names_raise_with_the_known_list():
     for key in MODELS:
         assert key in str(e.value)
     with pytest.raises(ValueError) as e:
-        get_hardware("b200x8")
-    assert "h200x1, h200x2, h200x4, h200x8" in str(e.value)
+        get_hardware("mi300xx8")
+    assert "h200x1, h200x2, h200x4, h200x8, a100-40gbx1" in str(e.value)
     assert get_model("Llama-3.1-70B") is MODELS["llama-3.1-70b"]
 
 
