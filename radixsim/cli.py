@@ -202,10 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
     pl.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    from . import report_cli, workload_cli
+    from . import report_cli, validate, workload_cli
 
     report_cli.add_parsers(sub)
     workload_cli.add_parsers(sub)
+    validate.add_parser(sub)
 
     k = sub.add_parser("calibrate", help="measure the torch backend's step times into a cost table",
                        description=(
@@ -502,9 +503,9 @@ def main(argv=None) -> int:
         return _cmd_calibrate(args)
     if args.command == "plan":
         return _cmd_plan(args)
-    from . import report_cli, workload_cli
+    from . import report_cli, validate, workload_cli
 
-    for mod in (report_cli, workload_cli):
+    for mod in (report_cli, workload_cli, validate):
         rc = mod.dispatch(args)
         if rc is not None:
             return rc

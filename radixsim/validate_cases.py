@@ -1,0 +1,220 @@
+"""Published hardware runs (`validation/*.json`) -> scenarios, for `radixsim validate`.
+
+A case file holds ``source`` and ``cases``; each case its ``id``, ``model``, ``gpu``, ``tp``,
+``page_size``, ``workload`` (bench_multiturn's knobs), ``tiers`` (text), ``server_flags`` and
+``published`` (``ttft_mean_s_per_round``, ``hit_rate_per_round``; the first is the cold round).
+
+The mapping uses only what a case's setup says plus the presets: NO per-case knob. What the
+simulator cannot express is said in the case's notes:
+
+- model: the preset whose name is the checkpoint's name (org prefix, parenthesis and trailing
+  ``-Instruct``/date parts dropped); GPU: `GPU_PRESETS` by the name in ``gpu``, node slice by its
+  count (``8x ...`` -> ``h800x8``);
+- L2: ``--hicache-ratio R`` (ratio of L1) or ``--hicache-size G`` (G x 1e9 bytes per rank;
+  assumption: SGLang's host pool counts GB as 1e9, per rank, tokens = bytes / per-rank KV bytes);
+  ``--enable-hierarchical-cache`` without either: SGLang's default ratio 2;
+- L3: ``--hicache-storage-backend``; its size is the Mooncake pool (``MOONCAKE_GLOBAL_SEGMENT_SIZE``
+  in bytes, or ``--global_segment_size=80GB`` with GB = GiB as Mooncake's size parser reads it);
+  every TP rank stores its own KV shard, so tokens = pool bytes / (per-rank KV bytes x tp);
+- SSD offload below L3 is not modelled (simulated as L3 without SSD); flags the scenario lacks
+  (e.g. the io backend, NUMA pinning) are ignored; knobs the case does not state keep the
+  scenario defaults (listed in the notes).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from scenarios import presets
+
+CASE_DIR = Path(__file__).resolve().parent.parent / "validation"
+# GPU names as cases write them -> hardware preset family (longest name first wins)
+GPU_PRESETS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb", "A100-40GB": "a100-40gb",
+               "A100-80GB": "a100-80gb", "H100": "h100", "H800": "h800", "H200": "h200", "B200": "b200"}
+REQUIRED = ("model", "gpu", "tp", "page_size", "workload", "tiers", "published")
+WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length", "max_parallel",
+                 "request_rate", "round_barrier", "ready_queue_policy")
+SERIES = ("ttft_mean_s_per_round", "hit_rate_per_round")
+DEFAULT_L2_RATIO = 2.0  # SGLang's --hicache-ratio default
+NOT_STATED = ("engine.max_running_requests", "engine.chunked_prefill_tokens", "cache.mem_fraction_static")
+
+
+class CaseError(ValueError):
+    """A case file that cannot be read or lacks a field: one line naming the file and the field."""
+
+
+def case_files(names=()) -> list:
+    """(file, case) pairs: every case in CASE_DIR, or those named (a file path or a case id)."""
+    if not names:
+        return [pair for p in sorted(CASE_DIR.glob("*.json")) for pair in _read(p)]
+    out = []
+    for name in names:
+        p = Path(name)
+        if p.suffix == ".json" or p.exists():
+            out += _read(p)
+            continue
+        hits = [pair for f in sorted(CASE_DIR.glob("*.json")) for pair in _read(f) if pair[1]["id"] == name]
+        if not hits:
+            raise CaseError(f"{name}: no such case file or case id in {CASE_DIR}")
+        out += hits
+    return out
+
+
+def _read(path: Path) -> list:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CaseError(f"{path}: no such case file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CaseError(f"{path}: cannot read as JSON: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
+        raise CaseError(f"{path}: cases: missing; expected a list of published cases")
+    for key in ("source",):
+        _need(doc, key, path, "")
+    out = []
+    for i, case in enumerate(doc["cases"]):
+        if not isinstance(case, dict):
+            raise CaseError(f"{path}: cases[{i}]: expected a mapping")
+        _need(case, "id", path, f"cases[{i}].")
+        case = dict(case, _file=str(path), _source=doc["source"], _partial=_partial_reason(doc, case))
+        out.append((path, case))
+    return out
+
+
+def _need(mapping: dict, key: str, path, where: str):
+    if mapping.get(key) in (None, ""):
+        raise CaseError(f"{path}: {where}{key}: missing; expected a value")
+    return mapping[key]
+
+
+def _partial_reason(doc: dict, case: dict) -> str | None:
+    """Why a case cannot be simulated as a per-round run (None when it can)."""
+    if doc.get("kind"):
+        kind = re.split(r" \(|:", str(doc["kind"]))[0]
+        return f"not a per-round multi-turn run ({kind})"
+    if doc.get("setup_incomplete") or case.get("setup_incomplete"):
+        return "setup incomplete: model, GPU or bench knobs not recovered from the source"
+    return None
+
+
+def check(case: dict) -> None:
+    """CaseError naming the file and the field when a full case lacks one."""
+    path, cid = case["_file"], case["id"]
+    for key in REQUIRED:
+        _need(case, key, path, f"{cid}: ")
+    for key in WORKLOAD_KEYS:
+        _need(case["workload"], key, path, f"{cid}: workload.")
+    for key in SERIES:
+        v = _need(case["published"], key, path, f"{cid}: published.")
+        if not (isinstance(v, list) and v and all(isinstance(x, (int, float)) and x >= 0 for x in v)):
+            raise CaseError(f"{path}: {cid}: published.{key}: expected a list of numbers >= 0")
+
+
+def model_for(text: str):
+    """The model preset a case's ``model`` names, or None."""
+    name = re.split(r"[\s,(]", text.strip().split("/")[-1])[0]
+    parts = name.split("-")
+    for n in range(len(parts), 0, -1):
+        try:
+            return presets.get_model("-".join(parts[:n]))
+        except ValueError:
+            continue
+    return None
+
+
+def hardware_for(text: str):
+    """The hardware preset a case's ``gpu`` names (``8x NVIDIA H800 ...`` -> h800x8), or None."""
+    m = re.match(r"\s*(\d+)\s*x\s*(.*)", text)
+    if not m:
+        return None
+    for name in sorted(GPU_PRESETS, key=len, reverse=True):
+        if name.lower() in m.group(2).lower():
+            try:
+                return presets.get_hardware(f"{GPU_PRESETS[name]}x{m.group(1)}")
+            except ValueError:
+                return None
+    return None
+
+
+def skip_reason(case: dict) -> str | None:
+    """Why a case is skipped (partial, or no preset for its model/GPU), None to simulate it."""
+    if case["_partial"]:
+        return case["_partial"]
+    check(case)
+    if model_for(str(case["model"])) is None:
+        return f"no model preset for {case['model']!r}"
+    if hardware_for(str(case["gpu"])) is None:
+        return f"no hardware preset for {case['gpu']!r}"
+    return None
+
+
+def _flag(flags: str, name: str):
+    m = re.search(rf"(?:--|\b){re.escape(name)}[ =]([^\s]+)", flags)
+    return m.group(1) if m else None
+
+
+def _pool_bytes(case: dict):
+    """The Mooncake pool in bytes (None when not stated) and how it was read."""
+    text = " ".join(str(case.get(k, "")) for k in ("server_flags", "mooncake", "tiers"))
+    exact = _flag(text, "MOONCAKE_GLOBAL_SEGMENT_SIZE")
+    if exact and exact.isdigit():
+        return int(exact), f"L3 pool {int(exact):,} B (MOONCAKE_GLOBAL_SEGMENT_SIZE)"
+    size = _flag(text, "global_segment_size")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)GB", size or "")
+    if m:
+        return int(float(m.group(1)) * 2**30), f"L3 pool {size} read as {m.group(1)} GiB (Mooncake's parser)"
+    return None, "L3 pool size not stated: unbounded L3"
+
+
+def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
+    """The scenario's cache keys for the case's tiers, and notes on the mapping."""
+    flags, notes = str(case.get("server_flags", "")), []
+    cache: dict = {}
+    shard_bytes = presets.bytes_per_token(model, "full") / presets.kv_shards(model, tp)
+    ratio, size = _flag(flags, "hicache-ratio"), _flag(flags, "hicache-size")
+    if "--enable-hierarchical-cache" in flags or ratio or size:
+        if size:
+            cache["l2_tokens"] = int(float(size) * 1e9 // shard_bytes)
+            notes.append(f"L2 --hicache-size {size} GB per rank = {cache['l2_tokens']:,} tokens")
+        else:
+            cache["hicache_ratio"] = float(ratio) if ratio else DEFAULT_L2_RATIO
+        write = _flag(flags, "hicache-write-policy")
+        if write:
+            cache["write_policy"] = write
+    if _flag(flags, "hicache-storage-backend"):
+        pool, how = _pool_bytes(case)
+        cache["l3_tokens"] = "unbounded" if pool is None else int(pool // (shard_bytes * tp))
+        notes.append(how)
+        prefetch = _flag(flags, "hicache-storage-prefetch-policy")
+        if prefetch:
+            cache["prefetch_policy"] = prefetch
+        notes.append("L3 is prefix-closed in the simulator (Mooncake evicts pages without regard to prefixes)")
+    if "ssd" in str(case.get("tiers", "")).lower():
+        notes.append("SSD tier not modelled: simulated as L3 without SSD")
+    return cache, notes
+
+
+def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
+    """The raw scenario (for `scenarios.scenario.resolve`) of a full case, and its notes."""
+    model, hw = model_for(str(case["model"])), hardware_for(str(case["gpu"]))
+    tp = int(case["tp"])
+    cache, notes = tiers_of(case, model, tp)
+    flags = str(case.get("server_flags", ""))
+    mem = _flag(flags, "mem-fraction-static")
+    defaults = list(NOT_STATED)
+    if mem and re.fullmatch(r"[0-9.]+", mem):
+        cache["mem_fraction_static"] = float(mem)
+        defaults.remove("cache.mem_fraction_static")
+    cache.update(page_size=int(case["page_size"]), l1_tokens="auto")
+    w = case["workload"]
+    workload = {k: w[k] for k in WORKLOAD_KEYS}
+    workload["kind"] = "multiturn"
+    raw = {"name": case["id"], "description": f"validate: {case['_source'][:120]}", "seed": seed,
+           "model": model.name, "hardware": hw.name, "tp": tp, "cache": cache, "workload": workload}
+    notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(defaults)}")
+    return raw, notes
+
+
+__all__ = ["CaseError", "case_files", "check", "skip_reason", "scenario_of", "model_for", "hardware_for",
+           "CASE_DIR", "GPU_PRESETS"]

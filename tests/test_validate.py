@@ -1,0 +1,126 @@
+"""`radixsim validate`: a case's smoke table pinned from the fixed seed, the figures by hand,
+one-line errors for a case file lacking a field, partial cases skipped with their reason, the
+mapping of a case's setup (presets, tiers, sizes) and the HTML naming every case."""
+import csv
+import json
+import math
+
+import pytest
+
+from radixsim.cli import main
+from radixsim.validate import compare, validate
+from radixsim.validate_cases import CASE_DIR, CaseError, case_files, scenario_of
+
+A3 = "A3-ssdbench-mooncake80g"
+
+
+def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
+    (res,) = validate([A3], smoke=True)
+    row, s = res["row"], res["series"]
+    # 3 clients x 3 rounds of 4096 new tokens + 1 output token, page 64: round r reuses the
+    # whole pages of the previous prompt + output, 4096 (r - 1) of 4096 r + (r - 1) tokens
+    assert s["sim_hit_rate"] == [0.0, 4096 / 8193, 8192 / 12290]
+    assert s["sim_ttft_mean_s"] == pytest.approx([1.0520053740940076, 1.1682728737821237, 1.2918162199210432],
+                                                 rel=1e-9)
+    assert (row["status"], row["model"], row["hardware"], row["rounds"]) == ("ok", "Qwen3-8B", "a100-40gbx1", 3)
+    hit_mae = 100 * (abs(4096 / 8193 - 0.5) + abs(8192 / 12290 - 0.667)) / 3
+    assert row["hit_mae_pts"] == pytest.approx(hit_mae, rel=1e-12) and round(hit_mae, 4) == 0.0168
+    assert row["ttft_ratio_gmean"] == pytest.approx(0.592361552096987, rel=1e-9)
+    assert row["ttft_ratio_min"] == pytest.approx(1.2918162199210432 / 3.1, rel=1e-9)
+    assert row["ttft_ratio_max"] == pytest.approx(1.0520053740940076 / 1.12, rel=1e-9)
+    assert row["shape_error"] == pytest.approx(0.2501661270807001, rel=1e-9)
+    assert res["notes"] == [
+        "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests, "
+        "engine.chunked_prefill_tokens, cache.mem_fraction_static",
+        "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
+        "L3 is prefix-closed in the simulator (Mooncake evicts pages without regard to prefixes)",
+        "smoke: 3 clients x 3 rounds"]
+
+
+def test_compare_by_hand():
+    got = compare([0.0, 0.5, 0.6], [1.0, 2.0, 6.0], [0.0, 0.4, 0.9, 0.9], [2.0, 2.0, 4.0, 9.0])
+    ratios = [0.5, 1.0, 1.5]
+    assert got["rounds"] == 3
+    assert got["hit_mae_pts"] == pytest.approx(100 * (0 + 0.1 + 0.3) / 3)
+    assert got["ttft_ratio_gmean"] == pytest.approx(math.prod(ratios) ** (1 / 3))
+    assert (got["ttft_ratio_min"], got["ttft_ratio_max"]) == (0.5, 1.5)
+    # sim / its mean 3: 1/3, 2/3, 2; published / its mean 8/3: 0.75, 0.75, 1.5
+    assert got["shape_error"] == pytest.approx((abs(1 / 3 - 0.75) + abs(2 / 3 - 0.75) + abs(2 - 1.5)) / 3)
+
+
+def test_mapping_uses_the_case_setup_and_presets_only():
+    cases = {c["id"]: c for _, c in case_files()}
+    raw, notes = scenario_of(cases["H2-h800-qwen235b-l2-30g"])
+    assert (raw["model"], raw["hardware"], raw["tp"]) == ("Qwen3-235B-A22B", "h800x8", 8)
+    # --hicache-size 30 (GB per rank): 4 KV heads over 8 ranks -> 192,512 / 4 B per token per rank
+    assert raw["cache"] == {"l2_tokens": 30 * 10**9 // 48_128, "write_policy": "write_through",
+                            "page_size": 64, "l1_tokens": "auto"}
+    assert raw["workload"] == {"num_clients": 80, "num_rounds": 10, "request_length": 2048, "output_length": 1,
+                               "max_parallel": 4, "request_rate": 16, "round_barrier": True,
+                               "ready_queue_policy": "random", "kind": "multiturn"}
+    raw, notes = scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])
+    # every rank stores its own shard: pool / (48,128 B x 8 ranks)
+    assert raw["cache"]["l3_tokens"] == 816_043_786_240 // (48_128 * 8)
+    assert (raw["cache"]["hicache_ratio"], raw["cache"]["prefetch_policy"]) == (2.0, "timeout")
+    raw, notes = scenario_of(cases["A4-ssdbench-mooncake-ssd"])
+    assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
+    assert notes[-1] == "SSD tier not modelled: simulated as L3 without SSD"
+
+
+def test_partial_and_non_round_cases_are_skipped_with_their_reason():
+    res = validate(["P1-pr27010-L1", "E1-h20-dsv4flash-eic-loadback"])
+    assert [(r["row"]["status"], r["row"]["reason"]) for r in res] == [
+        ("skipped", "setup incomplete: model, GPU or bench knobs not recovered from the source"),
+        ("skipped", "not a per-round multi-turn run (L3 load-back vs recompute)")]
+    assert all(r["series"] is None and r["row"]["hit_mae_pts"] is None for r in res)
+
+
+def _case_file(tmp_path, drop: str):
+    doc = json.loads((CASE_DIR / "mooncake_ssd_offload_a100.json").read_text())
+    doc["cases"] = doc["cases"][:1]
+    section, _, key = drop.rpartition(".")
+    del (doc["cases"][0][section] if section else doc["cases"][0])[key]
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize("drop,field", [("page_size", "page_size"), ("workload.num_clients", "workload.num_clients"),
+                                        ("published.hit_rate_per_round", "published.hit_rate_per_round"),
+                                        ("id", "cases[0].id")])
+def test_missing_field_is_one_line_naming_file_and_field(tmp_path, capsys, drop, field):
+    path = _case_file(tmp_path, drop)
+    assert main(["validate", str(path), "--smoke", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and f"{field}: missing; expected a value" in err
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(CaseError):
+        validate([str(path)])
+
+
+def test_unknown_case_and_bad_json_are_one_line(tmp_path, capsys):
+    assert main(["validate", "no-such-case", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.startswith("radixsim validate: error: no-such-case: no such case file or case id")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["validate", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert f"{bad}: cannot read as JSON" in capsys.readouterr().err
+
+
+def test_outputs_csv_json_and_html_name_every_case(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["validate", "--smoke", "--out", str(out)]) == 0
+    ids = [c["id"] for _, c in case_files()]
+    assert len(ids) == 13
+    with open(out / "validation.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["case"] for r in rows] == ids
+    assert sum(r["status"] == "ok" for r in rows) == 7 and sum(r["status"] == "skipped" for r in rows) == 6
+    doc = json.loads((out / "validation.json").read_text())
+    assert doc["smoke"] is True and [c["row"]["case"] for c in doc["cases"]] == ids
+    page = (out / "validation.html").read_text()
+    for cid in ids:
+        assert f"<h2 id='{cid}'>" in page
+    assert page.count("data:image/png;base64,") == 7
+    printed = capsys.readouterr().out
+    assert all(cid in printed for cid in ids)
