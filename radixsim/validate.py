@@ -65,6 +65,7 @@ def run_case(case: dict, *, smoke: bool = False, seed: int = 0, progress: bool =
         sc = resolve(raw, f"{case['_file']}: {case['id']}")
     except ScenarioError as e:
         raise CaseError(str(e)) from None
+    notes.append(_resolved(sc.doc["cache"]))
     eng, _env, _cost, _wall = simulate(sc, progress=progress)
     rounds = results.round_table(request_rows(eng))
     sim_hit = [r["hit_rate"] or 0.0 for r in rounds]
@@ -76,6 +77,15 @@ def run_case(case: dict, *, smoke: bool = False, seed: int = 0, progress: bool =
     series = {"sim_hit_rate": sim_hit, "sim_ttft_mean_s": sim_ttft, "published_hit_rate": pub["hit_rate_per_round"],
               "published_ttft_mean_s": pub["ttft_mean_s_per_round"]}
     return {"row": row, "series": series, "notes": notes, "source": case["_source"], "scenario": sc.doc}
+
+
+def _resolved(cache: dict) -> str:
+    parts = [f"L1 {cache['l1_tokens']:,}"]
+    for tier in ("l2", "l3"):
+        v = cache.get(f"{tier}_tokens")
+        if v is not None:
+            parts.append(f"{tier.upper()} {v:,}" if isinstance(v, int) else f"{tier.upper()} {v}")
+    return "tokens per tier: " + ", ".join(parts)
 
 
 def skipped(case: dict, reason: str) -> dict:

@@ -36,6 +36,8 @@ REQUIRED = ("model", "gpu", "tp", "page_size", "workload", "tiers", "published")
 WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length", "max_parallel",
                  "request_rate", "round_barrier", "ready_queue_policy")
 SERIES = ("ttft_mean_s_per_round", "hit_rate_per_round")
+MAPPED_FLAGS = {"tp", "page-size", "enable-hierarchical-cache", "hicache-ratio", "hicache-size", "hicache-write-policy",
+                "hicache-storage-backend", "hicache-storage-prefetch-policy", "mem-fraction-static"}
 DEFAULT_L2_RATIO = 2.0  # SGLang's --hicache-ratio default
 NOT_STATED = ("engine.max_running_requests", "engine.chunked_prefill_tokens", "cache.mem_fraction_static")
 
@@ -213,7 +215,16 @@ def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     raw = {"name": case["id"], "description": f"validate: {case['_source'][:120]}", "seed": seed,
            "model": model.name, "hardware": hw.name, "tp": tp, "cache": cache, "workload": workload}
     notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(defaults)}")
+    notes += _unmapped(flags, w)
     return raw, notes
+
+
+def _unmapped(flags: str, workload: dict) -> list:
+    """Notes naming the server flags and workload keys the scenario does not express."""
+    ignored = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", flags)) - MAPPED_FLAGS)
+    extra = sorted(set(workload) - set(WORKLOAD_KEYS) - {"tool"})
+    out = [f"server flags not modelled: {', '.join('--' + f for f in ignored)}"] if ignored else []
+    return out + ([f"workload keys not modelled: {', '.join(extra)}"] if extra else [])
 
 
 __all__ = ["CaseError", "case_files", "check", "skip_reason", "scenario_of", "model_for", "hardware_for",

@@ -34,7 +34,10 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
         "engine.chunked_prefill_tokens, cache.mem_fraction_static",
         "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
         "L3 is prefix-closed in the simulator (Mooncake evicts pages without regard to prefixes)",
-        "smoke: 3 clients x 3 rounds"]
+        "server flags not modelled: --attention-backend, --hicache-mem-layout",
+        "smoke: 3 clients x 3 rounds",
+        # l1 auto by hand in tests/test_presets_new.py; L2 = --hicache-ratio 2 x L1; 80 GiB / 147,456 B
+        "tokens per tier: L1 145,216, L2 290,432, L3 582,542"]
 
 
 def test_compare_by_hand():
@@ -64,7 +67,8 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert (raw["cache"]["hicache_ratio"], raw["cache"]["prefetch_policy"]) == (2.0, "timeout")
     raw, notes = scenario_of(cases["A4-ssdbench-mooncake-ssd"])
     assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
-    assert notes[-1] == "SSD tier not modelled: simulated as L3 without SSD"
+    assert notes[-2:] == ["SSD tier not modelled: simulated as L3 without SSD",
+                          "server flags not modelled: --attention-backend, --hicache-mem-layout"]
 
 
 def test_partial_and_non_round_cases_are_skipped_with_their_reason():
