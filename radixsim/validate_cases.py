@@ -105,6 +105,9 @@ def check(case: dict) -> None:
     path, cid = case["_file"], case["id"]
     for key in REQUIRED:
         _need(case, key, path, f"{cid}: ")
+    for key in ("workload", "published"):
+        if not isinstance(case[key], dict):
+            raise CaseError(f"{path}: {cid}: {key}: expected a mapping, got {type(case[key]).__name__}")
     for key in WORKLOAD_KEYS:
         _need(case["workload"], key, path, f"{cid}: workload.")
     for key in SERIES:

@@ -102,6 +102,16 @@ def test_missing_field_is_one_line_naming_file_and_field(tmp_path, capsys, drop,
         validate([str(path)])
 
 
+def test_workload_not_a_mapping_is_one_line(tmp_path, capsys):
+    doc = json.loads((CASE_DIR / "mooncake_ssd_offload_a100.json").read_text())
+    doc["cases"] = [dict(doc["cases"][0], workload="bench_multiturn")]
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (f"radixsim validate: error: {path}: A1-ssdbench-gpu-only: workload: "
+                                       "expected a mapping, got str\n")
+
+
 def test_unknown_case_and_bad_json_are_one_line(tmp_path, capsys):
     assert main(["validate", "no-such-case", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith("radixsim validate: error: no-such-case: no such case file or case id")
