@@ -2,7 +2,8 @@
 
 Every numeric field of a preset has an entry in its ``sources`` dict: either the line of
 ``../shared/MODELS.md`` / ``HARDWARE.md`` it comes from (``"MODELS.md <section>: ..."``, which
-in turn names the SGLang / transformers / config.json line), or an explicit
+in turn names the SGLang / transformers / config.json line), or of the project's
+``docs/sources/models.md`` / ``hardware.md`` (``"docs/sources/models.md <section>: ..."``), or an explicit
 ``"assumption: ..."`` saying what was assumed and why. ``__post_init__`` checks that, and
 recomputes every stated byte count from the geometry, so a preset cannot silently disagree
 with itself.
@@ -29,6 +30,10 @@ Assumptions (the full text is in each preset's ``sources``):
 - Kimi-K3: 104B active (sources disagree); INT4 experts + bf16 rest; MLA latent counted as
   one KV head. gpt-oss-20b: MXFP4 experts. Others: bf16 weights.
 - H200: 140 GiB usable HBM per GPU; 10 us per PCIe transfer; 100 us per L3 transfer.
+- A100-40GB/80GB, H100, H800, B200 (docs/sources/hardware.md): the same per-transfer costs; host
+  link at the SM-kernel copy rate (SGLang's default ``--hicache-io-backend kernel``); L3 at the
+  H200 node's 190 GB/s scaled to the node's NICs; device copy and measured matmul rates scaled
+  from the H200's measured/peak ratios; node fields (DRAM, NICs) of the 8-GPU node.
 - `l1_plan`: per-GPU sizing, see its docstring (SWA/sidecar shares charged per FULL token,
   MAMBA share 0.9 by default, activations in the 1 - mem_fraction_static remainder, MLA and
   DeepSeek-V4 KV replicated on every TP rank).
