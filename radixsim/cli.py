@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -18,6 +19,34 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2 (argparse prints usage too; keep it short)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+class DeviceError(RuntimeError):
+    """A torch device this machine cannot use, or a torch device failure (one line)."""
+
+
+def check_device(device: str, option: str) -> None:
+    """Refuse, before any work, a torch device that does not exist or is not available here."""
+    try:
+        import torch
+    except ImportError:
+        raise DeviceError(f"{option} {device}: the torch backend needs torch (pip install torch)") from None
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise DeviceError(f"{option} {device!r}: not a torch device; expected cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"{option} {device}: CUDA is not available on this machine (torch {torch.__version__}); "
+                          "expected cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def _torch_device(args, sc) -> str:
+    """The device a torch command uses (--device, else the scenario's torch.device), checked."""
+    device = args.device or sc.doc.get("torch", {}).get("device") or "cpu"
+    check_device(device, "--device" if args.device else "torch.device")
+    return device
 
 
 def _nonneg_int(text: str) -> int:
@@ -275,7 +304,9 @@ def _cmd_replay(args) -> int:
     from cache_core.tiers import TierConfig
     from scenarios.traces import TraceError
 
-    from .replay import ReplayOptions, run_replay
+    from scenarios.units import floor_pages
+
+    from .replay import ReplayOptions, check_sizes, run_replay
 
     t0 = time.perf_counter()
     try:
@@ -294,9 +325,9 @@ def _cmd_replay(args) -> int:
             state_bytes = int(model.state_bytes)
         caps = [parse_size(c, "--capacity-tokens", bpt) for c in (args.capacity_tokens or "").split(",") if c] or [None]
         l1 = caps[0]
-        l2 = parse_size(args.l2_tokens, "--l2-tokens", bpt)
+        l2 = floor_pages(parse_size(args.l2_tokens, "--l2-tokens", bpt), args.page_size)
         l3_given = args.l3_tokens is not None
-        l3 = parse_size(args.l3_tokens, "--l3-tokens", bpt, allow_unbounded=True)
+        l3 = floor_pages(parse_size(args.l3_tokens, "--l3-tokens", bpt, allow_unbounded=True), args.page_size)
         tiers = None
         if l2 is not None or args.hicache_ratio is not None or l3_given:
             if l2 is None and args.hicache_ratio is None:
@@ -315,6 +346,7 @@ def _cmd_replay(args) -> int:
             swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
             mamba_every=args.mamba_every, mamba_full_memory_ratio=args.mamba_full_memory_ratio,
             progress=not args.no_progress, miss_split=not args.no_miss_split)
+        _warn("radixsim replay", check_sizes(opts, caps))
         policies = args.policy.split(",")
         if len(policies) > 1 or len(caps) > 1:
             from .compare import run_comparison
@@ -341,6 +373,11 @@ def _cmd_replay(args) -> int:
     return 0
 
 
+def _warn(prog: str, warnings) -> None:
+    for w in warnings:
+        sys.stderr.write(f"{prog}: warning: {w}\n")
+
+
 def _cmd_run(args) -> int:
     from scenarios.scenario import ScenarioError, from_file
 
@@ -353,6 +390,9 @@ def _cmd_run(args) -> int:
         sys.stderr.write(f"radixsim run: {e}\n")
         return EXIT_BAD_INPUT
     out = args.out or f"runs/{sc.doc['name']}"
+    _warn("radixsim run", sc.warnings)
+    if args.backend == "torch":
+        _torch_device(args, sc)
     try:
         s = run_scenario(sc, out, command=args.command_line, progress=not args.no_progress,
                          plots=not args.no_plots, backend=args.backend, device=args.device)
@@ -452,9 +492,7 @@ def _cmd_calibrate(args) -> int:
     except ImportError as e:
         sys.stderr.write(f"radixsim calibrate: needs torch (pip install torch==2.13.0): {e}\n")
         return EXIT_BAD_INPUT
-    opts = TorchOptions(**sc.doc.get("torch", {}))
-    if args.device:
-        opts = dataclasses.replace(opts, device=args.device)
+    opts = dataclasses.replace(TorchOptions(**sc.doc.get("torch", {})), device=_torch_device(args, sc))
     window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
     spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
                                   head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
@@ -481,7 +519,16 @@ def _cmd_scenarios(args) -> int:
     return 0
 
 
+COMMANDS = {"replay": _cmd_replay, "trace": _cmd_trace, "run": _cmd_run, "scenarios": _cmd_scenarios,
+            "sweep": _cmd_sweep, "calibrate": _cmd_calibrate, "plan": _cmd_plan}
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `... | head`
+
+
 def main(argv=None) -> int:
+    """Parse and run one command. Every command shares one error path: Ctrl-C -> one line
+    "interrupted", exit 130; an OS error, out of memory, a torch device error or a failed sweep
+    point -> one line naming what failed, exit 2; a closed output pipe -> quiet, exit 141."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
@@ -489,20 +536,55 @@ def main(argv=None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_BAD_INPUT
-    if args.command == "replay":
-        return _cmd_replay(args)
-    if args.command == "trace":
-        return _cmd_trace(args)
-    if args.command == "run":
-        return _cmd_run(args)
-    if args.command == "scenarios":
-        return _cmd_scenarios(args)
-    if args.command == "sweep":
-        return _cmd_sweep(args)
-    if args.command == "calibrate":
-        return _cmd_calibrate(args)
-    if args.command == "plan":
-        return _cmd_plan(args)
+    prog = f"radixsim {args.command}"
+    try:
+        rc = _dispatch(parser, args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the error path, not at interpreter exit
+        return rc
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # the reader went away (`radixsim ... | head`): stop quietly; stdout goes to devnull so
+        # that the interpreter's final flush cannot fail again (Python docs, "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001 -- the one place that turns any failure into one line
+        line = failure_line(e)
+        if line is None:
+            raise
+        sys.stderr.write(f"{prog}: {line}\n")
+        return EXIT_BAD_INPUT
+
+
+def failure_line(e: BaseException) -> str | None:
+    """One line naming what failed, for the failures every command may meet (None: a bug,
+    whose traceback is kept)."""
+    from .sweep import PointError
+
+    if isinstance(e, MemoryError):
+        return f"out of memory: {_first_line(e) or 'an allocation failed'}"
+    if isinstance(e, OSError):
+        what = e.filename if e.filename is not None else None
+        reason = e.strerror or _first_line(e) or type(e).__name__
+        return f"{what}: {reason}" if what is not None else reason
+    if isinstance(e, (PointError, DeviceError)):
+        return _first_line(e)
+    torch = sys.modules.get("torch")  # only a run that imported torch can meet its device errors
+    if torch is not None and isinstance(e, (torch.OutOfMemoryError, getattr(torch, "AcceleratorError", ()))):
+        return f"torch device error: {_first_line(e)}"
+    return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _dispatch(parser, args) -> int:
+    cmd = COMMANDS.get(args.command)
+    if cmd is not None:
+        return cmd(args)
     from . import report_cli, validate, workload_cli
 
     for mod in (report_cli, workload_cli, validate):

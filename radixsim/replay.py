@@ -19,6 +19,7 @@ from cache_core.config import MambaConfig, SidecarConfig, SwaConfig
 from cache_core.tiers import TierConfig
 from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
+from scenarios.units import check_pool, floor_pages, tier_warnings
 
 from . import results
 from .outputs import result_dir
@@ -121,6 +122,27 @@ def build_config(opts: ReplayOptions) -> CacheConfig:
         sidecars = tuple(get_model(opts.model).sidecars)
     return CacheConfig(page_size=opts.page_size, capacity_tokens=opts.capacity_tokens, policy=opts.policy,
                        swa=swa, mamba=mamba, sidecars=sidecars, tiers=opts.tiers)
+
+
+def check_sizes(opts: ReplayOptions, capacities) -> list[str]:
+    """Refuse, before any replay, a capacity below one page or beyond what a pool can index
+    (ValueError naming the option), as `radixsim run` does; return the legal but odd tier sizes
+    (L2 below L1, L2 = 0, L3 below L2) as warnings, each once."""
+    P = opts.page_size
+    warnings: list[str] = []
+    for cap in capacities:
+        check_pool(cap, P, "--capacity-tokens")
+        config = build_config(dataclasses.replace(opts, capacity_tokens=cap))
+        if config.swa is not None:
+            check_pool(config.swa_tokens, P, "--swa-tokens", at_least_one_page=False)
+        if config.mamba is not None:
+            check_pool(config.mamba.slots, 1, "--mamba-slots", at_least_one_page=False)
+        t = config.tiers
+        if t is not None:
+            l2 = floor_pages(t.l2_size(config.usable_tokens), P)
+            check_pool(l2, P, "--l2-tokens" if t.l2_tokens is not None else "--hicache-ratio", at_least_one_page=False)
+            warnings += [w for w in tier_warnings(config.usable_tokens, l2, t.l3_tokens, t.l3) if w not in warnings]
+    return warnings
 
 
 class FreshTokens:
@@ -354,7 +376,8 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
         cache_doc["model"] = opts.model
     if config.tiers is not None:
         cache_doc["tiers"] = {**dataclasses.asdict(config.tiers),
-                              "l2_resolved_tokens": config.tiers.l2_size(config.usable_tokens)}
+                              "l2_resolved_tokens": floor_pages(config.tiers.l2_size(config.usable_tokens),
+                                                                config.page_size)}
     results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)
     return summary
 

@@ -18,13 +18,15 @@ resumed by running the same command. Every point is validated before any runs (o
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
 import math
+import multiprocessing
 import os
+import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,13 +117,22 @@ def make_points(raw: dict, grid, repeat: int = 1, where: str = "<scenario>") -> 
     return points
 
 
+class PointError(RuntimeError):
+    """A sweep or plan point that failed: str() is one line naming the point and the failure."""
+
+
 def run_point(raw: dict, where: str, out_dir: str) -> dict:
     """Run one point (in any process): resolve, simulate, write, mark done (`.done` holds the
-    resolved scenario's key); its summary."""
+    resolved scenario's key); its summary. Any failure becomes a `PointError` naming the point
+    (`where`)."""
     from .run import run_scenario
 
-    sc = resolve(raw, where)
-    s = run_scenario(sc, out_dir, progress=False, plots=False)
+    try:
+        sc = resolve(raw, where)
+        s = run_scenario(sc, out_dir, progress=False, plots=False)
+    except Exception as e:  # noqa: BLE001 -- reported as one line by the command
+        text = str(e).strip().splitlines()
+        raise PointError(f"{where}: failed: {type(e).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
     s.pop("_wall_s", None)
     Path(out_dir, ".done").write_text(scenario_key(sc.doc) + "\n")
     return s
@@ -150,10 +161,35 @@ class LocalExecutor:
             for key, raw, where, out in tasks:
                 on_done(key, run_point(raw, where, out))
             return
-        with ProcessPoolExecutor(max_workers=min(self.jobs, len(tasks))) as pool:
-            futs = {pool.submit(run_point, raw, where, out): key for key, raw, where, out in tasks}
-            for f in as_completed(futs):
-                on_done(futs[f], f.result())
+        # workers ignore Ctrl-C; the parent stops them: on an interrupt or a failed point the
+        # pool is terminated (leaving the context), so pending points never start
+        with _sigint_held():  # a Ctrl-C while the pool starts arrives once it can be terminated
+            pool = multiprocessing.Pool(min(self.jobs, len(tasks)), initializer=_ignore_sigint)
+        with pool:
+            for key, summary in pool.imap_unordered(_run_task, tasks):
+                on_done(key, summary)
+
+
+@contextlib.contextmanager
+def _sigint_held():
+    """Hold SIGINT back (delivered at the end) where the platform can."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_task(task) -> tuple:
+    key, raw, where, out = task
+    return key, run_point(raw, where, out)
 
 
 class RayExecutor:
@@ -174,10 +210,15 @@ class RayExecutor:
         ray = self.ray
         refs = {self._remote.remote(raw, where, out): key for key, raw, where, out in tasks}
         pending = list(refs)
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                on_done(refs[ref], ray.get(ref))
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    on_done(refs[ref], ray.get(ref))
+        except BaseException:  # an interrupt or a failed point: the other points stop too
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
 
 
 def make_executor(kind: str, jobs: int | None = None, address: str | None = None):
@@ -224,7 +265,8 @@ def _pending(out: Path, points, where: str) -> tuple[dict, list]:
         if s is not None:
             summaries[p.index] = s
         else:
-            todo.append((p.index, p.raw, f"{where} [{p.name}]", str(d)))
+            label = ", ".join(f"{k}={v}" for k, v in p.values) or "base"
+            todo.append((p.index, p.raw, f"{where} [{p.name}: {label}]", str(d)))
     return summaries, todo
 
 
@@ -260,5 +302,5 @@ def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
     return rows
 
 
-__all__ = ["parse_grid", "make_points", "run_point", "run_sweep", "done_summary", "progress_bar", "LocalExecutor",
-           "RayExecutor", "make_executor", "mean_ci", "FIGURES"]
+__all__ = ["parse_grid", "make_points", "run_point", "PointError", "run_sweep", "done_summary", "progress_bar",
+           "LocalExecutor", "RayExecutor", "make_executor", "mean_ci", "FIGURES"]

@@ -42,7 +42,7 @@ from cache_core.tiers import TierConfig
 
 from . import presets
 from .schema import REPLAY_ONLY_POLICIES, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
-from .units import parse_size
+from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .yamlfile import read_mapping
 from .workloads import MultiTurnConfig
 
@@ -117,6 +117,7 @@ class Scenario:
     efficiency: dict
     cost_table: str | None
     source: str
+    warnings: tuple = ()  # legal but odd settings (tier sizes), one line each, for the command to show once
 
     @property
     def seed(self) -> int:
@@ -147,6 +148,12 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         except ValueError as err:
             raise ScenarioError(f"{where}: {err}") from None
 
+    def pool(key, tokens, page=P, at_least_one_page=True):
+        try:
+            check_pool(tokens, page, f"cache.{key}", at_least_one_page)
+        except ValueError as err:
+            raise ScenarioError(f"{where}: {err}") from None
+
     comps = c["components"] or ["full"] + (["swa"] if model.swa_layers else []) + (["mamba"] if model.state_bytes else [])
     if "swa" in comps and not model.swa_layers or "mamba" in comps and not model.state_bytes:
         raise ScenarioError(f"{where}: cache.components: {comps} names a component {model.name} does not have; "
@@ -168,9 +175,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         l1 = size("l1_tokens", c["l1_tokens"])
         if max_total is not None:
             l1 = min(l1, max_total)
-    if l1 < P:
-        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens is less than one page ({P}); expected more")
-    c["l1_tokens"] = l1
+    pool("l1_tokens", l1)
+    l1 = c["l1_tokens"] = floor_pages(l1, P)  # what the pool holds, recorded in config.yaml
     c["l1_plan"] = None if plan is None else {
         "budget_bytes_per_gpu": plan.budget_bytes_per_gpu, "cell_bytes_per_gpu": plan.cell_bytes_per_gpu,
         "kv_shards": plan.kv_shards, "uncapped_full_tokens": plan.uncapped_full_tokens}
@@ -179,7 +185,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         swa_tokens = size("swa_tokens", c["swa_tokens"])
         if swa_tokens is None:
             swa_tokens = plan.swa_tokens if plan is not None else int(l1 * swa_ratio)
-        c["swa_tokens"] = swa_tokens
+        pool("swa_tokens", swa_tokens, at_least_one_page=False)
+        swa_tokens = c["swa_tokens"] = floor_pages(swa_tokens, P)
         swa = SwaConfig(window_tokens=model.swa_window_tokens, capacity_tokens=swa_tokens)
     if "mamba" in comps:
         slots = c["mamba_slots"]
@@ -187,15 +194,16 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
             slots = (plan.mamba_slots if plan is not None else
                      int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
         c["mamba_slots"] = max(1, slots)
+        pool("mamba_slots", c["mamba_slots"], page=1)
         every = c["mamba_every_tokens"]
         if every is not None and every % P:
             raise ScenarioError(f"{where}: cache.mamba_every_tokens: {every} is not a multiple of cache.page_size "
                                 f"({P}); expected a multiple")
         mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
     c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
-    l2 = size("l2_tokens", c["l2_tokens"])
+    l2 = floor_pages(size("l2_tokens", c["l2_tokens"]), P)
     l3_given = c["l3_tokens"] is not None
-    l3 = size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None
+    l3 = floor_pages(size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None, P)
     tiers = None
     if l2 is not None or c["hicache_ratio"] is not None or l3_given:
         if l2 is None and c["hicache_ratio"] is None:
@@ -207,7 +215,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                            kv_bytes_per_token=int(bpt),
                            swa_bytes_per_token=int(presets.bytes_per_token(model, "swa")) if swa else 0,
                            state_bytes=int(model.state_bytes) if mamba else 0)
-        c["l2_tokens"] = tiers.l2_size(l1)
+        c["l2_tokens"] = floor_pages(tiers.l2_size(l1), P)
+        pool("l2_tokens" if l2 is not None else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
         c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
@@ -252,8 +261,9 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                                 "times (JSON or YAML), relative to the working directory or the scenario file")
         table = str(beside)
     doc["tp"] = tp
+    warnings = tuple(tier_warnings(l1, c["l2_tokens"], l3, l3_given)) if tiers is not None else ()
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
-                    efficiency=dict(eff), cost_table=table, source=where)
+                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings)
 
 
 @dataclass(frozen=True)
@@ -296,6 +306,8 @@ def _workload(w: dict, seed: int, P: int, l1: int, where: str):
             path = Path(where).parent / path
         if not path.is_file():
             raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
+        if kind == "trace":
+            _check_trace_has_requests(path, w.get("block_size"), where)
         return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
     if kind == "program":
         from .programs import program_config
@@ -335,6 +347,18 @@ def _workload(w: dict, seed: int, P: int, l1: int, where: str):
         raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
                             f"({longest} tokens); expected more L1, or fewer rounds")
     return wl
+
+
+def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
+    """Refuse a trace without a single request (reads up to its first request line)."""
+    from .traces import JsonlTrace, TraceError, TraceRequest
+
+    try:
+        found = any(isinstance(rec, TraceRequest) for rec in JsonlTrace(path, block_size))
+    except TraceError as err:
+        raise ScenarioError(f"{where}: workload.path: {err}") from None
+    if not found:
+        raise ScenarioError(f"{where}: workload.path: {path}: no requests in the trace; expected at least one")
 
 
 def _efficiency_fields() -> list[str]:

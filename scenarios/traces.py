@@ -10,6 +10,7 @@ request  ``rid``? (default: 0-based position among requests), ``session_id``?,
          (alias ``output_len``: that many fresh tokens that match nothing).
 event    ``{"event": "close_session", "session_id": ..., "timestamp"?}``.
 
+``rid`` and ``session_id`` are strings or integers; a rid (given or default) appears once.
 Any malformed line raises `TraceError` naming the file, the line number and the problem.
 """
 from __future__ import annotations
@@ -123,6 +124,7 @@ class JsonlTrace:
         block = self.block_size
         arange_cache: dict[int, np.ndarray] = {}
         n_req = 0
+        rid_lines: dict[str, int] = {}  # rid as requests.csv writes it -> its line
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 if not raw.strip():
@@ -144,6 +146,10 @@ class JsonlTrace:
                     raise
                 except (ValueError, TypeError) as e:
                     raise TraceError(self.path, lineno, str(e)) from None
+                first = rid_lines.setdefault(str(req.rid), lineno)
+                if first != lineno:
+                    raise TraceError(self.path, lineno, f"duplicate rid {json.dumps(req.rid)} (also on line {first}); "
+                                     "expected a unique rid per request")
                 n_req += 1
                 self.block_size_used = block
                 yield req
@@ -155,7 +161,7 @@ class JsonlTrace:
             raise ValueError(f"unknown event {kind!r}; expected 'close_session'")
         if "session_id" not in obj:
             raise ValueError("close_session event needs 'session_id'")
-        return TraceEvent(kind, obj["session_id"], _timestamp(obj))
+        return TraceEvent(kind, _scalar_id(obj, "session_id"), _timestamp(obj))
 
     def _request(self, obj: dict, index: int, block, arange_cache):
         tok_f = _pick(obj, "tokens", "input_ids", "hash_ids")
@@ -204,8 +210,18 @@ class JsonlTrace:
         prio = obj.get("priority")
         if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
             raise ValueError(f"'priority' must be an integer, got {json.dumps(prio)[:40]}")
-        rid = obj.get("rid", index)
-        return TraceRequest(rid, prompt, out_tokens, out_len, obj.get("session_id"), _timestamp(obj), prio), block
+        rid = _scalar_id(obj, "rid")
+        rid = index if rid is None else rid
+        return TraceRequest(rid, prompt, out_tokens, out_len, _scalar_id(obj, "session_id"), _timestamp(obj),
+                            prio), block
+
+
+def _scalar_id(obj: dict, field: str):
+    """An identifier field (rid, session_id): a string or an integer; null = absent."""
+    v = obj.get(field)
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int))):
+        raise ValueError(f"'{field}' must be a string or an integer, got {json.dumps(v)[:40]}")
+    return v
 
 
 def _loads(raw: bytes):

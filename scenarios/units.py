@@ -5,6 +5,9 @@ from __future__ import annotations
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 UNBOUNDED = ("unbounded", "inf", "none")
+MAX_TOKENS = 2**40  # ~1.1e12 tokens: 100x beyond a petabyte L3 of any preset; keeps sizes exact in int64
+MAX_POOL_PAGES = 2**30  # pages of a pool held page by page (L1, L2, SWA; MAMBA slots): the invariant
+# check keeps an int64 index per page, so 2**30 pages already need ~24 GiB of bookkeeping
 
 
 def is_size_text(text: str, allow_unbounded: bool = True) -> bool:
@@ -35,12 +38,12 @@ def parse_size(value, what: str, bytes_per_token: float, allow_unbounded: bool =
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"{what} {value}: expected a token count >= 0")
-        return value
+        return _representable(value, value, what)
     t = str(value).strip().lower().replace("_", "")
     if allow_unbounded and t in UNBOUNDED:
         return None
     if t.isdigit():
-        return int(t)
+        return _representable(int(t), value, what)
     num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = t[len(num):]
     try:
@@ -52,4 +55,40 @@ def parse_size(value, what: str, bytes_per_token: float, allow_unbounded: bool =
                          + (" or 'unbounded'" if allow_unbounded else ""))
     if not bytes_per_token or bytes_per_token <= 0:
         raise ValueError(f"{what} {value!r} is in bytes: {hint}")
-    return int(v * UNITS[unit] // bytes_per_token)
+    return _representable(int(v * UNITS[unit] // bytes_per_token), value, what)
+
+
+def _representable(tokens: int, value, what: str) -> int:
+    if tokens > MAX_TOKENS:
+        raise ValueError(f"{what} {value!r}: {tokens:.3g} tokens exceeds the limit of {MAX_TOKENS:,} (2**40); "
+                         "expected a smaller size")
+    return tokens
+
+
+def check_pool(tokens: int | None, page_size: int, what: str, at_least_one_page: bool = True) -> None:
+    """A capacity held page by page (None: unbounded): at least one page where required, at
+    most MAX_POOL_PAGES pages. ValueError names `what`."""
+    if tokens is None:
+        return
+    if at_least_one_page and tokens < page_size:
+        raise ValueError(f"{what}: {tokens} tokens is less than one page ({page_size}); expected more")
+    if tokens // page_size > MAX_POOL_PAGES:
+        raise ValueError(f"{what}: {tokens:,} tokens are {tokens // page_size:,} pages of {page_size}, more than "
+                         f"the {MAX_POOL_PAGES:,} (2**30) a pool can index; expected a smaller size")
+
+
+def floor_pages(tokens: int | None, page_size: int) -> int | None:
+    """Whole pages only (what every pool uses): floor(tokens / page) * page; None stays None."""
+    return None if tokens is None else tokens // page_size * page_size
+
+
+def tier_warnings(l1: int | None, l2: int | None, l3: int | None, l3_given: bool) -> list[str]:
+    """Legal but odd tier sizes (SGLang accepts them), each as one line to warn about once."""
+    out = []
+    if l2 == 0:
+        out.append("L2 is 0 tokens: the host tier holds nothing, so nothing is backed up or staged through it")
+    elif l2 is not None and l1 is not None and l2 < l1:
+        out.append(f"L2 ({l2:,} tokens) is smaller than L1 ({l1:,}): only part of L1 can be backed up")
+    if l3_given and l3 is not None and l2 is not None and l3 < l2:
+        out.append(f"L3 ({l3:,} tokens) is smaller than L2 ({l2:,})")
+    return out

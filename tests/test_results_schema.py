@@ -178,14 +178,14 @@ def test_bounded_capacity_rows_and_summary(tmp_path):
                                   "protected_tokens": 0, "evicted_tokens": 15, "evicted_nodes": 3}
 
 
-def test_capacity_zero_rejects_every_request(tmp_path):
-    # no page can ever be allocated: every request is rejected, nothing is cached
-    out = replay(tmp_path, write_trace(tmp_path, CAP_TRACE), "o", "--capacity-tokens", "0")
-    _, rows, _ = read_csv(out)
-    assert [r["rejected"] for r in rows] == ["1"] * 5
-    assert [r["cached_tokens"] for r in rows] == ["0"] * 5
-    s = json.loads((out / "summary.json").read_text())
-    assert (s["requests"], s["rejected"], s["total_cached_tokens"], s["total_prompt_tokens"]) == (5, 5, 0, 27)
+def test_capacity_zero_is_refused_like_run(tmp_path, capsys):
+    # below one page no request can ever be cached: replay refuses it as `radixsim run` does
+    # (it used to accept it and reject every request; tests/test_input_checks.py has the cases)
+    trace = write_trace(tmp_path, CAP_TRACE)
+    assert main(["replay", str(trace), "--out", str(tmp_path / "o"), "--no-progress", "--capacity-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err == "radixsim replay: --capacity-tokens: 0 tokens is less than one page (1); expected more\n"
+    assert not (tmp_path / "o").exists()
 
 
 # -- summary.json ----------------------------------------------------------------------------

@@ -114,7 +114,7 @@ BROKEN = [
     ("chunk-not-page-multiple", valid_with(engine={"chunked_prefill_tokens": 100}),
      ["engine.chunked_prefill_tokens: 100 is not a multiple of cache.page_size (16)", "expected a multiple"]),
     ("l1-too-small-for-longest", valid_with(cache={"l1_tokens": 5000}, workload={"num_rounds": 60}),
-     ["cache.l1_tokens: 5000 tokens cannot hold the longest request (6240 tokens)", "expected more L1"]),
+     ["cache.l1_tokens: 4992 tokens cannot hold the longest request (6240 tokens)", "expected more L1"]),
     ("components-model-lacks", valid_with(cache={"components": ["full", "swa"]}),
      ["cache.components: ['full', 'swa'] names a component Qwen3-32B does not have", "expected a subset"]),
     ("components-empty", valid_with(cache={"components": []}),
@@ -226,7 +226,7 @@ def test_cost_table_file_missing(capsys, tmp_path):
 
 # -- 2. resolution ------------------------------------------------------------------------------
 def test_fig4_dsv4_flash_l3_resolution():
-    """L1 from l1_plan, L2 = 2 x L1, L3 = floor(500 GiB / FULL bytes per token)."""
+    """L1 from l1_plan, L2 = 2 x L1, L3 = floor(500 GiB / FULL bytes per token) in whole pages."""
     sc = scenario.from_file("fig4-dsv4-flash-l3")  # a catalog name, no path
     model, hw = presets.get_model("dsv4-flash"), presets.get_hardware("h200x4")
     plan = presets.l1_plan(model, hw, 4, 0.9, swa_full_tokens_ratio=model.swa_full_tokens_ratio,
@@ -236,7 +236,8 @@ def test_fig4_dsv4_flash_l3_resolution():
     assert c["l1_tokens"] == sc.cache.capacity_tokens == plan.full_tokens > 0
     assert c["l1_tokens"] % 64 == 0
     assert c["l2_tokens"] == 2 * plan.full_tokens
-    assert c["l3_tokens"] == math.floor(Fraction(500 * 2**30) / Fraction(presets.bytes_per_token(model, "full")))
+    assert c["l3_tokens"] == math.floor(Fraction(500 * 2**30) / Fraction(presets.bytes_per_token(model, "full"))) \
+        // 64 * 64  # floored to whole pages: what the L3 index holds
     assert c["swa_tokens"] == plan.swa_tokens and c["components"] == ["full", "swa"]
     assert sc.tp == sc.doc["tp"] == 4 and sc.seed == 20260626
     assert sc.cache.tiers.l3 and sc.doc["name"] == "fig4-dsv4-flash-l3"
@@ -279,10 +280,10 @@ def test_bytes_units_convert_through_full_bytes_per_token():
     model = presets.get_model("qwen3-32b")
     bpt = presets.bytes_per_token(model, "full")
     sc = scenario.from_file("quickstart", ["cache.l2_tokens=2GiB", "cache.l3_tokens=1_000_000"])
-    assert sc.doc["cache"]["l2_tokens"] == math.floor(Fraction(2 * 2**30) / Fraction(bpt))
-    assert sc.doc["cache"]["l3_tokens"] == 1_000_000
+    assert sc.doc["cache"]["l2_tokens"] == math.floor(Fraction(2 * 2**30) / Fraction(bpt)) // 64 * 64
+    assert sc.doc["cache"]["l3_tokens"] == 1_000_000 // 64 * 64  # whole pages of 64 (999,936)
     sc = scenario.from_file("quickstart", ["cache.l1_tokens=100GB"])
-    assert sc.cache.capacity_tokens == math.floor(Fraction(100 * 10**9) / Fraction(bpt))
+    assert sc.cache.capacity_tokens == math.floor(Fraction(100 * 10**9) / Fraction(bpt)) // 64 * 64
 
 
 # -- 3. catalog listing -------------------------------------------------------------------------
