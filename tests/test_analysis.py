@@ -71,7 +71,7 @@ def test_load_run_reads_every_file(dirs, runs):
     a, rep = runs["l2"], runs["replay"]
     assert (a.mode, a.name, a.path) == ("sim", "quickstart", dirs["l2"])
     assert a.summary == json.loads((dirs["l2"] / "summary.json").read_text())
-    assert a.config["cache"]["l1_tokens"] == 10000 and a.config["cache"]["hicache_ratio"] == 2
+    assert a.config["cache"]["l1_tokens"] == 9984 and a.config["cache"]["hicache_ratio"] == 2  # floored to pages
     assert len(a.requests) == 12 and list(a.rounds["round"]) == [1, 2, 3]
     assert a.timeline is not None and "util_L2_to_L1" in a.timeline.columns and a.tree["nodes"]
     assert rep.mode == "replay" and rep.timeline is None and rep.requests["ttft_s"].isna().all()
