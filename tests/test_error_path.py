@@ -28,6 +28,8 @@ def run_inproc(capsys, args):
         rc = main(args)
     except SystemExit as e:
         rc = e.code
+    except KeyboardInterrupt:  # escaping main would stop pytest itself: a plain failure instead
+        rc = "KeyboardInterrupt escaped main"
     out, err = capsys.readouterr()
     return rc, out, err
 

@@ -12,7 +12,6 @@ import yaml
 
 from radixsim.cli import main
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
-from scenarios.units import MAX_POOL_PAGES, MAX_TOKENS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -115,7 +114,7 @@ def quickstart(*sets):
     (["cache.l2_tokens=100000TiB"],
      "Q: cache.l2_tokens: 419,430,400,000 tokens are 6,553,600,000 pages of 64, more than the 1,073,741,824 "
      "(2**30) a pool can index; expected a smaller size"),
-    (["cache.page_size=1", f"cache.l2_tokens={MAX_POOL_PAGES + 1}"],
+    (["cache.page_size=1", "cache.l2_tokens=1073741825"],
      "Q: cache.l2_tokens: 1,073,741,825 tokens are 1,073,741,825 pages of 1, more than the 1,073,741,824 (2**30) "
      "a pool can index; expected a smaller size"),
     (["cache.hicache_ratio=1.0e+12"],
@@ -141,7 +140,9 @@ def test_absurd_size_run_is_one_line_before_simulating(tmp_path):
 
 
 def test_limits_are_far_above_real_sizes():
-    # a 500 GiB L3 of the smallest preset's tokens, and every catalog L1, fit with room to spare
+    # a 500 TiB L3 fits with room to spare
+    from scenarios.units import MAX_POOL_PAGES, MAX_TOKENS
+
     assert MAX_TOKENS == 2**40 and MAX_POOL_PAGES == 2**30
     sc = quickstart("cache.l3_tokens=500TiB")
     assert sc.doc["cache"]["l3_tokens"] < MAX_TOKENS
@@ -151,21 +152,22 @@ def test_limits_are_far_above_real_sizes():
     (["--capacity-tokens", "1000000000000000000"],
      "--capacity-tokens '1000000000000000000': 1e+18 tokens exceeds the limit of 1,099,511,627,776 (2**40); "
      "expected a smaller size"),
-    (["--capacity-tokens", "2000000000"],
-     "--capacity-tokens: 2,000,000,000 tokens are 2,000,000,000 pages of 1, more than the 1,073,741,824 (2**30) "
-     "a pool can index; expected a smaller size"),
+    # 2**40 pages: were this not refused, their index (8 TiB) would fail to allocate at once, not swap
+    (["--capacity-tokens", "1099511627776"],
+     "--capacity-tokens: 1,099,511,627,776 tokens are 1,099,511,627,776 pages of 1, more than the 1,073,741,824 "
+     "(2**30) a pool can index; expected a smaller size"),
     (["--capacity-tokens", "100", "--l2-tokens", "1000000000000000000000000000000"],
      "--l2-tokens '1000000000000000000000000000000': 1e+30 tokens exceeds the limit of 1,099,511,627,776 (2**40); "
      "expected a smaller size"),
     (["--capacity-tokens", "100", "--hicache-ratio", "1e20"],
      "--hicache-ratio: 10,000,000,000,000,000,000,000 tokens are 10,000,000,000,000,000,000,000 pages of 1, more "
      "than the 1,073,741,824 (2**30) a pool can index; expected a smaller size"),
-    (["--capacity-tokens", "100", "--components", "full,swa:8", "--swa-tokens", "2000000000"],
-     "--swa-tokens: 2,000,000,000 tokens are 2,000,000,000 pages of 1, more than the 1,073,741,824 (2**30) "
-     "a pool can index; expected a smaller size"),
-    (["--components", "full,mamba", "--mamba-slots", "2000000000"],
-     "--mamba-slots: 2,000,000,000 tokens are 2,000,000,000 pages of 1, more than the 1,073,741,824 (2**30) "
-     "a pool can index; expected a smaller size"),
+    (["--capacity-tokens", "100", "--components", "full,swa:8", "--swa-tokens", "1099511627776"],
+     "--swa-tokens: 1,099,511,627,776 tokens are 1,099,511,627,776 pages of 1, more than the 1,073,741,824 "
+     "(2**30) a pool can index; expected a smaller size"),
+    (["--components", "full,mamba", "--mamba-slots", "1099511627776"],
+     "--mamba-slots: 1,099,511,627,776 tokens are 1,099,511,627,776 pages of 1, more than the 1,073,741,824 "
+     "(2**30) a pool can index; expected a smaller size"),
 ])
 def test_replay_absurd_sizes_name_the_option(tmp_path, capsys, extra, err):
     rc, out, e = replay(tmp_path, capsys, '{"tokens": [1, 2, 3]}\n', *extra)
