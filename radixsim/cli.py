@@ -565,9 +565,8 @@ def failure_line(e: BaseException) -> str | None:
     if isinstance(e, MemoryError):
         return f"out of memory: {_first_line(e) or 'an allocation failed'}"
     if isinstance(e, OSError):
-        what = e.filename if e.filename is not None else None
         reason = e.strerror or _first_line(e) or type(e).__name__
-        return f"{what}: {reason}" if what is not None else reason
+        return f"{e.filename}: {reason}" if e.filename is not None else reason
     if isinstance(e, (PointError, DeviceError)):
         return _first_line(e)
     torch = sys.modules.get("torch")  # only a run that imported torch can meet its device errors
