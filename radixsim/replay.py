@@ -136,7 +136,7 @@ def check_sizes(opts: ReplayOptions, capacities) -> list[str]:
         if config.swa is not None:
             check_pool(config.swa_tokens, P, "--swa-tokens", at_least_one_page=False)
         if config.mamba is not None:
-            check_pool(config.mamba.slots, 1, "--mamba-slots", at_least_one_page=False)
+            check_pool(config.mamba.slots, None, "--mamba-slots", at_least_one_page=False)
         t = config.tiers
         if t is not None:
             l2 = floor_pages(t.l2_size(config.usable_tokens), P)

@@ -194,7 +194,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
             slots = (plan.mamba_slots if plan is not None else
                      int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
         c["mamba_slots"] = max(1, slots)
-        pool("mamba_slots", c["mamba_slots"], page=1)
+        pool("mamba_slots", c["mamba_slots"], page=None, at_least_one_page=False)
         every = c["mamba_every_tokens"]
         if every is not None and every % P:
             raise ScenarioError(f"{where}: cache.mamba_every_tokens: {every} is not a multiple of cache.page_size "

@@ -65,16 +65,19 @@ def _representable(tokens: int, value, what: str) -> int:
     return tokens
 
 
-def check_pool(tokens: int | None, page_size: int, what: str, at_least_one_page: bool = True) -> None:
-    """A capacity held page by page (None: unbounded): at least one page where required, at
-    most MAX_POOL_PAGES pages. ValueError names `what`."""
+def check_pool(tokens: int | None, page_size: int | None, what: str, at_least_one_page: bool = True) -> None:
+    """A capacity held page by page (None: unbounded), or a slot count (page_size None): at
+    least one page where required, at most MAX_POOL_PAGES pages or slots. ValueError names `what`."""
     if tokens is None:
         return
-    if at_least_one_page and tokens < page_size:
+    if at_least_one_page and tokens < (page_size or 1):
         raise ValueError(f"{what}: {tokens} tokens is less than one page ({page_size}); expected more")
-    if tokens // page_size > MAX_POOL_PAGES:
-        raise ValueError(f"{what}: {tokens:,} tokens are {tokens // page_size:,} pages of {page_size}, more than "
-                         f"the {MAX_POOL_PAGES:,} (2**30) a pool can index; expected a smaller size")
+    count = tokens if page_size is None else tokens // page_size
+    if count > MAX_POOL_PAGES:
+        held = f"{tokens:,} slots are" if page_size is None else \
+            f"{tokens:,} tokens are {count:,} pages of {page_size},"
+        raise ValueError(f"{what}: {held} more than the {MAX_POOL_PAGES:,} (2**30) a pool can index; "
+                         "expected a smaller size")
 
 
 def floor_pages(tokens: int | None, page_size: int) -> int | None:

@@ -127,6 +127,13 @@ def test_absurd_sizes_name_the_key(sets, err):
     assert str(e.value) == err
 
 
+def test_absurd_mamba_slots_name_the_key():
+    with pytest.raises(ScenarioError) as e:
+        resolve(apply_sets(load("tree-core-200-qwen3-next-80b"), ["cache.mamba_slots=1099511627776"]), "Q")
+    assert str(e.value) == ("Q: cache.mamba_slots: 1,099,511,627,776 slots are more than the 1,073,741,824 (2**30) "
+                            "a pool can index; expected a smaller size")
+
+
 def test_absurd_size_run_is_one_line_before_simulating(tmp_path):
     # used to simulate the whole scenario, then fail in the invariant check with a numpy traceback
     r = subprocess.run([sys.executable, "-m", "radixsim", "run", "quickstart", "--set", "cache.l1_tokens=10**18",
@@ -166,8 +173,8 @@ def test_limits_are_far_above_real_sizes():
      "--swa-tokens: 1,099,511,627,776 tokens are 1,099,511,627,776 pages of 1, more than the 1,073,741,824 "
      "(2**30) a pool can index; expected a smaller size"),
     (["--components", "full,mamba", "--mamba-slots", "1099511627776"],
-     "--mamba-slots: 1,099,511,627,776 tokens are 1,099,511,627,776 pages of 1, more than the 1,073,741,824 "
-     "(2**30) a pool can index; expected a smaller size"),
+     "--mamba-slots: 1,099,511,627,776 slots are more than the 1,073,741,824 (2**30) a pool can index; "
+     "expected a smaller size"),
 ])
 def test_replay_absurd_sizes_name_the_option(tmp_path, capsys, extra, err):
     rc, out, e = replay(tmp_path, capsys, '{"tokens": [1, 2, 3]}\n', *extra)
