@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from .outputs import write
 from .replay import ReplayOptions, run_replay
+from .workers import process_map
 
 COLUMNS = ["policy", "capacity_tokens", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage",
            "cold_miss_rate", "evicted_miss_rate", "total_cached_tokens", "rejected", "dir"]
@@ -34,8 +34,7 @@ def run_comparison(opts: ReplayOptions, policies, capacities, out_dir, jobs: int
     work = [(dataclasses.replace(opts, policy=p, capacity_tokens=c, progress=False), out / _name(p, c), command)
             for p, c in combos]
     if jobs > 1:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work))) as ex:
-            summaries = list(ex.map(_one, work))
+        summaries = list(process_map(_one, work, jobs))
     else:
         summaries = []
         for i, w in enumerate(work):

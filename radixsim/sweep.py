@@ -18,14 +18,11 @@ resumed by running the same command. Every point is validated before any runs (o
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import itertools
 import json
 import math
-import multiprocessing
 import os
-import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ import yaml
 from scenarios.scenario import ScenarioError, apply_sets, resolve
 
 from .outputs import owned_dir, scenario_key, write
+from .workers import process_map
 
 FIGURES = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "hit_rate_last10",
            "effective_input_tps", "duration_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
@@ -161,30 +159,8 @@ class LocalExecutor:
             for key, raw, where, out in tasks:
                 on_done(key, run_point(raw, where, out))
             return
-        # workers ignore Ctrl-C; the parent stops them: on an interrupt or a failed point the
-        # pool is terminated (leaving the context), so pending points never start
-        with _sigint_held():  # a Ctrl-C while the pool starts arrives once it can be terminated
-            pool = multiprocessing.Pool(min(self.jobs, len(tasks)), initializer=_ignore_sigint)
-        with pool:
-            for key, summary in pool.imap_unordered(_run_task, tasks):
-                on_done(key, summary)
-
-
-@contextlib.contextmanager
-def _sigint_held():
-    """Hold SIGINT back (delivered at the end) where the platform can."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for key, summary in process_map(_run_task, tasks, self.jobs, ordered=False):
+            on_done(key, summary)
 
 
 def _run_task(task) -> tuple:

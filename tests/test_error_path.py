@@ -157,12 +157,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+CTRL_C_COMMANDS = {
+    "sweep": ["sweep", "quickstart", "--grid", "workload.num_rounds=10,9,8,7", "--jobs", "2", "--no-progress"],
+    "plan": ["plan", "quickstart", "--vary", "cache.l2_tokens", "--range", "0:2000000", "--target",
+             "hit_rate >= 0.5", "--jobs", "2"],
+    "replay-comparison": ["replay", "--workload", "multiturn", "--policy", "lru,fifo", "--capacity-tokens",
+                          "4096,8192", "--jobs", "2", "--no-progress"],
+}
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
-def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "radixsim", "sweep", "quickstart", "--grid",
-                          "workload.num_rounds=10,9,8,7", "--jobs", "2", "--out", str(tmp_path / "o"),
-                          "--no-progress"], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+@pytest.mark.parametrize("name", list(CTRL_C_COMMANDS))
+def test_ctrl_c_stops_the_command_and_its_workers(tmp_path, name):
+    args = CTRL_C_COMMANDS[name]
+    p = subprocess.Popen([sys.executable, "-m", "radixsim", *args, "--out", str(tmp_path / "o")], cwd=ROOT, env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         workers: set[int] = set()
         while len(workers) < 2 and p.poll() is None:  # wait (no time limit but the test's) for both workers
@@ -174,10 +183,11 @@ def test_ctrl_c_stops_a_sweep_and_its_workers(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-    assert (p.returncode, out, err) == (130, "", "radixsim sweep: interrupted\n")
+    assert (p.returncode, out, err) == (130, "", f"radixsim {args[0]}: interrupted\n")
     assert [w for w in workers if _alive(w)] == []
-    assert not (tmp_path / "o" / "sweep.csv").exists()
-    assert not list((tmp_path / "o" / "points").glob("*/.done"))
+    for done in ("sweep.csv", "plan.json", "comparison.csv"):  # nothing presented as complete
+        assert not (tmp_path / "o" / done).exists()
+    assert not list((tmp_path / "o").glob("points/*/.done"))
 
 
 # -- a closed output pipe ------------------------------------------------------------------------------
