@@ -5,7 +5,7 @@ from __future__ import annotations
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 UNBOUNDED = ("unbounded", "inf", "none")
-MAX_TOKENS = 2**40  # ~1.1e12 tokens: 100x beyond a petabyte L3 of any preset; keeps sizes exact in int64
+MAX_TOKENS = 2**40  # ~1.1e12 tokens: a petabyte L3 holds at most 2.6e11 (dsv4-flash, 3,850 B a token)
 MAX_POOL_PAGES = 2**30  # pages of a pool held page by page (L1, L2, SWA; MAMBA slots): the invariant
 # check keeps an int64 index per page, so 2**30 pages already need ~24 GiB of bookkeeping
 
