@@ -58,6 +58,15 @@ def test_run_failure_is_one_line(tmp_path, capsys, monkeypatch, exc, line):
     assert (rc, out, err) == (130 if isinstance(exc, KeyboardInterrupt) else 2, "", line)
 
 
+def test_interrupted_run_leaves_nothing_presented_as_complete(tmp_path, capsys, monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(radixsim.run, "simulate", interrupted)  # Ctrl-C in the middle of the simulation
+    rc, out, err = run_inproc(capsys, ["run", "quickstart", "--out", str(tmp_path / "o"), *SMALL])
+    assert (rc, out, err) == (130, "", "radixsim run: interrupted\n")
+    assert list(tmp_path.iterdir()) == []  # no result directory, not even a temporary one
+
+
 def test_oserror_outside_a_command_handler_is_one_line(tmp_path, capsys, monkeypatch):
     # `sweep` had no OSError handler: a disk error while writing became a traceback
     import radixsim.sweep
