@@ -560,8 +560,12 @@ def main(argv=None) -> int:
 def failure_line(e: BaseException) -> str | None:
     """One line naming what failed, for the failures every command may meet (None: a bug,
     whose traceback is kept)."""
+    from cache_core.engine_types import EngineStalled
+
     from .sweep import PointError
 
+    if isinstance(e, EngineStalled):  # a run that cannot finish: which requests are stuck, where
+        return f"the engine stalled: {_first_line(e)}"
     if isinstance(e, MemoryError):
         return f"out of memory: {_first_line(e) or 'an allocation failed'}"
     if isinstance(e, OSError):

@@ -84,6 +84,16 @@ def test_a_bug_keeps_its_traceback(tmp_path, capsys, monkeypatch):
         main(["run", "quickstart", "--out", str(tmp_path / "o"), *SMALL])
 
 
+def test_a_stalled_engine_is_one_line_naming_the_stuck_requests(tmp_path, capsys, monkeypatch):
+    from cache_core.engine_types import EngineStalled
+
+    fail_with(monkeypatch, EngineStalled("the run stopped with 3 of 5 requests finished; waiting 2 (rids 3, 4)\nmore"))
+    rc, out, err = run_inproc(capsys, ["run", "quickstart", "--out", str(tmp_path / "o"), *SMALL])
+    assert (rc, out, err) == (2, "", "radixsim run: the engine stalled: the run stopped with 3 of 5 requests "
+                                     "finished; waiting 2 (rids 3, 4)\n")
+    assert not (tmp_path / "o").exists()
+
+
 def test_torch_device_error_during_a_run_is_one_line(tmp_path, capsys, monkeypatch):
     torch = pytest.importorskip("torch")
     fail_with(monkeypatch, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\nmore text"))
