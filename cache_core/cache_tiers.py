@@ -248,16 +248,22 @@ class TierOps:
 
 
     def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
-        """Give host-only nodes at the bottom of the path (at or after pages_from) the L1
-        pages the request computed for them, so L1 stays prefix-closed. Returns how many
-        leading pages are still duplicates to free."""
+        """Give nodes at the bottom of the path (at or after pages_from) that are not on L1 the
+        pages the request computed for them, so L1 stays prefix-closed: host-only nodes and,
+        FULL-only, nodes still in flight (a prefetch L3 -> L2 or a load L2 -> L1 not yet
+        acknowledged: the request's pages are their only L1 copy, a load's pages are freed
+        at its ack; an engine keeps such an insert locked and computes on over it). With
+        SWA/MAMBA, whose payloads in flight are placed by their own acks, a node in flight
+        is not healed. Returns how many leading pages are still duplicates to free."""
         chain = []
         n = node
-        while n.parent is not None and n.value is None and not n.pending and n.parent.end >= pages_from:
+        heal_in_flight = not self.voters
+        while (n.parent is not None and n.value is None and (heal_in_flight or not n.pending)
+               and n.parent.end >= pages_from):
             chain.append(n)
             n = n.parent
         if n.parent is not None and n.value is None:
-            return lo  # above them a node is still loading: heal nothing, L1 stays prefix-closed
+            return lo  # a node above pages_from is not on L1: heal nothing, L1 stays prefix-closed
         P = self.page_size
         for h in chain:
             a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P

@@ -823,6 +823,50 @@ def test_prefetch_below_a_node_without_l2_copy():
     request(c, [1, 2, 3, 4, 5])  # storage hit [3,4] below [1,2]
 
 
+@pytest.mark.parametrize("ok", [False, True])
+def test_pages_computed_over_an_in_flight_prefetch_become_the_l1_copy(ok):
+    """Request 1's prefetch of B (L3 -> L2) is in flight; request 2 computed B itself (its match
+    stops above the node in flight) and inserts A+B keeping the result locked, as the engine
+    does after a prefill chunk. Its pages must become B's L1 copy: the locked node then has
+    L1 slots before and after the prefetch's ack (failed or not), and its slots are request
+    2's pages (the torch executor reads them through `slots_of`)."""
+    from cache_core.records import MatchResult
+
+    c = make(l1=32, l2_tokens=32, l3=True, min_prefetch_tokens=0, auto_ack=False)
+    request(c, AB)
+    ack_all(c)
+    c.evict(16)
+    c.hier.evict_l2(16)  # A and B only in L3
+    request(c, A, limit=0)  # A recomputed: on L1
+    ack_all(c)
+    a_pages = node_at(c, A).value.tolist()
+    seq = TokenSeq(AB)
+    m1 = c.match(seq)
+    assert (m1.device, m1.storage_tokens) == (8, 8)
+    c.lock(m1)
+    assert c.prefetch(m1, seq) == 8  # request 1 waits for B
+    c.unlock(m1)
+    (tid,) = c.hier.pending
+    m2 = c.match(seq)
+    assert m2.cached_tokens == 8  # nothing in flight is reused
+    c.lock(m2)
+    pages = c.alloc(2)
+    res = c.insert(seq, 16, pages, 8, after=m2)
+    held = MatchResult(res.handle._node.end, res.handle)
+    c.lock(held)
+    c.unlock(m2)
+    assert c.slots_of(seq, 16)["full"].tolist() == a_pages + pages.tolist()
+    assert held.cached_tokens == 16 and res.freed_pages == 0
+    c.ack(tid, ok=ok)
+    assert c.slots_of(seq, 16)["full"].tolist() == a_pages + pages.tolist()
+    check(c)
+    c.unlock(held)
+    check(c)
+    m = c.match(seq)
+    assert (m.device, m.host_tokens) == (16, 0)
+    assert (node_at(c, AB).host is not None) == ok
+
+
 def test_invariants_dump_with_host_only_node():
     c, a = _demoted_A(auto_ack=True)
     assert "#" in invariants.dump(c)
