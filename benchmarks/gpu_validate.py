@@ -6,8 +6,8 @@ H200). Writes every figure to OUT (default: $OUT, else runs/gpu_validate):
     memory, against one plain copy of the same bytes;
 (b) prefill time against the cached fraction of an 8K-token prompt for a realistic layer shape
     (hidden 4096, 32 heads x 128, bf16), and the speed-up at 90% cached;
-(c) a small multi-turn scenario on the torch backend and on the simulator priced by a cost
-    table fitted on this machine (what `radixsim calibrate` writes);
+(c) a small multi-turn scenario on the torch backend (`torch.clock: measured`) and on the
+    simulator priced by a cost table fitted on this machine (what `radixsim calibrate` writes);
 (d) the simulated vs measured TTFT per round and overall (median absolute error).
 
 Without a GPU it says so, runs the same steps at CPU sizes, and exits 0.
@@ -118,7 +118,7 @@ def part_cd(out: dict, out_dir: Path) -> None:
     torch_opts = ({"layers": 4, "hidden": 1024, "num_heads": 8, "head_dim": 128, "vocab": 32000, "dtype": "bfloat16"}
                   if GPU else {"layers": 2, "hidden": 64, "num_heads": 4, "head_dim": 16, "vocab": 1000})
     raw = json.loads(json.dumps(SCENARIO))
-    raw["torch"] = {**torch_opts, "device": DEVICE}
+    raw["torch"] = {**torch_opts, "device": DEVICE, "clock": "measured"}  # the hardware's step and copy times
     sc = resolve(raw, "gpu_validate")
     opts = TorchOptions(**sc.doc["torch"])
     spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,

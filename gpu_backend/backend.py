@@ -34,6 +34,18 @@ class TorchOptions:
     mooncake_master: str = "127.0.0.1:50051"
     mooncake_metadata: str = "http://127.0.0.1:8080/metadata"
     seed: int = 0
+    # the engine's clock: "modelled" (logical, advanced by `pace` data plane and executor: the
+    # simulator's links and cost model, so decisions equal the simulator's on any machine load),
+    # "measured" (logical, advanced by each step's and transfer's measured duration) or
+    # "realtime" (the same on SimPy's real-time environment: idle gaps are slept; demos)
+    clock: str = "modelled"
+
+    def __post_init__(self):
+        if self.clock not in CLOCKS:
+            raise ValueError(f"torch.clock {self.clock!r}: expected {', '.join(CLOCKS)}")
+
+
+CLOCKS = ("modelled", "measured", "realtime")
 
 
 def make_store(opts: TorchOptions):
@@ -54,11 +66,12 @@ def _pages(pool) -> int:
 
 
 def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, record_logits: bool = False,
-                  store=None, chunk_tokens: int = 8192):
+                  store=None, chunk_tokens: int = 8192, pace=(None, None)):
     """(model, pools, data plane, executor) for `cache` (built with record_actions and, with
     tiers, auto_ack=False). Pools mirror the cache's pools per tier; MAMBA gets one scratch
     state slot and SWA a ring of scratch pages per running request beyond the core's
-    (`chunk_tokens`: the longest prefill of one forward)."""
+    (`chunk_tokens`: the longest prefill of one forward). `pace`: (data plane, executor)
+    that time transfers and steps on the engine's clock (None: their measured durations)."""
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
@@ -88,10 +101,10 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
         store = make_store(opts)
-    plane = TorchDataPlane(env, pools, store)
+    plane = TorchDataPlane(env, pools, store, pace=pace[0])
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
-                       swa_scratch_pages=swa_scratch, record_logits=record_logits)
+                       swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1])
     return model, pools, plane, ex
 
 
-__all__ = ["TorchOptions", "build_plugins", "make_store", "DTYPES"]
+__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_store", "DTYPES"]

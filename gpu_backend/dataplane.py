@@ -10,9 +10,12 @@
   request recomputes those tokens), never wrong data;
 - `CopyState` (MAMBA copy-on-reuse): a state-slot copy on its tier.
 
-Completion is reported on the clock the engine runs on: a transfer done in `dt` wall seconds is
-acknowledged `dt` after it started (`env.timeout(dt)`; with SimPy's real-time environment
-that is the wall clock). On a GPU the copy is waited for before it is acknowledged.
+Every transfer is carried out at once (on a GPU the copy is waited for) and its duration
+measured (`copy_s`); when it is reported done on the engine's clock is the `pace`'s choice:
+without one, its measured duration after it started (`torch.clock: measured` or `realtime`);
+with one (a data plane such as the simulator's modelled links, `torch.clock: modelled`), when
+that data plane reports the same transfer done, so the engine's decisions do not depend on how
+long the copy took on this machine.
 """
 from __future__ import annotations
 
@@ -36,22 +39,28 @@ def _idx(x) -> list:
 class TorchDataPlane:
     """Executes Transfer and CopyState actions on `pools` and `store` (module docstring)."""
 
-    def __init__(self, env, pools, store=None):
+    def __init__(self, env, pools, store=None, pace=None):
         self.env = env
         self.pools = pools
         self.store = store
+        self.pace = pace  # None: done after the measured duration; else a data plane that times it
         self.bytes_moved: dict = {}
         self.failed = 0
         self.copies = 0
+        self.copy_s = 0.0  # measured seconds of every transfer
 
     def submit(self, t, on_done) -> None:
         t0 = time.perf_counter()
         ok = self._execute(t)
         dt = time.perf_counter() - t0
+        self.copy_s += dt
         key = f"{t.src_tier}->{t.dst_tier}"
         self.bytes_moved[key] = self.bytes_moved.get(key, 0) + (t.bytes if ok else 0)
         if not ok:
             self.failed += 1
+        if self.pace is not None:
+            self.pace.submit(t, lambda tid, _ok, ok=ok: on_done(tid, ok))
+            return
         ev = self.env.timeout(dt)
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
 

@@ -18,7 +18,9 @@ For every prefill entry (request, new tokens, context) and every decode request,
 
 Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV in the cache is
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
-The step's wall time is measured (CUDA-synchronised) and the clock advances by it.
+The step's wall time is measured (CUDA-synchronised, `busy_s`); the engine's clock advances by
+it, or, with a `pace` (an executor such as the simulator's cost model, `torch.clock:
+modelled`), by the time that executor gives the same step.
 """
 from __future__ import annotations
 
@@ -30,8 +32,9 @@ import torch
 
 class TorchExecutor:
     def __init__(self, env, model, pools, cache, *, scratch_base: int = 0, swa_scratch_base: int = 0,
-                 swa_scratch_pages: int = 0, record_logits: bool = False):
+                 swa_scratch_pages: int = 0, record_logits: bool = False, pace=None):
         self.env = env
+        self.pace = pace  # None: a step lasts its measured time; else an executor that times it
         self.model = model
         self.pools = pools
         self.cache = cache
@@ -142,7 +145,10 @@ class TorchExecutor:
         dt = time.perf_counter() - t0
         self.busy_s += dt
         self.steps += 1
-        yield self.env.timeout(dt)
+        if self.pace is not None:
+            yield from self.pace.execute(step)
+        else:
+            yield self.env.timeout(dt)
 
 
 __all__ = ["TorchExecutor"]

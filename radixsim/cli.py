@@ -176,8 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
     u.add_argument("--backend", choices=["sim", "torch"], default="sim",
                    help="sim: the SimPy clock with modelled links and cost (default); torch: the same engine "
-                        "on the wall clock with real pools, copies, L3 page store and the synthetic model "
-                        "(sizes: the scenario's torch.* keys)")
+                        "with real pools, copies, L3 page store and the synthetic model (sizes: the "
+                        "scenario's torch.* keys; torch.clock: modelled (default, the simulator's "
+                        "timing), measured or realtime)")
     u.add_argument("--device", default=None, help="torch backend: cpu or cuda (default: torch.device)")
     u.add_argument("--smoke", action="store_true",
                    help="run the scenario at a tiny size (about a second; what CI does with every catalog scenario)")

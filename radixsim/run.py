@@ -35,9 +35,11 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds).
 
     backend "sim": the SimPy clock, modelled links, the cost model. backend "torch": the same
-    engine and clients on SimPy's real-time environment (the wall clock: idle gaps are slept,
-    each step and transfer advances the clock by its measured duration), real pools, copies and
-    page store, and the synthetic model as the step executor (gpu_backend/)."""
+    engine and clients with real pools, copies and page store, and the synthetic model as the
+    step executor (gpu_backend/), on the clock `torch.clock` names: "modelled" (default: each
+    step and transfer lasts what the simulator gives it, so the decisions are the simulator's
+    on any machine load), "measured" (each lasts its measured duration) or "realtime" (the
+    same on SimPy's real-time environment: idle gaps are slept)."""
     import simpy
 
     from sim.simulator import build
@@ -75,19 +77,26 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     from cache_core.engine import Engine
     from gpu_backend.backend import TorchOptions, build_plugins
     from sim.links import LinkSet
-    from sim.simulator import SimClock
+    from sim.simulator import CostExecutor, SimClock, SimDataPlane
 
     opts = TorchOptions(**sc.doc.get("torch", {}))
     if device:
         opts = dataclasses.replace(opts, device=device)
-    env = simpy.rt.RealtimeEnvironment(factor=1.0, strict=False)
+    env = simpy.rt.RealtimeEnvironment(factor=1.0, strict=False) if opts.clock == "realtime" else simpy.Environment()
+    links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # (measured: idle, the schema's columns)
+    label = f"torch {opts.device} {opts.dtype}, {opts.clock} clock"
+    pace = (None, None)
+    if opts.clock == "modelled":  # the simulator's links and cost model time every transfer and step
+        cost = make_cost(sc)
+        pace = (SimDataPlane(links), CostExecutor(env, cost))
+        label += f" ({cost!r})"
     _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
-                                    record_logits=record_logits, store=store,
+                                    record_logits=record_logits, store=store, pace=pace,
                                     chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
     eng = Engine(cache, sc.engine, SimClock(env), plane, ex)
     eng.listeners.append(ex.release)
-    eng.links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # (idle: the result schema's columns)
-    return env, eng, f"torch {opts.device} {opts.dtype}"
+    eng.links = links
+    return env, eng, label
 
 
 def _source(env, eng, wl):

@@ -84,6 +84,8 @@ SCHEMA = {
         "mooncake_master": ("127.0.0.1:50051", "str", "HOST:PORT of mooncake_master"),
         "mooncake_metadata": ("http://127.0.0.1:8080/metadata", "str", "the HTTP metadata server's URL"),
         "seed": (0, "int0", "an integer >= 0"),
+        "clock": ("modelled", ("choice", ("modelled", "measured", "realtime")),
+                  "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
         "kind": ("roofline", ("choice", ("roofline", "table")), "roofline or table"),

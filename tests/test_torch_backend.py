@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from radixsim.run import simulate  # noqa: E402
+from radixsim.run import request_rows, simulate  # noqa: E402
 from scenarios.scenario import apply_sets, resolve  # noqa: E402
 
 MODELS = {"full": "qwen3-32b", "full+swa": "gpt-oss-20b", "full+mamba": "qwen3-next-80b",
@@ -104,12 +104,40 @@ def test_corrupt_l3_pages_are_recomputed_not_used(tmp_path):
                                    dict(l1=1024, l2=1536, l3="unbounded", clients=4, rounds=5,
                                         sets=["cache.min_prefetch_tokens=16"])])
 def test_sim_and_torch_make_the_same_cache_decisions(tiers):
-    """One request in flight at a time, round barrier: hit counts per request (and by tier)
-    are identical between the simulator and the torch backend."""
+    """On the modelled clock (the default) every step and transfer of the torch backend lasts
+    what the simulator gives it, so the decisions are the simulator's by construction, on any
+    machine load: every request row (hits by tier, times) is identical, while the torch
+    backend really computed every step and moved every page."""
     sc = scenario("qwen3-32b", **tiers)
     sim, *_ = simulate(sc)
     real, *_ = simulate(sc, backend="torch")
     assert rows(sim) == rows(real)
+    assert request_rows(sim) == request_rows(real)
+    assert real.executor.steps == sim.executor.steps and real.executor.busy_s > 0
+    hier = real.cache.hier
+    assert real.dataplane.bytes_moved == ({} if hier is None else {k: v for k, v in hier.bytes_moved.items() if v})
+
+
+@pytest.mark.parametrize("clock", ["measured", "realtime"])
+def test_measured_clocks_advance_by_the_measured_step_times(clock):
+    """One request, no tiers: on the measured and the real-time clock the run ends exactly when
+    the sum of the steps' measured durations says (the real-time one on SimPy's real-time
+    environment)."""
+    import simpy.rt
+
+    sc = scenario("qwen3-32b", clients=1, rounds=1, length=96, sets=[f"torch.clock={clock}"])
+    eng, env, cost, _ = simulate(sc, backend="torch")
+    (r,) = eng.finished
+    assert isinstance(env, simpy.rt.RealtimeEnvironment) == (clock == "realtime")
+    assert eng.executor.steps == 6 and r.finish_s == eng.executor.busy_s > 0  # 2 chunks + 4 decode steps
+    assert cost == f"torch cpu float32, {clock} clock"
+
+
+def test_an_unknown_torch_clock_is_one_line_naming_the_key():
+    from scenarios.schema import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"torch\.clock.*modelled"):
+        scenario("qwen3-32b", sets=["torch.clock=wall"])
 
 
 def test_calibrate_writes_a_table_the_simulator_prices_steps_with(tmp_path):
