@@ -83,7 +83,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     if device:
         opts = dataclasses.replace(opts, device=device)
     env = simpy.rt.RealtimeEnvironment(factor=1.0, strict=False) if opts.clock == "realtime" else simpy.Environment()
-    links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # (measured: idle, the schema's columns)
+    links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # modelled: they time transfers; else idle
     label = f"torch {opts.device} {opts.dtype}, {opts.clock} clock"
     pace = (None, None)
     if opts.clock == "modelled":  # the simulator's links and cost model time every transfer and step
