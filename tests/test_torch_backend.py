@@ -89,11 +89,20 @@ class _CorruptingStore:
 
 
 def test_corrupt_l3_pages_are_recomputed_not_used(tmp_path):
+    """Every FULL page read from L3 is corrupt: each prefetch fails, nothing comes from L3 and the
+    logits stay exact. Steps of 0.1 ms (a cost table) are shorter than an L3 fetch on the
+    modelled links, so a request that stopped waiting for its prefetch computes over the node
+    still in flight (issue 14 item 4: slots_of met that node without L1 pages)."""
+    import json
+
     from gpu_backend.store import LocalDirStore
 
     store = _CorruptingStore(LocalDirStore(tmp_path / "l3"))
+    table = tmp_path / "steps.json"
+    grid = [[16, 0], [1024, 0], [16, 1024], [1024, 1024]]
+    table.write_text(json.dumps({"prefill": [r + [1e-4] for r in grid], "decode": [r + [1e-4] for r in grid]}))
     sc = scenario("qwen3-32b", l1=1024, l2=1536, l3="unbounded", clients=4, rounds=5,
-                  sets=["cache.min_prefetch_tokens=16"])
+                  sets=["cache.min_prefetch_tokens=16", "cost.kind=table", f"cost.table={table}"])
     eng, *_ = simulate(sc, backend="torch", record_logits=True, store=store)
     assert store.corrupted > 0 and eng.dataplane.failed > 0
     assert sum(r.cached_storage for r in eng.finished) == 0  # nothing came from the damaged store
