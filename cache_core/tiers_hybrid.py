@@ -7,7 +7,9 @@ FULL decides where a node lives (tiers.py); the other components' payloads move 
   stays reusable from L2, the rest becomes a tombstone;
 - component pressure on L1 (SWA/MAMBA eviction) frees only L1 copies (never nodes);
 - L3 holds SWA pages under ("swa", page key) and checkpoints under ("mamba", key of the
-  page they end), next to FULL pages under their key;
+  page they end), next to FULL pages under their key; a component L2 pool that is short
+  first drops its copies that L3 also holds (`L3HeldCopies`, in policy order: they stay
+  reusable through L3), and only then evicts host-only nodes;
 - votes see the union of tiers; `load` brings back exactly what the reused boundary needs:
   FULL pages of the path, SWA pages of the window before it, the checkpoint at it; each
   payload becomes valid on its destination only when its transfer is acknowledged. The
@@ -21,6 +23,7 @@ from .actions import L1, L2, L3
 from .allocator import INDEX_DTYPE, PagePool
 from .components.mamba import MAMBA
 from .components.swa import SWA, SwaPayload
+from .eviction import EvictionQueue
 
 
 def _settled(cache, node) -> None:
@@ -33,22 +36,92 @@ def _settled(cache, node) -> None:
 
 
 def attach_pools(hier, l1_tokens, l2_tokens) -> None:
-    """Give SWA and MAMBA an L2 pool each, scaled like FULL's L2 to L1."""
+    """Give SWA and MAMBA an L2 pool each, scaled like FULL's L2 to L1 (and, with L3, the
+    queue of their L2 copies that L3 also holds)."""
     cache = hier.cache
     ratio = None if l2_tokens is None or not l1_tokens else l2_tokens / l1_tokens
-    if cache.swa is not None:
-        cap = cache.swa.pool.capacity_pages
-        cache.swa.host_pool = PagePool(None if cap is None or ratio is None else int(cap * ratio))
-    if cache.mamba is not None:
-        cap = cache.mamba.pool.capacity_pages
-        cache.mamba.host_pool = PagePool(None if cap is None or ratio is None else int(cap * ratio))
+    for comp in (cache.swa, cache.mamba):
+        if comp is None:
+            continue
+        cap = comp.pool.capacity_pages
+        comp.host_pool = PagePool(None if cap is None or ratio is None else int(cap * ratio))
+        if hier.storage is not None:
+            comp.l3_copies = L3HeldCopies(hier, comp)
 
 
-def _alloc_host(hier, pool, n: int):
-    """n slots of a component's L2 pool, evicting host-only leaves (any component) if short."""
+class L3HeldCopies:
+    """A component's L2 copies in policy order, for dropping those that L3 also holds (SWA
+    pages stored under ("swa", key), a checkpoint under ("mamba", key of its last page)) when
+    its L2 pool is short: they stay reusable through L3 (`l3_boundary` fetches them back),
+    so they go before any host-only node is evicted for the pool. Queue candidates: nodes
+    with an L2 copy, nothing in flight, no window/checkpoint lock; whether L3 holds a copy is
+    read when it is popped (a candidate L3 does not cover is offered again)."""
+
+    def __init__(self, hier, comp):
+        self.hier, self.comp = hier, comp
+        self.queue = EvictionQueue(hier.cache.policy, self.is_candidate, comp.name)
+        self.dropped = 0  # SWA pages / checkpoints dropped from L2
+
+    def is_candidate(self, node) -> bool:
+        pl = node.comp[self.comp.kind] if node.alive and not node.pending else None
+        if pl is None or pl.locks or pl.host is None:
+            return False
+        return bool(pl.host >= 0) if self.comp.kind == MAMBA else bool((pl.host >= 0).any())
+
+    def offer(self, node) -> None:
+        if self.is_candidate(node):
+            self.queue.push(node)
+
+    def _held(self, node, pl) -> np.ndarray:
+        """Positions (SWA: page indices within the node; MAMBA: [0]) of L2 copies L3 holds."""
+        storage, pk = self.hier.storage, node.pkeys
+        if pk is None or not len(pk):
+            return np.empty(0, dtype=np.int64)
+        if self.comp.kind == MAMBA:
+            return np.zeros(1 if ("mamba", int(pk[-1])) in storage else 0, dtype=np.int64)
+        idx = np.flatnonzero(pl.host >= 0)
+        return idx[[("swa", int(k)) in storage for k in pk[idx].tolist()]] if len(idx) else idx
+
+    def drop(self, units: int) -> int:
+        """Drop at least `units` L2 copies that L3 holds, in policy order; returns units freed."""
+        freed = 0
+        kept = []
+        while freed < units:
+            node = self.queue.pop()
+            if node is None:
+                break
+            pl = node.comp[self.comp.kind]
+            held = self._held(node, pl)
+            if not len(held):
+                kept.append(node)
+                continue
+            if self.comp.kind == MAMBA:
+                self.comp.host_pool.free_one(pl.host)
+                pl.host = -1
+            else:
+                self.comp.host_pool.free(pl.host[held])
+                h = pl.host.copy()
+                h[held] = -1
+                pl.host = h
+                self.offer(node)  # copies L3 does not hold may remain
+            freed += len(held)
+        for node in kept:
+            self.queue.push(node)
+        self.queue.maybe_compact(self.hier.cache.tree.num_nodes)
+        self.dropped += freed
+        return freed
+
+
+def _alloc_host(hier, comp, n: int):
+    """n slots of a component's L2 pool: if short, drop its copies that L3 holds first, then
+    evict host-only leaves (any component)."""
     if n <= 0:
         return np.empty(0, dtype=INDEX_DTYPE)
+    pool = comp.host_pool
     got = pool.alloc(n)
+    if got is None and comp.l3_copies is not None and not pool.unbounded:
+        comp.l3_copies.drop(n - pool.free_pages)
+        got = pool.alloc(n)
     tries = 0
     while got is None and tries < 64 and len(hier.queue):
         if not hier.evict_l2(hier.P * n):
@@ -66,7 +139,7 @@ def backup_components(hier, node) -> None:
         if pl.host is None:
             pl.host = np.full(len(pl.pages), -1, dtype=INDEX_DTYPE)
         idx = np.flatnonzero((pl.pages >= 0) & (pl.host < 0))
-        dst = _alloc_host(hier, swa.host_pool, len(idx))
+        dst = _alloc_host(hier, swa, len(idx))
         if dst is not None and len(idx):
 
             def done(ok, pieces, idx=idx, dst=dst):  # pieces: the node, or its halves after a split
@@ -93,7 +166,7 @@ def _checkpoint_to_host(hier, node, kind: str, src_tier: str, src, keys) -> None
     """Give `node`'s checkpoint an L2 slot, filled by a `kind` transfer from `src_tier`; the
     slot counts only once acknowledged (freed on failure or if the node is gone)."""
     cache, mamba = hier.cache, hier.cache.mamba
-    dst = _alloc_host(hier, mamba.host_pool, 1)
+    dst = _alloc_host(hier, mamba, 1)
     if dst is None:
         return
     node.pending += 1
@@ -128,6 +201,8 @@ def _store_late(hier, node, component: str, rel, src) -> None:
     def done(ok, *_a, keys=keys):
         if ok:
             storage.put_many(keys)
+            if node.alive:  # its L2 copy may now be dropped under pressure
+                getattr(hier.cache, component).touched(node)
 
     hier._emit("store", L2, L3, tokens, src, None, page_keys, done, component)
 
@@ -270,7 +345,7 @@ def _fetch_window(hier, bnode, keys) -> bool:
             segs.append((n, idx, ks))
         n = n.parent
     need = sum(len(i) for _, i, _ in segs)
-    dst_all = _alloc_host(hier, swa.host_pool, need)
+    dst_all = _alloc_host(hier, swa, need)
     if dst_all is None:
         return False
     used = 0
@@ -318,7 +393,7 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
         have[len(keys) - tail:] = [("swa", int(k)) in storage for k in keys[len(keys) - tail:]]
         node.comp[SWA] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys),
                                     host=np.full(len(keys), -1, dtype=INDEX_DTYPE))
-        dst = _alloc_host(hier, swa.host_pool, int(have.sum()))
+        dst = _alloc_host(hier, swa, int(have.sum()))
         if dst is not None and len(dst):
             idx = np.flatnonzero(have)
 

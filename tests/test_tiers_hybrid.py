@@ -49,10 +49,11 @@ MAMBA_WHY = "no MAMBA checkpoint at boundary"
 # helpers
 # ---------------------------------------------------------------------------------------------
 def make(P=4, l1=64, *, W=None, swa_cap=None, slots=None, every=None, l3=False,
-         wp="write_through", tiers=True) -> RadixCache:
+         wp="write_through", tiers=True, l3_write="on_insert") -> RadixCache:
     swa = None if W is None else SwaConfig(window_tokens=W, capacity_tokens=swa_cap)
     mamba = None if slots is None else MambaConfig(slots=slots, every_tokens=every)
-    tc = TierConfig(hicache_ratio=2, l3=l3, l3_tokens=None, min_prefetch_tokens=0, write_policy=wp) if tiers else None
+    tc = TierConfig(hicache_ratio=2, l3=l3, l3_tokens=None, min_prefetch_tokens=0, write_policy=wp,
+                    l3_write=l3_write) if tiers else None
     return RadixCache(CacheConfig(page_size=P, capacity_tokens=l1, swa=swa, mamba=mamba, tiers=tc),
                       record_actions=True)
 
@@ -777,18 +778,22 @@ def test_tiers_hybrid_stress(comps, l3, P):
 # 8. regressions of defects these tests found (fixed)
 # =============================================================================================
 @pytest.mark.parametrize("comp", ["swa", "mamba"])
-def test_storage_hit_whose_component_payload_gets_no_l2_slot_is_reused_anyway(comp):
+@pytest.mark.parametrize("l3_write, want", [("on_l2_evict", (0, 0)), ("on_insert", (16, 16))])
+def test_storage_hit_whose_component_payload_gets_no_l2_slot_is_reused_anyway(comp, l3_write, want):
     """A=[0,16) lives only in L3 (FULL, SWA window pages 2,3 / checkpoint at page 3). Three
     (SWA) or four (MAMBA) unrelated prompts then fill the component's small L2 pool with
     copies of nodes that stay on L1 (not L2-evictable). A request reusing A: the match offers
-    16 storage tokens; the FULL prefetch succeeds, the component's does not. Observed: cached
+    16 storage tokens; the FULL prefetch succeeds. With ``l3_write="on_l2_evict"`` L3 holds
+    none of those copies, so the component's prefetch gets no L2 slot. Observed (defect): cached
     16 (cached_storage 16) with no SWA page (resp. no checkpoint) of A on any tier and no
-    CopyState. Expected: a boundary L1 serves (here 0)."""
+    CopyState. Expected: a boundary L1 serves (here 0). With ``"on_insert"`` L3 holds the
+    copies, so the pool drops them (L3HeldCopies) and A is reused from storage (16): pinned as
+    (0, 0) for both writes before the pools could drop such copies."""
     if comp == "swa":
-        c = make(W=8, swa_cap=12, l3=True)  # SWA L2 pool: 6 pages
+        c = make(W=8, swa_cap=12, l3=True, l3_write=l3_write)  # SWA L2 pool: 6 pages
         fill = (X, Y, toks((800, 816)))
     else:
-        c = make(slots=2, l3=True, l1=96)  # MAMBA L2 pool: 4 slots
+        c = make(slots=2, l3=True, l1=96, l3_write=l3_write)  # MAMBA L2 pool: 4 slots
         fill = (X, Y, toks((800, 816)), toks((900, 916)))
     step(c, A)
     drop_all(c)
@@ -803,7 +808,7 @@ def test_storage_hit_whose_component_payload_gets_no_l2_slot_is_reused_anyway(co
     r = step(c, req)
     assert ("prefetch", "full") in [(t.kind, t.component) for t in transfers(c, n0)]
     assert l1_serves(c, req, r.cached_tokens) is None
-    assert (r.cached_tokens, r.cached_storage) == (0, 0)
+    assert (r.cached_tokens, r.cached_storage) == want
 
 
 def test_failed_storage_load_reuses_a_rejected_boundary():
@@ -854,3 +859,73 @@ def test_write_through_selective_backs_up_with_votes(comp):
     assert a.hits == 3
     assert [(t.kind, t.component) for t in transfers(c)][:1] == [("backup", "full")]
     assert a.host is not None
+
+
+# =============================================================================================
+# 9. component L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
+# =============================================================================================
+Z, V = toks((800, 816)), toks((900, 916))
+
+
+def _l2_copy(c, comp, tokens):
+    n = node_at(c, tokens)
+    return swa_l2(n) if comp == "swa" else ckpt(n)[1]
+
+
+@pytest.mark.parametrize("comp", ["swa", "mamba"])
+def test_component_l2_copy_that_l3_holds_is_dropped_before_any_node_leaves_l2(comp):
+    """Unrelated 16-token prompts A, X, Y, Z (and V for MAMBA), write_through with L3 on
+    insert, a small component L2 pool (SWA 6 pages = 3 windows; MAMBA 4 slots). A has been
+    demoted to a host-only leaf by the time the pool is full. The next backup drops A's
+    component L2 copy (the least recently used one that L3 holds): A stays in the tree with
+    its FULL pages on L2 (no L2 eviction at all), its copy stays in L3, and A is reused in
+    full through L3. Before: L2 evicted A's node (16 tokens) to make room."""
+    if comp == "swa":
+        c, prompts, pool = make(W=8, swa_cap=12, l3=True), (A, X, Y, Z), "swa"
+    else:
+        c, prompts, pool = make(slots=2, l3=True, l1=48), (A, X, Y, Z, V), "mamba"
+    for t in prompts:
+        step(c, t)
+    a = node_at(c, A)
+    assert a is not None and a.value is None and a.host is not None  # host-only leaf, kept
+    assert c.hier.evicted_l2_tokens == 0 and len(c.hier.queue) >= 1
+    host_pool = getattr(c, pool).host_pool
+    assert host_pool.free_pages == 0 and getattr(c, pool).l3_copies.dropped == (2 if comp == "swa" else 1)
+    assert _l2_copy(c, comp, A) == ([-1] * 4 if comp == "swa" else -1)  # dropped from L2 ...
+    assert _stored(c, A) == (([2, 3], []) if comp == "swa" else ([], [3]))  # ... still in L3
+    newest = prompts[-1]
+    assert _stored(c, newest) == (([2, 3], []) if comp == "swa" else ([], [3]))  # the new one got L2, then L3
+    req = np.concatenate([A, toks((200, 204))])
+    r = step(c, req)
+    assert r.cached_tokens == 16 and l1_serves(c, req, 16) is None
+
+
+@pytest.mark.parametrize("comp", ["swa", "mamba"])
+def test_full_component_l2_pool_no_longer_blocks_new_backups(comp):
+    """L1 large enough that no node leaves it (the L2 queue stays empty: nothing host-only to
+    evict), a small component L2 pool: A, X, Y fill it with copies of nodes that stay in the
+    tree, all held in L3 too. The backups of Z and V drop the oldest such copies and proceed;
+    Z's and V's windows (checkpoints) reach L2 and L3. Before: both backups were refused and
+    Z's and V's payloads never reached L3."""
+    c = make(W=8, swa_cap=12, l3=True, l1=128) if comp == "swa" else make(slots=2, l3=True, l1=128)
+    for t in (A, X, Y, Z, V):
+        step(c, t)
+    assert len(c.hier.queue) == 0 and c.hier.evicted_l2_tokens == 0
+    assert all(node_at(c, t).value is not None for t in (A, X, Y, Z, V))
+    if comp == "swa":
+        assert [_l2_copy(c, comp, t) for t in (A, X, Y, Z, V)] == [[-1] * 4, [-1] * 4, [-1, -1, 4, 5],
+                                                                  [-1, -1, 0, 1], [-1, -1, 2, 3]]
+    else:
+        assert [_l2_copy(c, comp, t) for t in (A, X, Y, Z, V)] == [-1, 1, 2, 3, 0]
+    want = ([2, 3], []) if comp == "swa" else ([], [3])
+    assert [_stored(c, t) for t in (A, X, Y, Z, V)] == [want] * 5
+
+
+def test_component_l2_copies_l3_does_not_hold_are_kept():
+    """l3_write on_l2_evict: L3 holds none of the SWA L2 copies, so the pool drops nothing and
+    (as before) the backup of Z evicts the host-only node A from L2."""
+    c = make(W=8, swa_cap=12, l3=True, l3_write="on_l2_evict")
+    for t in (A, X, Y, Z):
+        step(c, t)
+    assert node_at(c, A) is None and c.hier.evicted_l2_tokens == 16
+    assert [_l2_copy(c, "swa", t) for t in (X, Y, Z)] == [[-1, -1, 2, 3], [-1, -1, 4, 5], [-1, -1, 0, 1]]

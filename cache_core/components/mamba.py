@@ -74,8 +74,11 @@ class MambaComponent(Component):
         return pl is not None and pl.slot >= 0 and pl.locks == 0
 
     def touched(self, node) -> None:
-        if node is not None and node.parent is not None and self._is_candidate(node):
-            self.queue.push(node)
+        if node is not None and node.parent is not None:
+            if self._is_candidate(node):
+                self.queue.push(node)
+            if self.l3_copies is not None:
+                self.l3_copies.offer(node)
 
     def validator(self, l1_only: bool = False):
         return _MambaVoter(l1_only)
@@ -98,6 +101,7 @@ class MambaComponent(Component):
 
     # -- tiers (the checkpoint follows its node between L1 and L2) -----------------------------
     host_pool = None  # set by the hierarchy when an L2 tier exists
+    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
 
     def drop_l1(self, node) -> int:
         """Free the node's L1 checkpoint slot (an L2 copy may remain); returns slots freed."""

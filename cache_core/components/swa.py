@@ -117,8 +117,11 @@ class SwaComponent(Component):
         return pl is not None and pl.ntomb < len(pl.pages) and not pl.locks
 
     def touched(self, node) -> None:
-        if node is not None and node.parent is not None and self._is_candidate(node):
-            self.queue.push(node)
+        if node is not None and node.parent is not None:
+            if self._is_candidate(node):
+                self.queue.push(node)
+            if self.l3_copies is not None:
+                self.l3_copies.offer(node)
 
     def validator(self, l1_only: bool = False):
         return _SwaVoter(self.window, self.P, l1_only)
@@ -153,6 +156,7 @@ class SwaComponent(Component):
 
     # -- tiers (cache_core/tiers.py moves FULL; SWA pages follow their node) --------------------
     host_pool = None  # set by the hierarchy when an L2 tier exists
+    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
 
     def drop_l1(self, node) -> int:
         """Free the node's L1 SWA pages (they stay wherever L2 holds them); returns pages."""
