@@ -278,8 +278,10 @@ def test_hybrid_l3_scenario_is_byte_identical_across_runs(tmp_path):
     the same seed write identical requests, rounds, timeline and summary files."""
     from radixsim.cli import main
 
+    # L2 = L1: with the default ratio 2 the reduced working set fits L2 (SWA/MAMBA L2 pools drop
+    # copies L3 holds), and L3 would never be read
     sets = ["--set", "workload.num_clients=8", "--set", "workload.num_rounds=6", "--set", "cache.l1_tokens=40000",
-            "--set", "cache.max_total_tokens=null", "--set", "cache.l3_tokens=200000"]
+            "--set", "cache.max_total_tokens=null", "--set", "cache.l3_tokens=200000", "--set", "cache.hicache_ratio=1"]
     for d in ("a", "b"):
         assert main(["run", "fig4-inkling-small-l3", *sets, "--out", str(tmp_path / d), "--no-plots",
                      "--no-progress"]) == 0
