@@ -143,23 +143,36 @@ def backup_components(hier, node) -> None:
         if dst is not None and len(idx):
 
             def done(ok, pieces, idx=idx, dst=dst):  # pieces: the node, or its halves after a split
-                for x, sl in pieces:
-                    sel = (idx >= sl.start) & (idx < sl.stop)
-                    q = x.comp[SWA] if x.alive else None
-                    if ok and q is not None:
-                        if q.host is None:
-                            q.host = np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
-                        q.host = q.host.copy()
-                        q.host[idx[sel] - sl.start] = dst[sel]
-                        _store_late(hier, x, "swa", idx[sel] - sl.start, dst[sel])
-                    else:
-                        swa.host_pool.free(dst[sel])
+                for x, loc, d in _land_swa_l2(swa, ok, pieces, idx, dst):
+                    _store_late(hier, x, "swa", loc, d)
 
             hier._emit("backup", L1, L2, len(idx) * hier.P, pl.pages[idx], dst, None, done, "swa", node=node)
     if mamba is not None and node.comp[MAMBA] is not None:
         pl = node.comp[MAMBA]
         if pl.slot >= 0 and pl.host < 0:
             _checkpoint_to_host(hier, node, "backup", L1, pl.slot, None)
+
+
+def _land_swa_l2(swa, ok: bool, pieces, idx, dst) -> list:
+    """An SWA transfer into L2 slots `dst` (for page positions `idx` of its node) finished: on
+    success each piece takes the slots of positions that have no L2 copy yet (a copy that
+    landed meanwhile, e.g. a prefetch and a backup of the same page, keeps its own); every
+    other slot is freed. Returns [(piece, positions, slots)] placed."""
+    placed = []
+    for x, sl in pieces:
+        sel = (idx >= sl.start) & (idx < sl.stop)
+        loc, d = idx[sel] - sl.start, dst[sel]
+        q = x.comp[SWA] if x.alive else None
+        if not ok or q is None:
+            swa.host_pool.free(d)
+            continue
+        h = q.host.copy() if q.host is not None else np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
+        new = h[loc] < 0
+        h[loc[new]] = d[new]
+        q.host = h
+        swa.host_pool.free(d[~new])
+        placed.append((x, loc[new], d[new]))
+    return placed
 
 
 def _checkpoint_to_host(hier, node, kind: str, src_tier: str, src, keys) -> None:
@@ -354,18 +367,7 @@ def _fetch_window(hier, bnode, keys) -> bool:
         used += len(idx)
 
         def done(ok, pieces, idx=idx, dst=dst):  # valid on L2 only once acknowledged
-            for x, sl in pieces:
-                sel = (idx >= sl.start) & (idx < sl.stop)
-                loc, d = idx[sel] - sl.start, dst[sel]
-                q = x.comp[SWA] if x.alive else None
-                if ok and q is not None:
-                    h = q.host.copy() if q.host is not None else np.full(len(q.pages), -1, dtype=INDEX_DTYPE)
-                    free = h[loc] < 0  # a copy that landed meanwhile keeps its slot
-                    h[loc[free]] = d[free]
-                    q.host = h
-                    swa.host_pool.free(d[~free])
-                else:
-                    swa.host_pool.free(d)
+            _land_swa_l2(swa, ok, pieces, idx, dst)
 
         hier._emit("prefetch", L3, L2, len(idx) * P, None, dst, ks, done, "swa", node=n)
     return True
@@ -398,14 +400,7 @@ def _prefetch_payloads(hier, cache, storage, node, keys) -> None:
             idx = np.flatnonzero(have)
 
             def done_s(ok, pieces, idx=idx, dst=dst):  # valid on L2 only once acknowledged
-                for x, sl in pieces:
-                    sel = (idx >= sl.start) & (idx < sl.stop)
-                    q = x.comp[SWA] if x.alive else None
-                    if ok and q is not None:
-                        q.host = q.host.copy()
-                        q.host[idx[sel] - sl.start] = dst[sel]
-                    else:
-                        swa.host_pool.free(dst[sel])
+                _land_swa_l2(swa, ok, pieces, idx, dst)
 
             hier._emit("prefetch", L3, L2, len(dst) * hier.P, None, dst, keys[have], done_s, "swa", node=node)
     if mamba is not None:
