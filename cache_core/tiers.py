@@ -35,6 +35,7 @@ from .actions import L1, L2, L3, Transfer
 from .allocator import PagePool
 from .components.full import FullComponent
 from .eviction import EvictionQueue
+from .records import LockHandle, MatchResult
 from .tiers_hybrid import backup_components, demote_components, store_keys
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -409,8 +410,13 @@ class Hierarchy:
         pages = self._alloc_l2(node.num_tokens // self.P)
         if pages is None:
             return False
+        # locked until the ack, as SGLang's write-through does (inc_lock_ref): its L1 pages and
+        # its path cannot be evicted meanwhile, so they must not count as evictable either
+        held = MatchResult(node.end, LockHandle(node))
+        self.cache.lock(held)
 
         def done(ok, pieces, pages=pages, rest=rest):
+            self.cache.unlock(held)
             for x, sl in pieces:  # top-down: a piece's parent is on L2 before it is
                 good = ok and x.alive and x.host is None and (x.parent.parent is None or x.parent.host is not None)
                 if good:
