@@ -929,3 +929,46 @@ def test_component_l2_copies_l3_does_not_hold_are_kept():
         step(c, t)
     assert node_at(c, A) is None and c.hier.evicted_l2_tokens == 16
     assert [_l2_copy(c, "swa", t) for t in (X, Y, Z)] == [[-1, -1, 2, 3], [-1, -1, 4, 5], [-1, -1, 0, 1]]
+
+
+def test_storage_prefetch_landing_after_a_boundary_fetch_of_the_same_pages_keeps_one_copy():
+    """auto_ack=False, W=8. A=[0,16) only in L3. `prefetch` for A+Q emits the FULL and the SWA
+    (pages 2,3) prefetch; only the FULL one lands. The next match sees A on L2 without its
+    window and fetches pages 2,3 again (l3_boundary 16); that fetch lands first, then the
+    first SWA prefetch. Before: its callback overwrote the landed copy and leaked 2 SWA L2
+    slots (invariants: free 12 + held 2 != 16). Now the first copy stays, the later slots are
+    freed."""
+    c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, swa=SwaConfig(window_tokens=8, capacity_tokens=32),
+                               tiers=TierConfig(hicache_ratio=2, l3=True, min_prefetch_tokens=0)),
+                   record_actions=True, auto_ack=False)
+
+    def ack_all():
+        while c.hier.pending:
+            c.ack(next(iter(c.hier.pending)))
+
+    ReplayStepper(c).step(A, np.asarray([9999], dtype=np.int64))
+    ack_all()
+    c.evict(10**9)
+    ack_all()
+    c.hier.evict_l2(10**9)
+    ack_all()
+    req = TokenSeq(np.concatenate([A, toks((200, 204))]))
+
+    def prefetch():
+        m = c.match(req, 16)
+        c.lock(m)
+        n0 = len(c.actions)
+        c.prefetch(m, req)
+        c.unlock(m)
+        return m, transfers(c, n0)
+
+    m, ts = prefetch()
+    assert (m.storage_tokens, shape(ts)) == (16, [("prefetch", "full", L3, L2, 16), ("prefetch", "swa", L3, L2, 8)])
+    c.ack(ts[0].id)
+    m2, ts2 = prefetch()
+    assert (m2.cached_tokens, m2.l3_boundary, shape(ts2)) == (0, 16, [("prefetch", "swa", L3, L2, 8)])
+    c.ack(ts2[0].id)
+    c.ack(ts[1].id)
+    invariants.check(c)
+    assert swa_l2(node_at(c, A)) == [-1, -1] + ints(ts2[0].dst)
+    assert c.swa.host_pool.free_pages == c.swa.host_pool.capacity_pages - 2
