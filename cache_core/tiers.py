@@ -12,7 +12,8 @@ its own LRU capacity. Both tree tiers are *prefix-closed*: a node on L1 has its 
 a node on L2 its parent on L2 (backups go top-down), so a match is a device run, then a host
 run, then (beyond the tree) a run of pages found in L3.
 
-- write_through: back up a new leaf (and any ancestor not yet backed up) to L2 at insert;
+- write_through: back up a new leaf (and any ancestor not yet backed up) to L2 at insert
+  (a node is locked while its backup is in flight, as in SGLang);
   write_through_selective: once a node was walked through by `threshold` matches;
   write_back: when L1 evicts it. L3 gets a copy of L2 content on backup (``l3_write=
   "on_insert"``) or when L2 evicts it (``"on_l2_evict"``).
