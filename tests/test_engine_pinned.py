@@ -16,8 +16,8 @@ def test_reduced_figure4_summary_is_pinned(tmp_path):
     (The L2 variant: the L3 one's figures move with the SWA L2 pool's treatment of copies L3
     holds, issue 14 item 9; the L3 policies are pinned in test_engine_prefetch.py.)
     Re-pinned deliberately for issue 14 item 8: a backup in flight now locks its path, so
-    admission no longer counts it as evictable and one 8,192-token host hit that used to fail
-    its L1 load (and recompute) now loads: cached 73,728 -> 81,920, alloc waits 31 -> 24."""
+    admission no longer counts it as evictable: 8,192 more host-hit tokens are loaded instead
+    of recomputed (cached 73,728 -> 81,920), alloc waits 31 -> 24."""
     assert main(["run", *FIG4, "--out", str(tmp_path), "--no-plots", "--no-progress"]) == 0
     s = json.loads((tmp_path / "summary.json").read_text())
     assert (s["requests"], s["total_prompt_tokens"], s["total_cached_tokens"], s["rejected"]) == (32, 328448, 81920, 0)
