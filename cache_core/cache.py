@@ -209,7 +209,7 @@ class RadixCache(TierOps, HybridOps):
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
                after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
-               state_slots=None, priority: int = 0) -> InsertResult:
+               state_slots=None, priority: int = 0, keep_uncached: bool = False) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
         rest go to the new leaf, and pages past num_tokens (a partial tail) are freed too.
@@ -222,7 +222,10 @@ class RadixCache(TierOps, HybridOps):
         are freed. `state_slots`: the request's MAMBA slots (private state first, then
         snapshot slots): they become checkpoints where the strategy says, or are freed.
         `priority`: the request's priority; every node on the inserted path keeps the highest
-        it has seen (the `priority` and `session` policies read it)."""
+        it has seen (the `priority` and `session` policies read it).
+        `keep_uncached`: pages of new tokens the tree cannot take (a node above them is not on
+        L1 yet) stay the caller's instead of being freed (an engine still computing on them
+        keeps their KV)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
@@ -256,8 +259,9 @@ class RadixCache(TierOps, HybridOps):
                 self.free(pages[hi:])
             freed = min(dup, len(pages)) + max(0, len(pages) - hi)
             if prefix < num_tokens and self.hier is not None and node.parent is not None and node.value is None:
-                self.free(pages[lo:hi])  # its parent is not on L1 (still loading): do not cache below it
-                freed += hi - lo
+                if not keep_uncached:  # its parent is not on L1 (still loading): do not cache below it
+                    self.free(pages[lo:hi])
+                    freed += hi - lo
             elif prefix < num_tokens:
                 if hi > len(pages):
                     raise ValueError("not enough pages for the new tokens")

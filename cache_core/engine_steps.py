@@ -275,17 +275,12 @@ class StepOps:
             return
         pages = np.concatenate(r.pages)
         k = (aligned - start) // P
-        res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority)
+        res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
+                           keep_uncached=True)
         end = res.handle._node.end
-        rest = [pages[k:]] if k < len(pages) else []
-        if end < aligned:  # tiers: a node above was still in flight, the tree took nothing below it
-            gap = (aligned - end) // P  # the insert freed those pages: the request takes new ones
-            if not cache.full.pool.unbounded and cache.free_tokens < gap * P:
-                cache.evict(gap * P - cache.free_tokens)
-            got = cache.alloc(gap)
-            if got is None:
-                raise RuntimeError(f"request {r.rid!r}: no L1 pages to keep {gap} pages it computed")
-            rest = [got] + rest
+        # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
+        # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
+        rest = [pages[(end - start) // P:]] if (end - start) // P < len(pages) else []
         new = MatchResult(end, res.handle)
         cache.lock(new)
         cache.unlock(r.match)

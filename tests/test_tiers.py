@@ -933,3 +933,21 @@ def test_multi_turn_rounds_l1_l2_l3():
     assert [p[1] > 0 for p in parts2] == [False] * 4 + [True] * 6 + [False] * 2
     assert all(p[2] == 0 for p in parts2)
     assert [p[2] > 0 for p in parts3] == [False] * 7 + [True] * 5
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_pages_below_a_node_not_on_l1_stay_the_callers_when_kept(keep):
+    """An insert whose path ends at a node that is not on L1 (demoted A, its load not done)
+    cannot cache the new tokens below it. By default their pages are freed; with
+    `keep_uncached` (the engine, still computing on them) they stay the caller's, so the KV a
+    request computed is never swapped for fresh, empty pages."""
+    c, a = _demoted_A(auto_ack=False, l1=32)
+    free0 = l1_free(c)
+    pages = c.alloc(2)  # the KV of AB's B half (tokens 8..15), computed by the caller
+    res = c.insert(TokenSeq(AB), 16, pages, 8, keep_uncached=keep)
+    assert res.handle._node is a and a.value is None  # nothing cached below A
+    assert l1_free(c) == (free0 - 2 if keep else free0)
+    if keep:
+        c.free(pages)  # the caller's to free once done
+    assert l1_free(c) == free0
+    check(c)
