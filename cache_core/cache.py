@@ -133,11 +133,11 @@ class RadixCache(TierOps, HybridOps):
         if self.hier is not None:
             return self._match_tiers(seq, n, tick)
         if not self.voters:
-            node, matched, last = tree.walk(seq.data, n, tick, True)
+            node, matched, last = tree.walk(seq.data, n, tick)
             self.full.touched(last)
             return MatchResult(matched, LockHandle(node), matched)
         visited = []
-        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
+        _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         best, node, cut, lost = vote(self.voters, visited, traversed, self.page_size)
         if node is None:
             node = tree.root
@@ -209,7 +209,8 @@ class RadixCache(TierOps, HybridOps):
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
                after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
-               state_slots=None, priority: int = 0, keep_uncached: bool = False) -> InsertResult:
+               state_slots=None, priority: int = 0, keep_uncached: bool = False,
+               inserted_len: int = 0) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
         rest go to the new leaf, and pages past num_tokens (a partial tail) are freed too.
@@ -225,7 +226,10 @@ class RadixCache(TierOps, HybridOps):
         it has seen (the `priority` and `session` policies read it).
         `keep_uncached`: pages of new tokens the tree cannot take (a node above them is not on
         L1 yet) stay the caller's instead of being freed (an engine still computing on them
-        keeps their KV)."""
+        keeps their KV).
+        `inserted_len`: tokens of `seq` the same request inserted before (a chunked prefill);
+        every node of the path ending past it counts one hit (SGLang counts LFU hits at
+        insert, not at match; tree.py). An insert with inserted_len >= num_tokens counts none."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
@@ -238,10 +242,10 @@ class RadixCache(TierOps, HybridOps):
             if (start.lock_ref <= 0 and start.parent is not None) or not start.alive \
                     or after.cached_tokens > num_tokens:
                 raise ValueError("`after` must be a locked match of a prefix of the inserted tokens")
-            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, start, after.cached_tokens,
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, start, after.cached_tokens,
                                            visited=visited)
         else:
-            node, prefix, last = tree.walk(seq.data, num_tokens, tick, False, visited=visited)
+            node, prefix, last = tree.walk(seq.data, num_tokens, tick, visited=visited)
         self.full.touched(last)
         freed = 0
         leaf = None
@@ -274,6 +278,8 @@ class RadixCache(TierOps, HybridOps):
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
         final = leaf or node
+        for n in tree.count_hits(final, inserted_len):  # their policy keys may have changed
+            self._touch_all(n)
         if priority:
             n = final
             rank_inner = self.hier is not None or self.voters  # internal nodes are ranked too
@@ -289,9 +295,20 @@ class RadixCache(TierOps, HybridOps):
             for nd in visited:
                 self.full.touched(nd)
                 self.hier.touched(nd)
+            self._on_hits(final, inserted_len)
             if leaf is not None:
                 self.hier.on_insert(leaf)
         return InsertResult(prefix, freed, LockHandle(final))
+
+    def _on_hits(self, n, inserted_len: int) -> None:
+        """Tiers: the nodes that just counted a hit (top-down) may now be backed up
+        (write_through_selective)."""
+        path = []
+        while n.parent is not None and n.end > inserted_len:
+            path.append(n)
+            n = n.parent
+        for n in reversed(path):
+            self.hier.on_hit(n)
 
     def _touch_all(self, n) -> None:
         """`n`'s policy key changed: offer it again to every queue it may be a candidate of."""

@@ -16,13 +16,10 @@ class TierOps:
             return self._match_tiers_voted(seq, n, tick)
         hier, P = self.hier, self.page_size
         visited = []
-        node, matched, _ = self.tree.walk(seq.data, n, tick, True, visited=visited)
+        node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
         for nd in visited:
             self.full.touched(nd)
             hier.touched(nd)
-            hier.on_hit(nd)
-        if node.parent is not None and (not visited or node is not visited[-1]):
-            hier.on_hit(node)  # the upper half of a split is the part walked through
         cut = False
         while node.parent is not None and node.value is None and node.host is None:
             node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
@@ -43,12 +40,11 @@ class TierOps:
         every component accepts (tiers_hybrid.storage_boundary)."""
         hier, P, tree = self.hier, self.page_size, self.tree
         visited = []
-        _, traversed, _ = tree.walk(seq.data, n, tick, True, visited=visited, split=False)
+        _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         for nd in visited:
             for c in self.components:
                 c.touched(nd)
             hier.touched(nd)
-            hier.on_hit(nd)
         vals: list = []
         best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
         storage = 0

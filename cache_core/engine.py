@@ -397,7 +397,7 @@ class Engine(StepOps):
             cache.unlock(r.match)
         r.pages, r.swa_pages, r.states, r.match = [], None, None, None
         r.started = False
-        r.kv_pages = r.computed_tokens = r.prefix_len = 0
+        r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
         r.resolve_rounds = 0
         self._drain()
 

@@ -276,7 +276,8 @@ class StepOps:
         pages = np.concatenate(r.pages)
         k = (aligned - start) // P
         res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
-                           keep_uncached=True)
+                           keep_uncached=True, inserted_len=r.inserted_tokens)
+        r.inserted_tokens = aligned
         end = res.handle._node.end
         # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
         # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
@@ -291,7 +292,7 @@ class StepOps:
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
         self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.swa_pages, r.states, r.session_id, r.gen,
-                            r.priority)
+                            r.priority, r.inserted_tokens)
         r.match = None
         r.pages, r.swa_pages, r.states = [], None, None
         r.phase = DONE

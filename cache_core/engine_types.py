@@ -101,6 +101,7 @@ class EngineRequest(Request):
     phase: str = ARRIVED
     pages: list = field(default_factory=list)  # FULL pages owned: KV of tokens prefix .. kv_pages*P
     kv_pages: int = 0  # pages from token 0 the request has KV in (prefix pages + owned)
+    inserted_tokens: int = 0  # tokens it inserted into the tree so far (chunks): they count no hit again
     swa_pages: object = None
     states: object = None
     started: bool = False  # SWA window pages and MAMBA slots taken (first prefill chunk)

@@ -69,8 +69,8 @@ class LRU(Policy):
 
 @register_policy("lfu")
 class LFU(Policy):
-    """Least frequently used: fewest match hits first, ties by oldest access tick.
-    A hit is one match call that walked through the node."""
+    """Least frequently used: fewest hits first, ties by oldest access tick. A hit is one
+    insert whose path covers the node, as SGLang 0.5.23 counts them (tree.py)."""
 
     def key(self, node):
         return (node.hits, node.tick)
@@ -78,16 +78,35 @@ class LFU(Policy):
 
 @register_policy("fifo")
 class FIFO(Policy):
-    """First in, first out: the oldest creation tick goes first (access does not matter)."""
+    """First in, first out: the oldest creation tick goes first (access does not matter;
+    a split's upper half is created at the split)."""
 
     def key(self, node):
         return node.created
 
 
+@register_policy("mru")
+class MRU(Policy):
+    """Most recently used first: the newest access tick goes first (SGLang's "mru")."""
+
+    def key(self, node):
+        return -node.tick
+
+
+@register_policy("filo")
+class FILO(Policy):
+    """First in, last out: the newest creation tick goes first (SGLang's "filo")."""
+
+    def key(self, node):
+        return -node.created
+
+
 @register_policy("priority")
 class PriorityLRU(Policy):
     """Request priority first (a node keeps the highest priority of the requests that
-    inserted or extended it; lower goes first), then least recently used."""
+    inserted or extended it; lower goes first), then least recently used. As in SGLang, a
+    request's prompt part is inserted a second time with its priority + 1, so a request's
+    output tail goes before its prompt."""
 
     def key(self, node):
         return (node.priority, node.tick)
@@ -95,8 +114,8 @@ class PriorityLRU(Policy):
 
 @register_policy("slru")
 class SLRU(Policy):
-    """Segmented LRU as a sort key: nodes hit at most once (probation) go before nodes hit
-    twice or more (protected); LRU within each segment."""
+    """Segmented LRU as a sort key: nodes with fewer than two hits (probation) go before
+    nodes with two or more (protected); LRU within each segment. Hits as for "lfu"."""
 
     def key(self, node):
         return (node.hits >= 2, node.tick)

@@ -11,9 +11,10 @@ c. n = len(S) - cached; if n > 0: demand = n (+ P when P > 1); if free < demand,
    and retry; if still short the request is *rejected* (unlock, no insert; it still counts
    in the totals with its cached tokens);
 d. insert S cut to whole pages (pages of tokens the tree already holds and of the partial
-   tail page are freed); then, when S is longer than the prompt and
-   0 < floor(len(prompt) / P) * P < that cut length, insert the page-aligned prompt once
-   more as a separate call, which splits the node at the prompt boundary;
+   tail page are freed; every node of the path counts one hit); then, when S is longer than
+   the prompt and 0 < floor(len(prompt) / P) * P < that cut length, insert the page-aligned
+   prompt once more as a separate call with the request's priority + 1, which splits the
+   node at the prompt boundary (no hits: the request inserted those tokens already);
 e. unlock.
 """
 from __future__ import annotations
@@ -112,11 +113,12 @@ class ReplayStepper:
                           m.device, m.host_tokens, m.storage_tokens)
 
     def commit(self, seq: TokenSeq, lp: int, m, pages, swa_pages, states, session_id=None, gen: int = 0,
-               priority: int = 0):
+               priority: int = 0, inserted_len: int = 0):
         """Steps (d) and (e) for a request that computed `seq` (prompt of `lp` tokens plus
         output[:-1]) over the locked match `m`: `pages` (or None) hold the KV of tokens
         m.cached_tokens .. ceil(len(seq) / P) * P; `swa_pages`/`states` as allocated for it.
-        Inserts, registers the session's region, unlocks `m`. Shared with the engine loop,
+        Inserts, registers the session's region, unlocks `m`. `inserted_len`: tokens the
+        request inserted already (chunked prefill), which count no hit again. Shared with the engine loop,
         so a simulated or real run caches exactly what replay caches."""
         cache = self.cache
         P = cache.page_size
@@ -125,13 +127,14 @@ class ReplayStepper:
         done = m
         if pages is not None:  # (d)
             done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, swa_pages=swa_pages,
-                                state_slots=states, priority=priority)
+                                state_slots=states, priority=priority, inserted_len=inserted_len)
         elif states is not None:
             cache.free_states(states)
         prompt_aligned = lp // P * P
         inserted = pages is not None and done.handle is not None and done.handle._node.end == aligned
         if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
-            cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None)
+            cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None,
+                         priority=priority + 1, inserted_len=prompt_aligned)
         if session_id is not None:
             cache.session_finish(session_id, gen, done)
         cache.unlock(m)  # (e)
@@ -182,10 +185,10 @@ class MissSplit:
         """(cold_tokens, evicted_miss_tokens) of a request that got `cached` tokens."""
         P, tree = self.P, self.tree
         lp = len(prompt)
-        node, ever, _ = tree.walk(seq.data, max(lp - 1, 0) // P * P, tree.fresh(), False)
+        node, ever, _ = tree.walk(seq.data, max(lp - 1, 0) // P * P, tree.fresh())
         aligned = seq.length // P * P
         if aligned > ever:
-            end, prefix, _ = tree.walk(seq.data, aligned, tree.fresh(), False, node, ever)
+            end, prefix, _ = tree.walk(seq.data, aligned, tree.fresh(), node, ever)
             if prefix < aligned:
                 tree.add_leaf(end, seq.data[prefix << 3 : aligned << 3])
         evicted = max(0, ever - cached)

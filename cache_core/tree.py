@@ -12,16 +12,22 @@ walk visits get it; a node created by the call (the upper half of a split, a new
 gets a fresh later tick from `RadixTree.fresh()`.
 
 Access statistics are kept *lazily*, so a walk writes O(1) of them instead of O(depth):
-only the deepest node a walk visits stores the call's tick (and, for a match, one hit);
-when a node leaves the tree its parent absorbs them (tick = max, hits += child's). Every
-ancestor is visited whenever a descendant is, so for any node with no children — the only
-nodes a policy ever ranks — the stored hits equal "match calls that walked through it" and
-the stored tick is the tick of the last call that visited it, or a fresh tick that call
-created below it (a new leaf, a split): both lie between that call's tick and the next
-call's, so every comparison with other nodes comes out as if every visited node had been
-updated. (An internal node's stored values mean nothing until it becomes a leaf: they may
-lag behind its descendants' visits, or hold a creation tick absorbed from a removed child.) A component that takes nodes out of its own candidate region without removing
-them from the tree calls `absorb(parent, child)` the same way.
+only the deepest node a walk visits stores the call's tick; when a node leaves the tree its
+parent absorbs its statistics (tick = max, hits += child's). Every ancestor is visited whenever
+a descendant is, so for any node with no children — the only nodes a policy ever ranks — the
+stored tick is the tick of the last call that visited it, or a fresh tick that call created
+below it (a new leaf, a split): both lie between that call's tick and the next call's, so
+every comparison with other nodes comes out as if every visited node had been updated.
+Hits follow SGLang 0.5.23, which counts them at *insert*, not at match: an insert counts one
+hit on every node of its path that ends past `inserted_len` (the tokens the same request
+inserted before), the new leaf included, and a split's upper half starts with the hits of
+the node it was cut from. Lazily (`count_hits`) that is +1 on the path's last node and -1 on
+the deepest node ending at or before `inserted_len`: the sum over a node's subtree, which is
+what it holds once it is a leaf, is then exactly SGLang's count. (An internal node's stored
+values mean nothing until it becomes a leaf: they may lag behind its descendants' visits, or
+hold a creation tick absorbed from a removed child.) A component that takes nodes out of its
+own candidate region without removing them from the tree calls `absorb(parent, child)` the
+same way.
 
 Complexity: a walk costs one dict lookup and one memcmp per visited node, plus one numpy
 comparison on the edge where the paths diverge: O(depth + matched_tokens / 8 bytes-per-op).
@@ -118,7 +124,7 @@ class RadixTree:
         return Node(id=self._ids, key=key, parent=parent, tick=t, created=t, comp=comp)
 
     # -- walk ------------------------------------------------------------------------
-    def walk(self, qb: bytes, n_tokens: int, tick: int, count_hit: bool,
+    def walk(self, qb: bytes, n_tokens: int, tick: int,
              start: Node | None = None, start_tokens: int = 0, visited: list | None = None,
              split: bool = True):
         """Walk down along qb[: n_tokens] (page-aligned), splitting where the match ends
@@ -129,8 +135,9 @@ class RadixTree:
         e.g. a locked match), the walk resumes there: the nodes above it get the tick through
         parent links instead of being looked up again. Same result, same ticks.
 
-        Statistics are lazy (deepest visited node only) unless `visited` is a list: then every
-        visited node gets the tick (and hit) and is appended to it, top-down."""
+        Ticks are lazy (deepest visited node only) unless `visited` is a list: then every
+        visited node gets the tick and is appended to it, top-down. A walk counts no hits
+        (`count_hits` does, for an insert)."""
         pb = self._pb
         end = n_tokens << 3
         last = None
@@ -148,7 +155,6 @@ class RadixTree:
                     n = start
                     while n.parent is not None:
                         n.tick = tick
-                        n.hits += count_hit
                         up.append(n)
                         n = n.parent
                     visited.extend(reversed(up))
@@ -170,25 +176,46 @@ class RadixTree:
                     m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
                     # m >= one page: the first page matched through the dict key
                     node = self.split(child, m) if split and (m << 3) < len(kb) else child
-                    if visited is not None:  # the hit belongs to the part walked through
-                        node.hits += count_hit
                     pos += m << 3
                     break
             last = child
             if visited is not None:
                 child.tick = tick
-                child.hits += count_hit
                 visited.append(child)
             pos = child.end << 3
             node = child
-        if visited is None and last is not None:  # lazy statistics: the deepest visited node only (module doc)
+        if visited is None and last is not None:  # lazy ticks: the deepest visited node only (module doc)
             last.tick = tick
-            if count_hit:
-                last.hits += 1
         return node, pos >> 3, last
 
+    def count_hits(self, node: Node, inserted_len: int = 0) -> list:
+        """An insert whose path ends at `node` counts one hit on every node of that path that
+        ends past `inserted_len` tokens (SGLang's rule; module doc). Eager: each such node;
+        lazy: +1 on `node`, -1 on the deepest node of the path ending at or before it.
+        Returns the nodes whose stored hits changed."""
+        changed = []
+        if node.parent is None or node.end <= inserted_len:
+            return changed
+        if not self.lazy:
+            while node.parent is not None and node.end > inserted_len:
+                node.hits += 1
+                changed.append(node)
+                node = node.parent
+            return changed
+        node.hits += 1
+        changed.append(node)
+        if inserted_len:
+            up = node.parent
+            while up.parent is not None and up.end > inserted_len:
+                up = up.parent
+            if up.parent is not None:
+                up.hits -= 1
+                changed.append(up)
+        return changed
+
     def split(self, child: Node, upper_tokens: int) -> Node:
-        """Cut `child`'s edge after `upper_tokens`; the new upper node gets a fresh tick."""
+        """Cut `child`'s edge after `upper_tokens`; the new upper node gets a fresh tick (and,
+        eagerly, `child`'s hits: lazily the subtree sum already includes them)."""
         pb = self._pb
         cut = upper_tokens << 3
         if not 0 < cut < len(child.key) or not child.alive:
