@@ -5,10 +5,11 @@ one token) so that the same scenario is valid at page size 1 and page size 4. No
 evicted one at a time with `cache.evict(1)` (which frees exactly one whole node) and the
 victim is identified as the one node that stopped being `alive`.
 
-Access semantics used below (cache.py / tree.py / eviction.py): an insert walk takes a
-tick but counts no hit, a new leaf gets a fresh later tick; every match call takes one tick
-and counts one hit on the nodes it walks through; LRU ranks leaves by tick, LFU by
-(hits, tick), FIFO by creation tick; ties fall to the older node id.
+Access semantics used below (cache.py / tree.py / eviction.py), SGLang 0.5.23's: every
+insert call takes one tick and counts one hit on the nodes of its path (a new leaf gets a
+fresh later tick and its first hit); every match call takes one tick and counts no hit;
+LRU ranks leaves by tick, LFU by (hits, tick), FIFO by creation tick; ties fall to the
+older node id.
 """
 import uuid
 
@@ -33,7 +34,7 @@ def new_cache(policy, page_size=1, capacity=256):
 
 def put(cache, s: str, check: bool = True):
     """Insert s (page-aligned prefix) with freshly computed pages for all of it, without a
-    match (so no hit is counted); duplicate pages and the partial tail page are freed;
+    match (one hit on every node of its path); duplicate pages and the partial tail page are freed;
     invariants.check afterwards."""
     P = cache.page_size
     seq = TokenSeq(toks(s))
@@ -46,7 +47,7 @@ def put(cache, s: str, check: bool = True):
 
 
 def touch(cache, s: str, times: int = 1) -> int:
-    """`times` match calls (each one tick and one hit along the path); no lock."""
+    """`times` match calls (each one tick along the path, no hit); no lock."""
     for _ in range(times):
         m = cache.match(TokenSeq(toks(s)))
     return m.cached_tokens
@@ -59,7 +60,7 @@ def touch(cache, s: str, times: int = 1) -> int:
 @pytest.mark.parametrize("policy,want", [
     # insert order b, c, a; then accesses c, c, a, b
     ("lru", ["cccccccc", "aaaaaaaa", "bbbbbbbb"]),  # by last access: c(older) a b
-    ("lfu", ["aaaaaaaa", "bbbbbbbb", "cccccccc"]),  # hits a1 b1 c2; a vs b: a's tick older
+    ("lfu", ["cccccccc", "aaaaaaaa", "bbbbbbbb"]),  # one hit each (the insert): tick order
     ("fifo", ["bbbbbbbb", "cccccccc", "aaaaaaaa"]),  # by creation, accesses ignored
 ])
 def test_flat_order_per_policy(policy, want, page_size):
@@ -102,22 +103,23 @@ def test_lfu_tie_break_by_tick_then_hits_dominate():
     put(cache, "xxxx")  # lower id
     put(cache, "yyyy")
     touch(cache, "yyyy")
-    touch(cache, "xxxx")  # both 1 hit; y's tick is older although y's id is newer
+    touch(cache, "xxxx")  # both 1 hit (their inserts); y's tick is older although y's id is newer
     assert [n.hits for n in cache.tree.root.children.values()] == [1, 1]
     assert evict_one(cache) == "yyyy"
 
     cache = new_cache("lfu")
     put(cache, "xxxx")
     put(cache, "yyyy")
-    touch(cache, "yyyy", 2)
+    put(cache, "yyyy")
     touch(cache, "xxxx")  # x: 1 hit, newest tick; y: 2 hits -> x goes first anyway
     assert drain(cache) == ["xxxx", "yyyy"]
 
-    cache = new_cache("lfu")  # no hits at all: pure tick order (insert order here)
+    cache = new_cache("lfu")  # matches count no hit: q, r (1 hit each) before p (2)
     for s in ("pppp", "qqqq", "rrrr"):
         put(cache, s)
-    put(cache, "pppp")  # an insert walk refreshes p's tick but counts no hit
-    assert drain(cache) == ["qqqq", "rrrr", "pppp"]
+    touch(cache, "qqqq", 3)
+    put(cache, "pppp")  # a second insert counts a second hit
+    assert drain(cache) == ["rrrr", "qqqq", "pppp"]
 
 
 def test_fifo_ignores_accesses_but_lru_does_not():
@@ -186,35 +188,37 @@ def test_lru_parent_goes_right_after_its_last_child(page_size):
     assert drain(cache) == ["bbbb", "cccc", "zzzz", "aaaa"]
 
 
+def put_n(cache, s: str, times: int) -> None:
+    for _ in range(times):
+        put(cache, s)
+
+
 def test_lfu_parent_counts_every_hit_through_it():
-    """A parent's hits are all match calls that walked through it - those that ended at it
+    """A parent's hits are all insert calls whose path covered it - those that ended at it
     and those that went on into its children - whichever way the cache stores them."""
     cache = new_cache("lfu")
-    put(cache, "aaaabbbb")  # X
-    put(cache, "aaaacccc")  # splits: P = "aaaa", X = "bbbb", Y = "cccc"
-    put(cache, "zzzz")  # Z
-    put(cache, "yyyy")  # W
-    touch(cache, "aaaabbbb", 2)  # X 2 hits (P 2)
-    touch(cache, "aaaa")  # P 3 hits
-    touch(cache, "yyyy", 2)  # W 2 hits
-    touch(cache, "zzzz", 4)  # Z 4 hits
-    assert evict_one(cache) == "cccc"  # 0 hits
-    assert evict_one(cache) == "bbbb"  # 2 hits, older tick than W
-    # P is now a leaf with 3 hits: W (2) goes before it, Z (4) after it
-    assert drain(cache) == ["yyyy", "aaaa", "zzzz"]
+    put(cache, "aaaabbbb")  # X 1 (P 1)
+    put(cache, "aaaacccc")  # splits: P = "aaaa" 2, X = "bbbb" 1, Y = "cccc" 1
+    put(cache, "zzzz")  # Z 1
+    put(cache, "yyyy")  # W 1
+    put_n(cache, "aaaabbbb", 2)  # X 3 (P 4)
+    touch(cache, "aaaacccc", 3)  # matches count nothing: Y stays at 1
+    put(cache, "aaaa")  # P 5
+    put_n(cache, "yyyy", 4)  # W 5
+    put_n(cache, "zzzz", 5)  # Z 6
+    assert evict_one(cache) == "cccc"  # 1 hit
+    assert evict_one(cache) == "bbbb"  # 3 hits
+    # P is now a leaf with 5 hits, older tick than W (5): P, then W, then Z (6)
+    assert drain(cache) == ["aaaa", "yyyy", "zzzz"]
 
 
 def test_lfu_hits_survive_a_split():
     cache = new_cache("lfu")
-    put(cache, "aaaabbbb")
-    touch(cache, "aaaabbbb", 3)  # 3 hits through the whole edge
-    put(cache, "aaaacccc")  # split: both halves were walked through 3 times
-    touch(cache, "aaaacccc")  # Y 1 hit, P 4
-    put(cache, "zzzz")
-    touch(cache, "zzzz", 2)  # Z 2
-    put(cache, "wwww")
-    touch(cache, "wwww", 4)  # W 4 hits, accessed after everything under P
-    # Y(1), Z(2), X(3), then P (3 + 1 = 4 hits, older tick than W), then W
+    put_n(cache, "aaaabbbb", 4)  # 4 hits through the whole edge
+    put(cache, "aaaacccc")  # split: P = "aaaa" 4 + 1, X = "bbbb" 4, Y = "cccc" 1
+    put_n(cache, "zzzz", 2)  # Z 2
+    put_n(cache, "wwww", 6)  # W 6, inserted after everything under P
+    # Y(1), Z(2), X(4), then P (5 hits), then W (6)
     assert drain(cache) == ["cccc", "zzzz", "bbbb", "aaaa", "wwww"]
 
 
@@ -224,14 +228,12 @@ def test_lfu_parent_ranks_by_the_last_access_anywhere_below_it():
     by that latest access."""
     cache = new_cache("lfu")
     put(cache, "aaaabbbb")
-    put(cache, "aaaacccc")  # P = "aaaa" -> {X = "bbbb", Y = "cccc"}
-    touch(cache, "aaaa")  # P: 1 hit, early
-    put(cache, "wwww")
-    touch(cache, "wwww", 2)  # W: 2 hits
-    touch(cache, "aaaabbbb")  # X: 1 hit, the newest access; P: 2 hits, last visited now
-    assert evict_one(cache) == "cccc"  # 0 hits
-    assert evict_one(cache) == "bbbb"  # 1 hit
-    # P and W both have 2 hits; W's last access is older than P's (via X)
+    put(cache, "aaaacccc")  # P = "aaaa" 2 -> {X = "bbbb" 1, Y = "cccc" 1}
+    put_n(cache, "wwww", 3)  # W: 3 hits
+    put(cache, "aaaabbbb")  # X: 2 hits, the newest access; P: 3 hits, last visited now
+    assert evict_one(cache) == "cccc"  # 1 hit
+    assert evict_one(cache) == "bbbb"  # 2 hits
+    # P and W both have 3 hits; W's last access is older than P's (via X)
     assert drain(cache) == ["wwww", "aaaa"]
 
 

@@ -7,7 +7,9 @@ The model below is written from the rules as documented, not from the code:
   every node the walk visits get it; a node created by the call (the upper half of a split,
   a new leaf) gets a fresh later tick (its creation tick too); the lower half keeps its
   identity (creation tick, id) and the call's tick; the upper copies the hit count and lock
-  count; a match (not an insert) adds one hit to each visited node;
+  count; hits as SGLang 0.5.23 counts them: the first insert of a request (not a match, not
+  the second, prompt-only insert) adds one hit to each node of its path - each node walked
+  through, the upper half of a split (not the lower), the new leaf;
 - eviction: only unlocked leaves, whole nodes at a time, the smallest policy key first
   (lru: tick; lfu: (hits, tick); fifo: creation tick; ties: the older node id); a parent
   becomes a candidate when its last child goes; stop once enough tokens are freed.
@@ -108,20 +110,19 @@ class NaiveCache:
             if child is None:
                 return node, pos
             child.tick = tick
-            if count_hit:
-                child.hits += 1
             k = 0
             while k < len(child.tokens) and pos + k < len(query) and child.tokens[k] == query[pos + k]:
                 k += 1
             k = k // P * P
             if k == len(child.tokens):
+                child.hits += count_hit
                 node = child
                 pos += k
                 continue
             # split: a new upper node takes the first k tokens, the child keeps the rest
             node.children.remove(child)
             upper = self.new_node(child.tokens[:k], node)
-            upper.hits = child.hits
+            upper.hits = child.hits + count_hit
             upper.lock = child.lock
             child.tokens = child.tokens[k:]
             child.parent = upper
@@ -160,7 +161,7 @@ class NaiveCache:
         n_out = 0 if output is None else len(output)
         # a
         limit = max(lp - 1, 0) // P * P
-        node, cached = self.walk(s[:limit], count_hit=True)
+        node, cached = self.walk(s[:limit], count_hit=False)
         # b
         self.set_lock(node, +1)
         # c
@@ -178,9 +179,9 @@ class NaiveCache:
                 return (lp, n_out, cached, evicted, True)
             # d, first insert: S cut to whole pages
             aligned = len(s) // P * P
-            at, prefix = self.walk(s[:aligned], count_hit=False)
+            at, prefix = self.walk(s[:aligned], count_hit=True)
             if prefix < aligned:
-                self.new_node(s[prefix:aligned], at)
+                self.new_node(s[prefix:aligned], at).hits = 1
         aligned = len(s) // P * P
         prompt_aligned = lp // P * P
         if len(s) > lp and 0 < prompt_aligned < aligned:
@@ -289,7 +290,7 @@ class ReplayVsNaive(RuleBasedStateMachine):
         limit = data.draw(st.integers(0, len(prompt)), label="limit")
         m = self.cache.match(prompt, limit)
         self.cache.lock(m)
-        node, cached = self.model.walk(prompt[: limit // self.model.P * self.model.P], count_hit=True)
+        node, cached = self.model.walk(prompt[: limit // self.model.P * self.model.P], count_hit=False)
         self.model.set_lock(node, +1)
         assert m.cached_tokens == cached
         event("held a cached prefix" if cached else "held nothing")

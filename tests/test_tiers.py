@@ -168,36 +168,39 @@ def test_write_through_backs_up_ancestors_without_a_copy_top_down():
 
 
 @pytest.mark.parametrize("threshold", [1, 2, 3])
-def test_write_through_selective_backs_up_after_threshold_matches(threshold):
+def test_write_through_selective_backs_up_after_threshold_inserts(threshold):
+    """SGLang 0.5.23 counts a node's hits at insert (matches count none) and backs a node up
+    the moment its count reaches the threshold."""
     c = make(hicache_ratio=2, l3=True, write_policy="write_through_selective",
              write_through_threshold=threshold)
-    request(c, A)  # its own match found nothing: no walk through A yet
-    a = node_at(c, A)
-    assert transfers(c) == [] and a.host is None
+    request(c, A)  # its insert counts A's first hit
+    for _ in range(3):
+        c.match(TokenSeq(A))  # matches count no hit
     for i in range(1, threshold):
-        c.match(TokenSeq(A))
         assert transfers(c) == [], i
-    c.match(TokenSeq(toks((0, 8), (7, 9))))  # walks through A (and beyond: no match there)
+        c.insert(TokenSeq(A), len(A))  # one more hit, no new tokens
+    a = node_at(c, A)
     ts = transfers(c)
     assert shape(ts) == [("backup", L1, L2, 8), ("store", L2, L3, 8)]
     assert ts[0].src.tolist() == a.value.tolist() and ts[0].dst.tolist() == a.host.tolist()
     assert in_l3(c, A) == [True, True]
-    c.match(TokenSeq(A))  # already backed up: nothing more
+    c.insert(TokenSeq(A), len(A))  # already backed up: nothing more
     assert len(transfers(c)) == 2
     check(c)
 
 
-def test_write_through_selective_counts_matches_through_each_node():
+def test_write_through_selective_counts_inserts_through_each_node():
     c = make(hicache_ratio=2, write_policy="write_through_selective", write_through_threshold=2)
-    request(c, A)
-    request(c, AB)  # match walks through A once (A: 1 hit), B is new (0)
+    request(c, A)  # A: 1 hit
     assert transfers(c) == []
-    c.match(TokenSeq(AB))  # A: 2 hits -> backed up; B: 1 hit
+    request(c, AB)  # its insert walks through A (2 hits -> backed up); B is new (1)
     ts = transfers(c)
     assert shape(ts) == [("backup", L1, L2, 8)]
     assert ts[0].src.tolist() == node_at(c, A).value.tolist()
     assert node_at(c, AB).host is None
-    c.match(TokenSeq(AB))  # B: 2 hits
+    c.match(TokenSeq(AB))  # a match counts nothing
+    assert len(transfers(c)) == 1
+    c.insert(TokenSeq(AB), len(AB))  # B: 2 hits
     ts = transfers(c)
     assert shape(ts) == [("backup", L1, L2, 8)] * 2
     assert ts[1].src.tolist() == node_at(c, AB).value.tolist()
@@ -206,12 +209,11 @@ def test_write_through_selective_counts_matches_through_each_node():
 
 def test_write_through_selective_lower_half_of_a_split_gets_no_hit():
     c = make(P=1, l1=16, hicache_ratio=2, write_policy="write_through_selective", write_through_threshold=2)
-    request(c, [1, 2, 3, 4])
-    c.match(TokenSeq([1, 2, 3, 4]))  # walks through [1,2,3,4]: 1 hit
-    c.match(TokenSeq([1, 2, 9]))  # walks through [1,2] only (split): [1,2] has 2 hits, [3,4] 1
-    # expected: only [1,2] is backed up; actual: [1,2] and [3,4] (two backups)
+    request(c, [1, 2, 3, 4])  # its insert: 1 hit
+    c.insert(TokenSeq([1, 2, 9]), 3, c.alloc(3), 0)  # split: [1,2] 1 + 1 hits, [3,4] keeps 1, [9] 1
     assert shape(transfers(c)) == [("backup", L1, L2, 2)]
     assert node_at(c, [1, 2, 3, 4]).host is None
+    check(c)
 
 
 def test_write_back_backs_up_only_when_l1_evicts():
