@@ -1,0 +1,138 @@
+"""SGLang 0.5.23's eviction rules, one pinned small tree each (they always run; the harness
+comparison against SGLang itself is tests/test_sglang_reference.py).
+
+SGLang's RadixCache (mem_cache/radix_cache.py, evict_policy.py) ranks evictable leaves by
+  lru (last_access_time), lfu (hit_count, last_access_time), fifo (creation_time),
+  mru (-last_access_time), filo (-creation_time), priority (priority, last_access_time),
+  slru (hit_count >= 2, last_access_time),
+and updates them as follows: a match or an insert sets the access time of every node it
+walks through; a split creates the upper half (new creation and access time, the hit count
+and priority of the node it was cut from); hits are counted at *insert* only, one on every
+node of the path that ends past the request's `inserted_len` (the upper half of a split,
+not the lower one; the new leaf too); a request's finish inserts prompt + output[:-1], then
+the page-aligned prompt again with priority + 1 and no hits.
+
+Each test below builds a sequence whose eviction order differs between that rule and the
+obvious alternative (count at match; the lower half keeps a hit; a chunk counted twice; ...).
+Edges are 4-token blocks, one character = one token (helpers.toks).
+"""
+import pytest
+
+from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq, invariants
+from helpers import drain, evict_one, toks
+
+
+def new_cache(policy, page_size=1, capacity=256):
+    return RadixCache(CacheConfig(page_size=page_size, capacity_tokens=capacity, policy=policy))
+
+
+def put(cache, s: str, inserted_len: int = 0):
+    """One insert of s with fresh pages for all of it (duplicates freed)."""
+    pages = cache.alloc(len(s))
+    kw = {"inserted_len": inserted_len} if inserted_len else {}
+    res = cache.insert(TokenSeq(toks(s)), len(s), pages, 0, **kw)
+    invariants.check(cache)
+    return res
+
+
+def match(cache, s: str, times: int = 1):
+    for _ in range(times):
+        cache.match(TokenSeq(toks(s)))
+
+
+def test_lfu_counts_a_hit_at_insert_not_at_match():
+    cache = new_cache("lfu")
+    put(cache, "xxxx")
+    put(cache, "yyyy")
+    put(cache, "yyyy")  # y: 2 hits
+    match(cache, "xxxx", 3)  # counted at match, x would have 3 and y would go first
+    assert drain(cache) == ["xxxx", "yyyy"]
+
+
+def test_lfu_split_gives_the_count_to_the_upper_half_only():
+    cache = new_cache("lfu")
+    put(cache, "zzzz")  # Z: 1 hit, the oldest tick
+    put(cache, "wwww")
+    put(cache, "wwww")  # W: 2 hits
+    put(cache, "aaaabbbb")  # X: 1
+    put(cache, "aaaacccc")  # split: P = "aaaa" 1 + 1, X (lower) keeps 1 and gets this call's tick, Y 1
+    # X with an extra hit (2) would go after W; P (2 hits, newest tick) goes after W
+    assert drain(cache) == ["zzzz", "bbbb", "cccc", "wwww", "aaaa"]
+
+
+def test_lfu_a_split_in_a_match_counts_nothing():
+    cache = new_cache("lfu")
+    put(cache, "aaaabbbb")  # X: 1 hit
+    put(cache, "wwww")  # W: 1 hit, newer than X
+    match(cache, "aaaadddd")  # splits X into "aaaa" / "bbbb": no hit anywhere, X's tick now newest
+    assert drain(cache) == ["wwww", "bbbb", "aaaa"]  # (1, older) before (1, newer)
+    cache = new_cache("lfu")
+    put(cache, "aaaabbbb")
+    put(cache, "wwww")
+    put(cache, "wwww")  # W: 2 hits
+    match(cache, "aaaadddd", 3)
+    assert drain(cache) == ["bbbb", "aaaa", "wwww"]
+
+
+def test_lfu_a_chunked_request_counts_each_node_once():
+    """SGLang's inserted_len: a request that inserted [0, 8) after its first chunk counts no
+    second hit there when it inserts [0, 16)."""
+    cache = new_cache("lfu")
+    put(cache, "zzzz")
+    put(cache, "zzzz")  # Z: 2 hits, the oldest tick
+    put(cache, "aaaaaaaa")  # chunk 1: A = [0, 8) 1 hit
+    put(cache, "aaaaaaaabbbb", inserted_len=8)  # chunk 2: B = [8, 12) 1 hit, A still 1
+    assert evict_one(cache) == "bbbb"
+    assert drain(cache) == ["aaaaaaaa", "zzzz"]  # A counted twice (2, newer) would go after Z
+
+
+def test_slru_protects_nodes_inserted_twice_not_matched_twice():
+    cache = new_cache("slru")
+    put(cache, "xxxx")
+    put(cache, "xxxx")  # x: 2 hits -> protected
+    put(cache, "yyyy")  # y: 1 hit -> probation, although matched below
+    match(cache, "yyyy", 5)
+    assert drain(cache) == ["yyyy", "xxxx"]
+
+
+@pytest.mark.parametrize("policy,want", [
+    ("mru", ["bbbb", "cccc", "aaaa"]),  # newest access first: b (matched last), c, a
+    ("filo", ["cccc", "bbbb", "aaaa"]),  # newest creation first, accesses ignored
+    ("fifo", ["aaaa", "bbbb", "cccc"]),
+    ("lru", ["aaaa", "cccc", "bbbb"]),
+])
+def test_access_and_creation_orders(policy, want):
+    cache = new_cache(policy)
+    for s in ("aaaa", "bbbb", "cccc"):
+        put(cache, s)
+    match(cache, "bbbb")
+    assert drain(cache) == want
+
+
+def test_filo_a_split_upper_half_is_created_at_the_split():
+    cache = new_cache("filo")
+    put(cache, "aaaabbbb")
+    put(cache, "zzzz")
+    match(cache, "aaaacccc")  # split: "aaaa" created now, "bbbb" keeps its creation
+    # leaves first: z (newer than "bbbb"), "bbbb"; then "aaaa", the newest node of all
+    assert drain(cache) == ["zzzz", "bbbb", "aaaa"]
+
+
+def test_priority_the_prompt_outlives_its_output_tail():
+    """The finish inserts prompt + output[:-1] at the request's priority and the prompt
+    again at priority + 1: a request's output tail goes before any prompt, even a prompt
+    older than it."""
+    cache = new_cache("priority", page_size=4, capacity=64)
+    stepper = ReplayStepper(cache)
+    stepper.step(toks("aaaaaaaa"), toks("ppppq"))  # A = "aaaaaaaa" (1) -> "pppp" (0)
+    stepper.step(toks("bbbbbbbb"), toks("rrrrs"))  # B = "bbbbbbbb" (1) -> "rrrr" (0)
+    assert drain(cache) == ["pppp", "rrrr", "aaaaaaaa", "bbbbbbbb"]
+
+
+def test_priority_is_the_highest_of_the_requests_on_the_path():
+    cache = new_cache("priority", page_size=4, capacity=64)
+    stepper = ReplayStepper(cache)
+    stepper.step(toks("aaaa"), toks("pppq"), priority=3)  # prompt-only page: one insert, priority 3
+    stepper.step(toks("bbbb"), toks("rrrs"), priority=1)
+    stepper.step(toks("cccc"), toks("ssst"), priority=2)
+    assert drain(cache) == ["bbbb", "cccc", "aaaa"]
