@@ -48,6 +48,7 @@ class Belady(Policy):
     """Furthest next use first (needs `oracle` and the current request index `now`)."""
 
     volatile = True  # next uses move as time passes
+    reads_hits = reads_priority = False
     needs_keys = True
 
     def __init__(self):

@@ -278,17 +278,20 @@ class RadixCache(TierOps, HybridOps):
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
         final = leaf or node
-        for n in tree.count_hits(final, inserted_len):  # their policy keys may have changed
-            self._touch_all(n)
+        touched = tree.count_hits(final, inserted_len)
+        if self.policy.reads_hits:  # their policy keys changed
+            for n in touched:
+                self._touch_all(n)
         if priority:
             n = final
             rank_inner = self.hier is not None or self.voters  # internal nodes are ranked too
             while n.parent is not None and n.priority < priority:
                 n.priority = priority
-                if rank_inner:
+                if rank_inner and self.policy.reads_priority:
                     self._touch_all(n)
                 n = n.parent
-            self.full.touched(final)  # its key may have changed
+            if self.policy.reads_priority:
+                self.full.touched(final)  # its key may have changed
         if self.voters:
             self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
         if self.hier is not None:

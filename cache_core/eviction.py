@@ -45,12 +45,16 @@ class Policy:
     `key_for(component)` gives the key used for one component's candidates ("full", "swa",
     "mamba"); by default the same `key` for all. Flags the cache reads:
     ``uses_sessions`` (register session references), ``needs_keys`` (keep stable page keys
-    on nodes)."""
+    on nodes), ``reads_hits`` / ``reads_priority`` (whether a key reads `node.hits` /
+    `node.priority`: when False, the cache does not re-offer a node whose count or priority
+    changed; the conservative default is True)."""
 
     name = "?"
     volatile = False
     uses_sessions = False
     needs_keys = False
+    reads_hits = True
+    reads_priority = True
 
     def key(self, node):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -63,6 +67,8 @@ class Policy:
 class LRU(Policy):
     """Least recently used: the oldest access tick goes first (SGLang's default)."""
 
+    reads_hits = reads_priority = False
+
     def key(self, node):
         return node.tick
 
@@ -71,6 +77,8 @@ class LRU(Policy):
 class LFU(Policy):
     """Least frequently used: fewest hits first, ties by oldest access tick. A hit is one
     insert whose path covers the node, as SGLang 0.5.23 counts them (tree.py)."""
+
+    reads_priority = False
 
     def key(self, node):
         return (node.hits, node.tick)
@@ -81,6 +89,8 @@ class FIFO(Policy):
     """First in, first out: the oldest creation tick goes first (access does not matter;
     a split's upper half is created at the split)."""
 
+    reads_hits = reads_priority = False
+
     def key(self, node):
         return node.created
 
@@ -89,6 +99,8 @@ class FIFO(Policy):
 class MRU(Policy):
     """Most recently used first: the newest access tick goes first (SGLang's "mru")."""
 
+    reads_hits = reads_priority = False
+
     def key(self, node):
         return -node.tick
 
@@ -96,6 +108,8 @@ class MRU(Policy):
 @register_policy("filo")
 class FILO(Policy):
     """First in, last out: the newest creation tick goes first (SGLang's "filo")."""
+
+    reads_hits = reads_priority = False
 
     def key(self, node):
         return -node.created
@@ -108,6 +122,8 @@ class PriorityLRU(Policy):
     request's prompt part is inserted a second time with its priority + 1, so a request's
     output tail goes before its prompt."""
 
+    reads_hits = False
+
     def key(self, node):
         return (node.priority, node.tick)
 
@@ -116,6 +132,8 @@ class PriorityLRU(Policy):
 class SLRU(Policy):
     """Segmented LRU as a sort key: nodes with fewer than two hits (probation) go before
     nodes with two or more (protected); LRU within each segment. Hits as for "lfu"."""
+
+    reads_priority = False
 
     def key(self, node):
         return (node.hits >= 2, node.tick)
@@ -128,6 +146,7 @@ class SessionAware(Policy):
     SWA and MAMBA take unreferenced entries of their regions first, then referenced ones,
     LRU within each. References change the order only: nothing is pinned."""
 
+    reads_hits = False
     uses_sessions = True
 
     def key(self, node):
