@@ -14,7 +14,8 @@ run, then (beyond the tree) a run of pages found in L3.
 
 - write_through: back up a new leaf (and any ancestor not yet backed up) to L2 at insert
   (a node is locked while its backup is in flight, as in SGLang);
-  write_through_selective: once a node was walked through by `threshold` matches;
+  write_through_selective: once a node has `threshold` hits (inserts whose path covered it,
+  counted and checked at insert as SGLang 0.5.23 does);
   write_back: when L1 evicts it. L3 gets a copy of L2 content on backup (``l3_write=
   "on_insert"``) or when L2 evicts it (``"on_l2_evict"``).
 - L1 eviction (device leaves: on L1, no child on L1, unlocked, nothing in flight) *demotes*
