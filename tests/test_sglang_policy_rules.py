@@ -136,3 +136,36 @@ def test_priority_is_the_highest_of_the_requests_on_the_path():
     stepper.step(toks("bbbb"), toks("rrrs"), priority=1)
     stepper.step(toks("cccc"), toks("ssst"), priority=2)
     assert drain(cache) == ["bbbb", "cccc", "aaaa"]
+
+
+def test_engine_chunked_prefill_counts_each_node_once():
+    """The engine inserts a chunked request after every chunk (SGLang's cache_unfinished_req)
+    and passes what it inserted before as inserted_len: after 4 chunks and the finish every
+    node of the path holds exactly 1 hit (counted again per chunk: 4, 3, 2, 1)."""
+    import numpy as np
+    import simpy
+
+    from cache_core.engine_types import EngineConfig, EngineRequest
+    from scenarios.presets import get_hardware
+    from sim.cost import RooflineCostModel
+    from sim.simulator import build, timed_arrivals
+
+    env = simpy.Environment()
+    cache = RadixCache(CacheConfig(page_size=16, capacity_tokens=10_000, policy="lfu"), record_actions=True)
+    hw = get_hardware("h200x1")
+    engine = build(env, cache, EngineConfig(max_running_requests=1, chunked_prefill_tokens=256),
+                   RooflineCostModel("qwen3-32b", "h200x1", 1), hw)
+    prompt = np.arange(1000, dtype=np.int64)
+    seq = TokenSeq(np.concatenate([prompt, [-1, -2]]))
+    r = EngineRequest(rid=0, session_id=None, prompt=prompt, output_length=3, arrival_s=0.0, seq=seq)
+    env.process(timed_arrivals(env, engine, [(0.0, r)]))
+    env.process(engine.loop())
+    env.run()
+    ends, hits = [], []
+    while cache.num_nodes > 1:  # the path, deepest first: each node's hits once it is the leaf
+        leaf = next(n for n in cache.tree.iter_nodes() if not n.children)
+        ends.append(leaf.end)
+        hits.append(leaf.hits)
+        cache.evict(1)
+    assert ends == [992, 768, 512, 256]
+    assert hits == [1, 1, 1, 1]
