@@ -9,9 +9,9 @@ Each uncertain input is a set of scenario keys scaled together by a factor f (th
 
 - capacities, per tier: ``l1`` (cache.l1_tokens with the SWA and MAMBA pools that follow it),
   ``l2`` (cache.l2_tokens), ``l3`` (cache.l3_tokens when bounded) x f;
-- bandwidths: ``pcie`` (hardware.pcie_bytes_per_s and its peak), ``l3_link``
-  (hardware.l3_bytes_per_s), ``hbm`` (hardware.hbm_bytes_per_s, d2d_copy_bytes_per_s),
-  ``nvlink`` (hardware.nvlink_bytes_per_s; tp > 1) x f;
+- bandwidths: ``pcie`` (every hardware.pcie_*bytes_per_s field: the rate and its peak), ``l3_link``
+  (hardware.l3_*bytes_per_s; with L3), ``hbm`` (hardware.hbm_bytes_per_s, d2d_copy_bytes_per_s),
+  ``nvlink`` (hardware.nvlink_*bytes_per_s; tp > 1) x f;
 - ``efficiency``: every ``mfu_*`` and ``*_efficiency`` field of sim/cost.py ``Efficiency`` x f
   (capped at 1; roofline cost model only);
 - ``kv_bytes``: KV bytes per token x f, through what it changes: pools sized in bytes (L1
@@ -35,6 +35,7 @@ import os
 import sys
 from pathlib import Path
 
+from scenarios.presets import HARDWARE_OVERRIDES
 from scenarios.scenario import ScenarioError, resolve, set_key
 
 from .outputs import write
@@ -62,11 +63,11 @@ def inputs(raw: dict, sc) -> list[Input]:
     hw, tiers = sc.hardware, sc.cache.tiers
     caps = capacity_keys(sc)
     out = [Input(tier, keys) for tier, keys in caps.items()]
-    links = {"pcie": ("pcie_bytes_per_s", "pcie_peak_bytes_per_s"), "l3_link": ("l3_bytes_per_s",),
-             "hbm": ("hbm_bytes_per_s", "d2d_copy_bytes_per_s"), "nvlink": ("nvlink_bytes_per_s",)}
+    links = {"pcie": ("pcie",), "l3_link": ("l3",), "hbm": ("hbm", "d2d_copy"), "nvlink": ("nvlink",)}
     used = {"pcie": tiers is not None, "l3_link": tiers is not None and tiers.l3, "hbm": True, "nvlink": sc.tp > 1}
-    for name, fields in links.items():
-        if used[name]:
+    for name, prefixes in links.items():
+        fields = [f for f in HARDWARE_OVERRIDES if f.startswith(prefixes) and f.endswith("bytes_per_s")]
+        if used[name] and fields:
             out.append(Input(name, {f"hardware.{f}": (getattr(hw, f), 1) for f in fields}))
     eff = {f"cost.efficiency.{k}": (v, 1) for k, v in _efficiencies(sc).items()}
     if sc.cost_table is None and eff:
