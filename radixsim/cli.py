@@ -232,11 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
     pl.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    from . import report_cli, validate, workload_cli
+    from . import report_cli, sensitivity, validate, workload_cli
 
     report_cli.add_parsers(sub)
     workload_cli.add_parsers(sub)
     validate.add_parser(sub)
+    sensitivity.add_parser(sub)
 
     k = sub.add_parser("calibrate", help="measure the torch backend's step times into a cost table",
                        description=(
@@ -589,9 +590,9 @@ def _dispatch(parser, args) -> int:
     cmd = COMMANDS.get(args.command)
     if cmd is not None:
         return cmd(args)
-    from . import report_cli, validate, workload_cli
+    from . import report_cli, sensitivity, validate, workload_cli
 
-    for mod in (report_cli, workload_cli, validate):
+    for mod in (report_cli, workload_cli, validate, sensitivity):
         rc = mod.dispatch(args)
         if rc is not None:
             return rc

@@ -180,7 +180,7 @@ def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
     ratio, size = _flag(flags, "hicache-ratio"), _flag(flags, "hicache-size")
     if "--enable-hierarchical-cache" in flags or ratio or size:
         if size:
-            cache["l2_tokens"] = int(float(size) * 1e9 // shard_bytes)
+            cache["l2_tokens"] = presets.host_pool_tokens(model, tp, float(size))
             notes.append(f"L2 --hicache-size {size} GB per rank = {cache['l2_tokens']:,} tokens")
         else:
             cache["hicache_ratio"] = float(ratio) if ratio else DEFAULT_L2_RATIO

@@ -1038,6 +1038,128 @@ def get_hardware(name: str) -> HardwarePreset:
 
 
 # ------------------------------------------------------------------------------------------
+# Scenario overrides: ``model: {base: ..., weight_dtype: ..., kv_dtype: ...}`` and
+# ``hardware: {base: ..., <any field>: ...}`` (the plain string form names the preset alone)
+# ------------------------------------------------------------------------------------------
+
+# bytes per parameter of `model.weight_dtype` (every parameter; quantisation scales ignored, as
+# the bf16 presets ignore them) and per KV element of `model.kv_dtype`
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+MODEL_OVERRIDES = ("weight_dtype", "kv_dtype")
+HARDWARE_OVERRIDES = tuple(f.name for f in dataclasses.fields(HardwarePreset) if f.name not in ("name", "sources"))
+
+
+def override_keys(what: str) -> tuple:
+    """The keys a scenario's `what` ("model" or "hardware") mapping may hold, "base" first."""
+    return ("base",) + (MODEL_OVERRIDES if what == "model" else HARDWARE_OVERRIDES)
+
+
+def _split_spec(spec, what: str) -> tuple[str, dict]:
+    """(preset name, {field: value}) of a plain name or a ``{base: name, field: value}`` mapping."""
+    if isinstance(spec, str):
+        return spec, {}
+    fields = {k: v for k, v in spec.items() if k != "base"}
+    unknown = sorted(set(fields) - set(override_keys(what)))
+    if unknown:
+        raise ValueError(f"{what}.{unknown[0]}: unknown field; expected one of {', '.join(override_keys(what))}")
+    if not isinstance(spec.get("base"), str):
+        raise ValueError(f"{what}.base: got {spec.get('base')!r}; expected a {what} preset name")
+    return spec["base"], fields
+
+
+def _overridden_source(what: str, key: str, note: str = "") -> str:
+    return f"assumption: set by the scenario ({what}.{key}){note}"
+
+
+def resolve_model(spec) -> tuple[ModelPreset, list]:
+    """The model preset a scenario's ``model`` names, with its overrides applied, and the
+    overridden keys. ``weight_dtype`` (bf16/fp8/fp4) sets ``weight_bytes`` = total_params x 2/1/0.5
+    B; ``kv_dtype`` (bf16/fp8; GQA and MLA rows) sets ``kv_dtype_bytes`` 2/1 and recomputes the
+    FULL and SWA KV bytes per token from the row (sidecars and MAMBA state keep their dtypes)."""
+    name, fields = _split_spec(spec, "model")
+    m = get_model(name)
+    src, kw = dict(m.sources), {}
+    if "weight_dtype" in fields:
+        dt = _dtype(fields["weight_dtype"], WEIGHT_DTYPE_BYTES, "model.weight_dtype")
+        kw.update(weight_dtype=dt, weight_bytes=int(m.total_params * WEIGHT_DTYPE_BYTES[dt]))
+        src["weight_bytes"] = _overridden_source("model", "weight_dtype", f": {dt}, {WEIGHT_DTYPE_BYTES[dt]:g} "
+                                                 "B/param x total_params, scales ignored")
+    if "kv_dtype" in fields:
+        dt = _dtype(fields["kv_dtype"], KV_DTYPE_BYTES, "model.kv_dtype")
+        if m.attention == "dsv4":
+            raise ValueError(f"model.kv_dtype: {m.name}'s KV rows have a fixed mixed layout (fp8 + bf16 rope + "
+                             "scales); expected no kv_dtype for it")
+        row = m.kv_row_bytes // m.kv_dtype_bytes * KV_DTYPE_BYTES[dt]  # GQA and MLA rows scale with the dtype
+        kw.update(kv_dtype=dt, kv_dtype_bytes=KV_DTYPE_BYTES[dt], full_kv_bytes_per_token=row * m.full_layers,
+                  swa_kv_bytes_per_token=row * m.swa_layers)
+        for key in ("kv_dtype_bytes", "full_kv_bytes_per_token", "swa_kv_bytes_per_token"):
+            src[key] = _overridden_source("model", "kv_dtype", f": {dt}, {KV_DTYPE_BYTES[dt]} B per KV element")
+    if not kw:
+        return m, []
+    return dataclasses.replace(m, sources=src, **kw), sorted(fields)
+
+
+def _dtype(value, table: dict, key: str) -> str:
+    if value not in table:
+        raise ValueError(f"{key}: got {value!r}; expected one of {', '.join(table)}")
+    return value
+
+
+def resolve_hardware(spec) -> tuple[HardwarePreset, list]:
+    """The hardware preset a scenario's ``hardware`` names, with any of its fields (except the
+    name) overridden, and the overridden keys. Integer fields take integral numbers; every
+    value is checked as the preset's own (``HardwarePreset.__post_init__``)."""
+    name, fields = _split_spec(spec, "hardware")
+    hw = get_hardware(name)
+    if not fields:
+        return hw, []
+    kinds = {f.name: f.type for f in dataclasses.fields(HardwarePreset)}
+    kw = {}
+    for key, v in fields.items():
+        v = _number_text(v) if kinds[key] != "str" else v
+        if kinds[key] == "str":
+            ok, expected = isinstance(v, str) and v, "a name"
+        elif kinds[key] == "int":
+            ok, expected = _is_number(v) and float(v).is_integer() and v >= 1, "an integer >= 1"
+            v = int(v) if ok else v
+        else:
+            ok, expected = _is_number(v) and v > 0 and math.isfinite(v), "a finite number > 0"
+        if not ok:
+            raise ValueError(f"hardware.{key}: got {v!r}; expected {expected}")
+        kw[key] = v
+    src = dict(hw.sources, **{k: _overridden_source("hardware", k) for k in kw if k in hw.sources})
+    return dataclasses.replace(hw, sources=src, **kw), sorted(kw)  # ValueError: fields that disagree
+
+
+def _number_text(v):
+    """A number written as text that YAML reads as a string (``20e9``) -> the number; else `v`."""
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def preset_doc(preset, base: str, overridden: list) -> dict:
+    """A resolved preset for config.yaml: its base name, every field (sources left out) and
+    which fields the scenario overrode."""
+    fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(preset) if f.name != "sources"}
+    if "sidecars" in fields:
+        fields["sidecars"] = [dataclasses.asdict(s) for s in fields["sidecars"]]
+    return {"base": base, **fields, "overridden": list(overridden)}
+
+
+def host_pool_tokens(model: ModelPreset, tp: int, size_gb: float) -> int:
+    """Tokens in an L2 (host) pool of `size_gb` GB per rank, SGLang's ``--hicache-size``: each
+    rank's host pool holds ``int(size_gb x 1e9 // size_per_token)`` tokens, size_per_token being
+    that rank's share of a token (HostKVCache.__init__, python/sglang/srt/mem_cache/
+    memory_pool_host.py); here the FULL KV with its sidecars over `kv_shards` (MLA: replicated)."""
+    return int(size_gb * 1e9 // (bytes_per_token(model, "full") / kv_shards(model, tp)))
+
+
+# ------------------------------------------------------------------------------------------
 # L1 sizing: l1_tokens: auto
 # ------------------------------------------------------------------------------------------
 

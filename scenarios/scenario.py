@@ -7,10 +7,13 @@ a number), which `radixsim run` writes to ``config.yaml``.
 
 Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
 
-    name, description, seed, model, hardware, tp
+    name, description, seed, tp
+    model (a preset name, or {base: NAME, weight_dtype: bf16|fp8|fp4, kv_dtype: bf16|fp8}),
+    hardware (a preset name, or {base: NAME, FIELD: VALUE}: any HardwarePreset field but its name)
     cache.page_size, l1_tokens (auto | tokens | bytes), mem_fraction_static, max_total_tokens,
           swa_full_tokens_ratio, mamba_full_memory_ratio, swa_tokens, mamba_slots,
-          mamba_every_tokens, components, l2_tokens, hicache_ratio, l3_tokens (null: no L3;
+          mamba_every_tokens, components, l2_tokens, hicache_ratio, hicache_size_gb (GB per
+          rank, SGLang's --hicache-size; one of these three), l3_tokens (null: no L3;
           unbounded; tokens; bytes), policy, write_policy, l3_write, prefetch_policy,
           min_prefetch_tokens
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
@@ -127,14 +130,8 @@ class Scenario:
 def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     """Validate and resolve a raw scenario mapping (ScenarioError on any problem)."""
     doc = _validate(raw, SCHEMA, where)
-    try:
-        model = presets.get_model(doc["model"])
-    except ValueError as e:
-        raise ScenarioError(f"{where}: model: {e}") from None
-    try:
-        hw = presets.get_hardware(doc["hardware"])
-    except ValueError as e:
-        raise ScenarioError(f"{where}: hardware: {e}") from None
+    model = _preset(doc, "model", presets.resolve_model, where)
+    hw = _preset(doc, "hardware", presets.resolve_hardware, where)
     tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
     if tp > hw.num_gpus:
         raise ScenarioError(f"{where}: tp: {tp} exceeds the {hw.num_gpus} GPUs of {hw.name}; expected 1..{hw.num_gpus}")
@@ -201,14 +198,15 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                                 f"({P}); expected a multiple")
         mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
     c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
-    l2 = floor_pages(size("l2_tokens", c["l2_tokens"]), P)
+    l2 = floor_pages(size("l2_tokens", c["l2_tokens"]) if c["hicache_size_gb"] is None
+                     else _host_pool_tokens(c, model, tp, where), P)
     l3_given = c["l3_tokens"] is not None
     l3 = floor_pages(size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None, P)
     tiers = None
     if l2 is not None or c["hicache_ratio"] is not None or l3_given:
         if l2 is None and c["hicache_ratio"] is None:
-            raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens or "
-                                "cache.hicache_ratio); expected one of them too")
+            raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens, "
+                                "cache.hicache_ratio or cache.hicache_size_gb); expected one of them too")
         tiers = TierConfig(l2_tokens=l2, hicache_ratio=c["hicache_ratio"], l3=l3_given, l3_tokens=l3,
                            write_policy=c["write_policy"], l3_write=c["l3_write"],
                            prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
@@ -216,7 +214,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                            swa_bytes_per_token=int(presets.bytes_per_token(model, "swa")) if swa else 0,
                            state_bytes=int(model.state_bytes) if mamba else 0)
         c["l2_tokens"] = floor_pages(tiers.l2_size(l1), P)
-        pool("l2_tokens" if l2 is not None else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
+        pool("hicache_size_gb" if c["hicache_size_gb"] is not None else "l2_tokens" if l2 is not None
+             else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
         c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
@@ -359,6 +358,29 @@ def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
         raise ScenarioError(f"{where}: workload.path: {err}") from None
     if not found:
         raise ScenarioError(f"{where}: workload.path: {path}: no requests in the trace; expected at least one")
+
+
+def _preset(doc: dict, what: str, resolver, where: str):
+    """The model or hardware preset of `doc[what]` (a name or ``{base: NAME, ...}``); `doc[what]`
+    becomes the resolved preset: base name, every field, the overridden ones."""
+    try:
+        preset, overridden = resolver(doc[what])
+    except ValueError as e:
+        text = str(e)
+        raise ScenarioError(f"{where}: {text if text.startswith(what + '.') else what + ': ' + text}") from None
+    base = doc[what] if isinstance(doc[what], str) else doc[what]["base"]
+    doc[what] = presets.preset_doc(preset, base, overridden)
+    return preset
+
+
+def _host_pool_tokens(c: dict, model, tp: int, where: str) -> int:
+    """cache.hicache_size_gb (SGLang's --hicache-size: GB of 1e9 bytes per rank) as L2 tokens;
+    SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only."""
+    other = [k for k in ("l2_tokens", "hicache_ratio") if c[k] is not None]
+    if other:
+        raise ScenarioError(f"{where}: cache.hicache_size_gb: conflicts with cache.{other[0]}; expected one "
+                            "L2 size (l2_tokens, hicache_ratio or hicache_size_gb)")
+    return presets.host_pool_tokens(model, tp, c["hicache_size_gb"])
 
 
 def _efficiency_fields() -> list[str]:

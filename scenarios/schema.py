@@ -27,8 +27,8 @@ SCHEMA = {
     "name": (None, "str_or_none", "a string"),
     "description": ("", "str", "a string"),
     "seed": (0, "int0", "an integer >= 0"),
-    "model": ("qwen3-32b", "model", "a model preset name"),
-    "hardware": ("h200x1", "hardware", "a hardware preset name"),
+    "model": ("qwen3-32b", "model", "a model preset name, or a mapping {base: NAME, weight_dtype, kv_dtype}"),
+    "hardware": ("h200x1", "hardware", "a hardware preset name, or a mapping {base: NAME, FIELD: VALUE, ...}"),
     "tp": (None, "int1_or_none", "an integer >= 1 (default: the hardware's GPU count)"),
     "cache": {
         "page_size": (64, "int1", "an integer >= 1"),
@@ -43,6 +43,7 @@ SCHEMA = {
         "components": (None, "components", "null or a list of full, swa, mamba"),
         "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
         "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
+        "hicache_size_gb": (None, "pos_or_none", "null or a number > 0 (GB of 1e9 bytes per rank)"),
         "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
         "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
@@ -148,8 +149,8 @@ def _ok(check, v) -> bool:
         "pos": lambda: num and v > 0 and math.isfinite(v),
         "range": lambda: (isinstance(v, (list, tuple)) and len(v) == 2 and all(
             isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)),
-        "model": lambda: isinstance(v, str),
-        "hardware": lambda: isinstance(v, str),
+        "model": lambda: isinstance(v, (str, dict)),
+        "hardware": lambda: isinstance(v, (str, dict)),
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
@@ -211,6 +212,9 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
             raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
         schema = schema[part]
+        if isinstance(schema, tuple) and schema[1] in ("model", "hardware") and i < len(parts) - 1:
+            _set_preset_field(node, part, ".".join(parts[i + 1:]), value, schema[0], f"{where} {key}")
+            return
         if i == len(parts) - 1:
             node[part] = value
         elif isinstance(schema, tuple) and schema[1] == "mapping":
@@ -221,3 +225,15 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
+
+
+def _set_preset_field(node: dict, what: str, field: str, value, default: str, where: str) -> None:
+    """``--set hardware.FIELD=V``: the plain preset name becomes ``{base: NAME}``, then FIELD is set."""
+    from .presets import override_keys
+
+    if field not in override_keys(what):
+        raise ScenarioError(f"{where}: unknown key {what + '.' + field!r}; expected one of "
+                            f"{', '.join(override_keys(what))}")
+    current = node.get(what, default)
+    node[what] = dict(current) if isinstance(current, dict) else {"base": current}
+    node[what][field] = value
