@@ -11,16 +11,11 @@ Contract of every store: a key reads back either the exact tensor put under it o
 (missing, corrupt, truncated, written by another format): never wrong data. A miss is
 normal (the core treats a failed prefetch as a miss and recomputes).
 
-TODO(Mooncake): ``MooncakeStore(PageStore)`` plugs in here as the distributed L3, chosen
-by the scenario's L3 setting where the data plane is built. Sketch: a
-``mooncake.store.MooncakeDistributedStore`` client set up once per engine (local host name,
-metadata server, master address, protocol, segment and buffer sizes from the scenario);
-``put``/``get`` move the SAME encoded blob as `LocalDirStore` (header + blake2b checksum +
-payload, `encode_page` / `decode_page`), so a corrupt or partial object is a miss there too;
-batched calls (the client's batch put/get, zero-copy from a registered host buffer such as
-the pinned L2 pool) for a whole transfer; ``contains`` maps to the client's existence check
-and ``delete`` to its remove. Mooncake is eventually consistent and evicts on its own, so
-``contains`` stays a hint and ``get`` the truth, as here.
+Two stores implement it: `LocalDirStore` (files in a directory) and `MooncakeStore`
+(`store_mooncake.py`: Mooncake Store's distributed client, chosen by `torch.store: mooncake`).
+Both move the same encoded blob (header + blake2b checksum + payload, `encode_page` /
+`decode_page`), so a corrupt or partial object is a miss in either. Mooncake evicts on its own,
+so `contains` stays a hint and `get` the truth.
 """
 from __future__ import annotations
 
