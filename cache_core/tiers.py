@@ -8,7 +8,7 @@ as it is emitted.
 Residency (FULL): ``node.value`` = L1 pages or None, ``node.host`` = L2 pages or None; a node
 is in the tree while it holds either. L3 is not in the tree: it is a key-value store of
 pages addressed by their stable page keys (cache_core.keys), shared across engines, with
-its own LRU capacity. Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
+its own capacity and eviction (cache_core.store: ``l3_model`` "prefix" LRU or "mooncake"). Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
 a node on L2 its parent on L2 (backups go top-down), so a match is a device run, then a host
 run, then (beyond the tree) a run of pages found in L3.
 
@@ -30,7 +30,6 @@ run, then (beyond the tree) a run of pages found in L3.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from .actions import L1, L2, L3, Transfer
@@ -38,6 +37,7 @@ from .allocator import PagePool
 from .components.full import FullComponent
 from .eviction import EvictionQueue
 from .records import LockHandle, MatchResult
+from .store import L3_MODELS, make_store
 from .tiers_hybrid import backup_components, demote_components, store_keys
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -57,6 +57,11 @@ class TierConfig:
     write_policy: str = "write_through"
     write_through_threshold: int = 2  # hits before write_through_selective backs a node up
     l3_write: str = "on_insert"
+    l3_model: str = "prefix"  # cache_core.store: "prefix" LRU index or "mooncake" store model
+    l3_high_watermark: float = 0.90  # mooncake: Mooncake's eviction_high_watermark_ratio
+    l3_eviction_ratio: float = 0.05  # mooncake: Mooncake's eviction_ratio
+    l3_replicas: int = 1  # mooncake: copies of each object in the pool
+    l3_ssd_tokens: int | None = None  # mooncake: SSD offload tier below the pool (None: none)
     prefetch_policy: str = "wait_complete"
     prefetch_timeout_base_s: float = 1.0
     prefetch_timeout_per_1k_s: float = 0.25
@@ -66,7 +71,7 @@ class TierConfig:
     state_bytes: int = 0  # bytes of one MAMBA checkpoint
 
     def __post_init__(self):
-        for name in ("l2_tokens", "l3_tokens"):
+        for name in ("l2_tokens", "l3_tokens", "l3_ssd_tokens"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise ValueError(f"{name} must be an integer >= 0 or None, got {v!r}")
@@ -79,6 +84,14 @@ class TierConfig:
                              f"{', '.join(PREFETCH_POLICIES)}")
         if self.l3_write not in L3_WRITES:
             raise ValueError(f"l3_write {self.l3_write!r}: expected one of {', '.join(L3_WRITES)}")
+        if self.l3_model not in L3_MODELS:
+            raise ValueError(f"l3_model {self.l3_model!r}: expected one of {', '.join(L3_MODELS)}")
+        if not (0.0 <= self.l3_high_watermark <= 1.0 and 0.0 <= self.l3_eviction_ratio <= 1.0):
+            raise ValueError("l3_high_watermark and l3_eviction_ratio must be in [0, 1]")
+        if isinstance(self.l3_replicas, bool) or not isinstance(self.l3_replicas, int) or self.l3_replicas < 1:
+            raise ValueError(f"l3_replicas must be an integer >= 1, got {self.l3_replicas!r}")
+        if self.l3_ssd_tokens and self.l3_model != "mooncake":
+            raise ValueError("l3_ssd_tokens needs l3_model 'mooncake'")
         if self.write_through_threshold < 1 or self.min_prefetch_tokens < 0:
             raise ValueError("write_through_threshold must be >= 1 and min_prefetch_tokens >= 0")
 
@@ -96,51 +109,6 @@ class TierConfig:
     def prefetch_budget_s(self, tokens: int) -> float:
         """How long `timeout` waits for a prefetch of `tokens` (SGLang's default formula)."""
         return self.prefetch_timeout_base_s + self.prefetch_timeout_per_1k_s * tokens / 1024
-
-
-class StorageIndex:
-    """L3: page keys present in the external store, least recently used first."""
-
-    def __init__(self, capacity_pages: int | None):
-        self.capacity_pages = capacity_pages
-        self._keys: OrderedDict = OrderedDict()
-        self.evicted_pages = 0
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __contains__(self, key) -> bool:
-        return key in self._keys
-
-    def leading(self, keys) -> int:
-        """How many of `keys`, from the first, are present (a storage hit run)."""
-        d = self._keys
-        n = 0
-        for k in keys.tolist():
-            if k not in d:
-                break
-            n += 1
-        return n
-
-    def touch(self, keys) -> None:
-        d = self._keys
-        for k in keys.tolist():
-            if k in d:
-                d.move_to_end(k)
-
-    def put(self, keys) -> None:
-        self.put_many(keys.tolist())
-
-    def put_many(self, keys: list) -> None:
-        """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
-        d = self._keys
-        for k in keys:
-            d[k] = None
-            d.move_to_end(k)
-        cap = self.capacity_pages
-        while cap is not None and len(d) > cap:
-            d.popitem(last=False)
-            self.evicted_pages += 1
 
 
 class TieredFull(FullComponent):
@@ -260,7 +228,7 @@ class Hierarchy:
         l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
         self.pool = PagePool(None if l2 is None else l2 // self.P) if cfg.has_l2 else None
         self.queue = EvictionQueue(cache.policy, self._is_candidate, "full")
-        self.storage = StorageIndex(None if cfg.l3_tokens is None else cfg.l3_tokens // self.P) if cfg.l3 else None
+        self.storage = make_store(cfg, self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
@@ -564,6 +532,5 @@ class Hierarchy:
             "failed": self.failed,
         }
         if self.storage is not None:
-            out["l3_pages"] = len(self.storage)
-            out["l3_evicted_pages"] = self.storage.evicted_pages
+            out.update(self.storage.stats())
         return out

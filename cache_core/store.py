@@ -1,0 +1,196 @@
+"""L3 page stores: the prefix-closed LRU index and a Mooncake Store model.
+
+Both address pages by their stable page keys (cache_core.keys; SWA/MAMBA payloads by
+(component, key) pairs) and answer the same questions: is a key present, how long is the run
+of present keys from the first (`leading`), mark keys read (`touch`), store keys (`put`,
+`put_many`). Which one a Hierarchy uses is ``TierConfig.l3_model``.
+
+``prefix`` (StorageIndex): LRU by put or read, one entry per page, capacity in pages.
+
+``mooncake`` (MooncakeStore): what Mooncake Store's master does with SGLang's HiCache objects
+(sources and the reasoning in docs/store_model.md):
+- one object per page (SGLang's backend stores a page's K and V, per TP rank, as objects put
+  and probed together; here they are one object);
+- a put of a key already present only renews its lease (SGLang's backend probes
+  `batch_is_exist` before `batch_put_from` and puts only the missing keys); a new object has
+  no lease (its lease timeout is the epoch), so it is evicted before any object that was read;
+- a read (`touch`: the prefetch's existence probe and get) grants a lease; eviction takes the
+  objects with the oldest lease first, never-read objects first in put order;
+- eviction is in batches: once the used fraction exceeds ``high_watermark`` (Mooncake's
+  `eviction_high_watermark_ratio`, 0.90), or a put found the pool full (that put fails: the
+  object is not stored), ceil(objects x max(ratio, used - high_watermark + ratio)) objects go
+  (`eviction_ratio`, 0.05), as the master's eviction thread does;
+- not prefix aware: a lost middle page cuts the reusable run there (`leading` stops at it);
+- ``replicas`` copies of each object share the pool (capacity / replicas objects);
+- an optional SSD tier (``ssd_pages``; 0 = none): what the memory pool evicts is written to
+  SSD (Mooncake's offload keeps a disk replica), the oldest offloaded first out when it is
+  full; a key on SSD counts as present (a get falls back to the disk replica) and is not put
+  again. The lease TTL (10 s) is not modelled: the core has no clock.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+L3_MODELS = ("prefix", "mooncake")
+
+
+class StorageIndex:
+    """L3 ``prefix`` model: page keys present in the external store, least recently used first."""
+
+    def __init__(self, capacity_pages: int | None):
+        self.capacity_pages = capacity_pages
+        self._keys: OrderedDict = OrderedDict()
+        self.evicted_pages = 0
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def leading(self, keys) -> int:
+        """How many of `keys`, from the first, are present (a storage hit run)."""
+        d = self._keys
+        n = 0
+        for k in keys.tolist():
+            if k not in d:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys) -> None:
+        d = self._keys
+        for k in keys.tolist():
+            if k in d:
+                d.move_to_end(k)
+
+    def put(self, keys) -> None:
+        self.put_many(keys.tolist())
+
+    def put_many(self, keys: list) -> None:
+        """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
+        d = self._keys
+        for k in keys:
+            d[k] = None
+            d.move_to_end(k)
+        cap = self.capacity_pages
+        while cap is not None and len(d) > cap:
+            d.popitem(last=False)
+            self.evicted_pages += 1
+
+    def stats(self) -> dict:
+        return {"l3_pages": len(self), "l3_evicted_pages": self.evicted_pages}
+
+
+class MooncakeStore(StorageIndex):
+    """L3 ``mooncake`` model (see the module docstring): lease-ordered objects, watermark
+    batch eviction, failed puts on a full pool, an optional SSD tier below."""
+
+    def __init__(self, capacity_pages: int | None, *, high_watermark: float = 0.90,
+                 eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0):
+        super().__init__(None if capacity_pages is None else capacity_pages // replicas)
+        self.high_watermark = high_watermark
+        self.eviction_ratio = eviction_ratio
+        self._fresh: OrderedDict = OrderedDict()  # never read: evicted first, in put order
+        self._keys = OrderedDict()  # read: oldest lease first
+        self.ssd_pages = ssd_pages
+        self._ssd: OrderedDict = OrderedDict()  # offloaded, oldest first
+        self.rejected_puts = 0
+        self.eviction_batches = 0
+        self.ssd_evicted_pages = 0
+
+    def __len__(self) -> int:
+        return len(self._keys) + len(self._fresh)
+
+    def in_memory(self, key) -> bool:
+        return key in self._keys or key in self._fresh
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys or key in self._fresh or key in self._ssd
+
+    def leading(self, keys) -> int:
+        n = 0
+        for k in keys.tolist():
+            if k not in self:
+                break
+            n += 1
+        return n
+
+    def on_ssd(self, keys) -> int:
+        """How many of `keys` only the SSD tier holds (a read of them comes from disk)."""
+        return sum(1 for k in keys.tolist() if k in self._ssd and not self.in_memory(k))
+
+    def touch(self, keys) -> None:
+        self._lease(keys.tolist())
+
+    def _lease(self, keys) -> None:
+        leased, fresh = self._keys, self._fresh
+        for k in keys:
+            if k in leased:
+                leased.move_to_end(k)
+            elif k in fresh:
+                del fresh[k]
+                leased[k] = None
+
+    def put_many(self, keys: list) -> None:
+        present = [k for k in keys if k in self]
+        self._lease(present)
+        cap = self.capacity_pages
+        full = False
+        for k in keys:
+            if k in self:
+                continue
+            if cap is not None and len(self) >= cap:
+                self.rejected_puts += 1  # no space: the put fails, the eviction thread is woken
+                full = True
+                continue
+            self._fresh[k] = None
+        self._evict(full)
+
+    def _evict(self, full: bool) -> None:
+        """One eviction-thread pass: above the watermark (or after a failed put) evict
+        ceil(objects x max(ratio, used - watermark + ratio)) objects, oldest lease first."""
+        cap = self.capacity_pages
+        if cap is None or cap == 0:
+            return
+        n_obj = len(self)
+        used = n_obj / cap
+        if not (used > self.high_watermark or (full and self.eviction_ratio > 0.0)):
+            return
+        target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
+        n = min(n_obj, math.ceil(n_obj * target))
+        self.eviction_batches += 1
+        for _ in range(n):
+            d = self._fresh if self._fresh else self._keys
+            k, _v = d.popitem(last=False)
+            self.evicted_pages += 1
+            self._offload(k)
+
+    def _offload(self, key) -> None:
+        if not self.ssd_pages:
+            return
+        ssd = self._ssd
+        ssd[key] = None
+        while len(ssd) > self.ssd_pages:
+            ssd.popitem(last=False)
+            self.ssd_evicted_pages += 1
+
+    def stats(self) -> dict:
+        out = super().stats()
+        out.update(l3_rejected_puts=self.rejected_puts, l3_eviction_batches=self.eviction_batches)
+        if self.ssd_pages:
+            out.update(l3_ssd_pages=len(self._ssd), l3_ssd_evicted_pages=self.ssd_evicted_pages)
+        return out
+
+
+def make_store(cfg, page_size: int) -> StorageIndex:
+    """The L3 store `cfg` (a TierConfig with l3) asks for."""
+    cap = None if cfg.l3_tokens is None else cfg.l3_tokens // page_size
+    if cfg.l3_model == "prefix":
+        return StorageIndex(cap)
+    return MooncakeStore(cap, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
+                         replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size)
+
+
+__all__ = ["L3_MODELS", "MooncakeStore", "StorageIndex", "make_store"]
