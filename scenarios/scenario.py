@@ -15,7 +15,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           mamba_every_tokens, components, l2_tokens, hicache_ratio, hicache_size_gb (GB per
           rank, SGLang's --hicache-size; one of these three), l3_tokens (null: no L3;
           unbounded; tokens; bytes), policy, write_policy, l3_write, prefetch_policy,
-          min_prefetch_tokens
+          min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/store.py),
+          l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
@@ -207,7 +208,14 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         if l2 is None and c["hicache_ratio"] is None:
             raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens, "
                                 "cache.hicache_ratio or cache.hicache_size_gb); expected one of them too")
+        ssd = floor_pages(size("l3_ssd_tokens", c["l3_ssd_tokens"]), P)
+        if ssd is not None and (not l3_given or c["l3_model"] != "mooncake"):
+            raise ScenarioError(f"{where}: cache.l3_ssd_tokens: an SSD tier needs an L3 with cache.l3_model "
+                                "mooncake; expected both")
         tiers = TierConfig(l2_tokens=l2, hicache_ratio=c["hicache_ratio"], l3=l3_given, l3_tokens=l3,
+                           l3_model=c["l3_model"], l3_high_watermark=c["l3_eviction_high_watermark"],
+                           l3_eviction_ratio=c["l3_eviction_ratio"], l3_replicas=c["l3_replicas"],
+                           l3_ssd_tokens=ssd,
                            write_policy=c["write_policy"], l3_write=c["l3_write"],
                            prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
                            kv_bytes_per_token=int(bpt),
@@ -217,6 +225,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         pool("hicache_size_gb" if c["hicache_size_gb"] is not None else "l2_tokens" if l2 is not None
              else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
         c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
+        c["l3_ssd_tokens"] = ssd
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
         cache = CacheConfig(page_size=P, capacity_tokens=l1, policy=c["policy"], swa=swa, mamba=mamba,

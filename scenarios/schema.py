@@ -9,6 +9,7 @@ import numbers
 
 from cache_core.engine_types import SCHEDULE_POLICIES
 from cache_core.eviction import policy_names
+from cache_core.store import L3_MODELS
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
 from .workloads import READY_QUEUE_POLICIES
@@ -48,6 +49,11 @@ SCHEMA = {
         "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
         "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
+        "l3_model": ("prefix", ("choice", L3_MODELS), "one of " + ", ".join(L3_MODELS)),
+        "l3_eviction_high_watermark": (0.90, "fraction", "a number in (0, 1] (Mooncake's eviction_high_watermark_ratio)"),
+        "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
+        "l3_replicas": (1, "int1", "an integer >= 1"),
+        "l3_ssd_tokens": (None, "size_or_none", f"null (no SSD tier) or {_ANY_SIZE}"),
         "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
         "min_prefetch_tokens": (256, "int0", "an integer >= 0"),
     },

@@ -110,3 +110,36 @@ def test_bad_store_settings_are_one_line_errors(bad, msg):
     with pytest.raises(ValueError) as e:
         TierConfig(**bad)
     assert str(e.value) == msg
+
+
+# ---------------------------------------------------------------------------------------------
+# scenario keys
+# ---------------------------------------------------------------------------------------------
+def scenario(**cache):
+    from scenarios.scenario import resolve
+
+    base = {"model": "qwen3-8b", "hardware": "h200x1", "cache": {"l1_tokens": 4096, "l2_tokens": 8192, **cache},
+            "workload": {"num_clients": 2, "num_rounds": 2, "request_length": 256}}
+    return resolve(base, "t.yaml")
+
+
+def test_scenario_keys_reach_the_store():
+    sc = scenario(l3_tokens="1GiB", l3_model="mooncake", l3_eviction_high_watermark=0.8, l3_eviction_ratio=0.1,
+                  l3_replicas=2, l3_ssd_tokens=65536)
+    t = sc.cache.tiers
+    assert (t.l3_model, t.l3_high_watermark, t.l3_eviction_ratio, t.l3_replicas, t.l3_ssd_tokens) == (
+        "mooncake", 0.8, 0.1, 2, 65536)
+    assert sc.doc["cache"]["l3_ssd_tokens"] == 65536
+
+
+@pytest.mark.parametrize("cache,msg", [
+    (dict(l3_tokens="1GiB", l3_model="lru"), "t.yaml: cache.l3_model: got 'lru'; expected one of prefix, mooncake"),
+    (dict(l3_tokens="1GiB", l3_ssd_tokens=64), "t.yaml: cache.l3_ssd_tokens: an SSD tier needs an L3 with "
+                                               "cache.l3_model mooncake; expected both"),
+])
+def test_bad_store_keys_are_one_line_scenario_errors(cache, msg):
+    from scenarios.schema import ScenarioError
+
+    with pytest.raises(ScenarioError) as e:
+        scenario(**cache)
+    assert str(e.value) == msg
