@@ -15,11 +15,13 @@ of present keys from the first (`leading`), mark keys read (`touch`), store keys
   `batch_is_exist` before `batch_put_from` and puts only the missing keys); a new object has
   no lease (its lease timeout is the epoch), so it is evicted before any object that was read;
 - a read (`touch`: the prefetch's existence probe and get) grants a lease; eviction takes the
-  objects with the oldest lease first, never-read objects first in put order;
+  objects with the oldest lease first;
 - eviction is in batches: once the used fraction exceeds ``high_watermark`` (Mooncake's
   `eviction_high_watermark_ratio`, 0.90), or a put found the pool full (that put fails: the
-  object is not stored), ceil(objects x max(ratio, used - high_watermark + ratio)) objects go
-  (`eviction_ratio`, 0.05), as the master's eviction thread does;
+  object is not stored), the master's eviction thread evicts n = ceil(objects x max(ratio,
+  used - high_watermark + ratio)) objects (`eviction_ratio`, 0.05): every object whose lease is
+  not later than the n-th oldest one. Never-read objects all share the epoch lease, so a batch
+  that reaches one of them evicts every never-read object at once (in put order here);
 - not prefix aware: a lost middle page cuts the reusable run there (`leading` stops at it);
 - ``replicas`` copies of each object share the pool (capacity / replicas objects);
 - an optional SSD tier (``ssd_pages``; 0 = none): what the memory pool evicts is written to
@@ -161,6 +163,9 @@ class MooncakeStore(StorageIndex):
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
         n = min(n_obj, math.ceil(n_obj * target))
         self.eviction_batches += 1
+        # the n-th oldest lease is the cutoff and every object at it goes (evict_num is a
+        # minimum): when it is a never-read object (lease at the epoch), all of those go
+        n = max(n, len(self._fresh)) if n else 0
         for _ in range(n):
             d = self._fresh if self._fresh else self._keys
             k, _v = d.popitem(last=False)

@@ -15,16 +15,21 @@ def held(store) -> list:
     return sorted(k for k in range(100) if store.in_memory(k))
 
 
-def test_watermark_batch_eviction_evicts_exactly_the_oldest_objects():
+def test_watermark_batch_eviction_evicts_exactly_the_oldest_leases():
     s = MooncakeStore(20)  # Mooncake's defaults: high watermark 0.90, eviction ratio 0.05
     s.put_many(list(range(18)))  # 0.90: not above the watermark
+    s.touch(np.array([6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 5, 0, 1]))  # read: leased in this order
     assert len(s) == 18 and s.evicted_pages == 0 and s.eviction_batches == 0
-    s.touch(np.array([0, 1, 5]))  # read: leased, so evicted after every never-read object
-    s.put_many([18])  # 0.95 > 0.90: ceil(19 x max(0.05, 0.95 - 0.90 + 0.05)) = 2 objects
-    assert s.eviction_batches == 1 and s.evicted_pages == 2
-    assert held(s) == [0, 1, *range(4, 19)]  # 2 and 3: the oldest never read
-    s.put_many([19, 20])  # 19 objects again: 2 more, never-read ones in put order (not 5)
-    assert held(s) == [0, 1, 5, *range(7, 21)] and s.evicted_pages == 4
+    s.put_many([18])  # 0.95 > 0.90: n = ceil(19 x max(0.05, 0.95 - 0.90 + 0.05)) = 2
+    # the 2nd oldest lease is a never-read object's (the epoch): all 4 never-read objects go
+    assert s.eviction_batches == 1 and s.evicted_pages == 4
+    assert held(s) == [0, 1, *range(5, 18)]
+    s.put_many([18, 19, 20, 21])  # 19 objects: n = 2 again; 18..21 are never read: all 4 go
+    assert held(s) == [0, 1, *range(5, 18)] and s.evicted_pages == 8
+    s.put_many([2, 3, 4])  # 18 objects, 0.90: no eviction
+    s.touch(np.array([2, 3, 4]))
+    s.put_many([30])  # one never-read object, n = 2: it, then the oldest lease (6)
+    assert held(s) == [0, 1, 2, 3, 4, 5, *range(7, 18)] and s.evicted_pages == 10
 
 
 def test_read_objects_go_in_lease_order_once_no_never_read_object_is_left():
@@ -37,17 +42,19 @@ def test_read_objects_go_in_lease_order_once_no_never_read_object_is_left():
 
 def test_a_put_on_a_full_pool_fails_and_wakes_a_batch_eviction():
     s = MooncakeStore(10, high_watermark=1.0, eviction_ratio=0.2)
-    s.put_many(list(range(12)))  # 10 fit, 10 and 11 fail; then ceil(10 x 0.2) = 2 go
+    s.put_many(list(range(5)))
+    s.touch(np.arange(5))
+    s.put_many(list(range(5, 12)))  # 10 fit, 10 and 11 fail; then ceil(10 x 0.2) = 2: every never-read
     assert s.rejected_puts == 2 and 10 not in s and 11 not in s
-    assert held(s) == list(range(2, 10))
+    assert held(s) == list(range(5))
 
 
 def test_a_present_key_is_not_put_again_its_lease_is_renewed():
     s = MooncakeStore(10, high_watermark=0.5, eviction_ratio=0.1)
     s.put_many([0, 1, 2, 3, 4])
     s.put_many([0, 5])  # 0 exists: leased (SGLang probes batch_is_exist before putting)
-    assert held(s) == [0, 3, 4, 5]  # 0.6 > 0.5: ceil(6 x 0.2) = 2 never-read objects: 1, 2
-    assert s.evicted_pages == 2
+    assert held(s) == [0]  # 0.6 > 0.5: n = 2, a never-read object's lease: all 5 never-read go
+    assert s.evicted_pages == 5
 
 
 def test_replicas_share_the_pool():
@@ -55,10 +62,15 @@ def test_replicas_share_the_pool():
 
 
 def cut_scenario(**store):
-    """ABC stored (6 pages, never read), A read back from L3, then Y stored: 8 objects in an
-    8-page pool (above the 0.90 watermark) evict 2."""
+    """A, B, C stored as three nodes (6 pages); C read back from L3 below A B on the tree, then A
+    read back alone: B was never read from L3. Storing Y then makes 8 objects in an 8-page pool
+    (above the 0.90 watermark)."""
     c = make(l1=32, l2_tokens=32, l3=True, l3_tokens=32, min_prefetch_tokens=0, **store)
-    request(c, ABC)
+    for x in (A, ABC[:16], ABC):
+        request(c, x)
+    assert c.evict(8) == 8 and c.hier.evict_l2(8) == 8  # C leaves the tree
+    m = request(c, ABC)
+    assert (m.device, m.storage_tokens) == (16, 8)
     c.evict(24)
     assert c.hier.evict_l2(24) == 24 and c.num_nodes == 1
     assert request(c, A).storage_tokens == 8
@@ -68,7 +80,8 @@ def cut_scenario(**store):
 
 @pytest.mark.parametrize("model,l3,cached", [
     ("prefix", [True] * 6, 24),  # LRU by put: 8 pages fit the 8-page pool, nothing goes
-    ("mooncake", [True, True, False, False, True, True], 8),  # B (never read, oldest) goes: C is cut off
+    # n = ceil(8 x 0.15) = 2 reaches a never-read object: B and Y (never read) go, C is cut off
+    ("mooncake", [True, True, False, False, True, True], 8),
 ])
 def test_a_lost_middle_page_cuts_the_reusable_run(model, l3, cached):
     c = cut_scenario(l3_model=model)
@@ -82,16 +95,16 @@ def test_the_ssd_tier_serves_what_the_memory_pool_evicted():
     st = c.hier.storage
     assert [st.in_memory(int(k)) for k in keys_of(ABC, 4)] == [True, True, False, False, True, True]
     assert in_l3(c, ABC) == [True] * 6 and st.on_ssd(keys_of(ABC, 4)) == 2
-    assert st.stats() == {"l3_pages": 6, "l3_evicted_pages": 2, "l3_rejected_puts": 0,
-                          "l3_eviction_batches": 1, "l3_ssd_pages": 2, "l3_ssd_evicted_pages": 0}
+    assert st.stats() == {"l3_pages": 4, "l3_evicted_pages": 4, "l3_rejected_puts": 0,
+                          "l3_eviction_batches": 1, "l3_ssd_pages": 4, "l3_ssd_evicted_pages": 0}
     m = request(c, ABC)
     assert (m.cached_tokens, m.device, m.storage_tokens) == (24, 8, 16)
 
 
 def test_a_full_ssd_tier_drops_its_oldest_offload():
-    c = cut_scenario(l3_model="mooncake", l3_ssd_tokens=4)  # 1 page: B's first page is pushed out
-    assert in_l3(c, ABC) == [True, True, False, True, True, True]
-    assert c.hier.storage.ssd_evicted_pages == 1
+    c = cut_scenario(l3_model="mooncake", l3_ssd_tokens=4)  # 1 page: only Y's last page stays
+    assert in_l3(c, ABC) == [True, True, False, False, True, True]
+    assert c.hier.storage.ssd_evicted_pages == 3
     assert request(c, ABC).cached_tokens == 8
 
 
@@ -143,3 +156,53 @@ def test_bad_store_keys_are_one_line_scenario_errors(cache, msg):
     with pytest.raises(ScenarioError) as e:
         scenario(**cache)
     assert str(e.value) == msg
+
+
+# ---------------------------------------------------------------------------------------------
+# replay and engine
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("model,want,stats", [
+    ("prefix", [0, 256, 528, 800, 1072, 1344, 1616, 1888, 2160, 1280, 0, 0],
+     {"l3_pages": 512, "l3_evicted_pages": 1727}),
+    ("mooncake", [0, 256, 528, 800, 1072, 1344, 1616, 1820, 1208, 396, 0, 0],
+     {"l3_pages": 238, "l3_evicted_pages": 1836, "l3_rejected_puts": 123, "l3_eviction_batches": 6}),
+])
+def test_replay_multi_turn_cliff_is_deeper_with_the_mooncake_store(model, want, stats):
+    """4 clients x 12 rounds of 68 tokens over a 2048-token L3 (test_tiers' multi-turn run):
+    the prefix LRU holds every history up to round 9 and keeps 1,280 cached tokens in round 10;
+    the Mooncake store, whose batch evictions take every never-read page at once, falls from
+    round 8 on (1,820, 1,208, 396); invariants.check every 8 requests."""
+    from cache_core import CacheConfig, RadixCache
+    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
+    from test_tiers import _replay_rounds
+
+    reqs = list(MultiTurnWorkload(MultiTurnConfig(num_clients=4, num_rounds=12, request_length=64,
+                                                  output_length=4, page_size=4)))
+    c = RadixCache(CacheConfig(page_size=4, capacity_tokens=1024, tiers=TierConfig(
+        hicache_ratio=2, l3=True, l3_tokens=2048, min_prefetch_tokens=0, l3_model=model)))
+    assert _replay_rounds(c, reqs)[0] == want
+    assert c.hier.storage.stats() == stats
+
+
+def test_engine_runs_with_the_mooncake_store_and_its_ssd_tier():
+    """The engine (SimPy clock) with the Mooncake store: every request finishes, the tree
+    holds its invariants, the pool evicts; an SSD tier as large as the pool serves everything
+    the pool evicted, so every request reuses exactly what it reuses with an unbounded L3."""
+    from cache_core import invariants
+    from radixsim.run import request_rows, simulate
+    from scenarios.scenario import from_file
+
+    sets = ["workload.num_clients=8", "workload.num_rounds=6", "workload.request_length=2048",
+            "cache.l1_tokens=16384", "cache.l2_tokens=32768"]
+    runs = {}
+    for name, extra in {"pool": ["cache.l3_tokens=60000", "cache.l3_model=mooncake"],
+                        "pool+ssd": ["cache.l3_tokens=60000", "cache.l3_model=mooncake", "cache.l3_ssd_tokens=60000"],
+                        "unbounded": ["cache.l3_tokens=unbounded"]}.items():
+        eng, *_ = simulate(from_file("quickstart", sets + extra))
+        rows = request_rows(eng)
+        assert len(rows) == 48 and eng.inflight == 0
+        invariants.check(eng.cache)
+        runs[name] = ([r["cached_tokens"] for r in rows], eng.cache.hier.storage.stats())
+    assert runs["pool"][1]["l3_evicted_pages"] > 0 and runs["pool+ssd"][1]["l3_ssd_pages"] > 0
+    assert runs["pool+ssd"][0] == runs["unbounded"][0]
+    assert sum(runs["pool"][0]) < sum(runs["unbounded"][0])

@@ -63,8 +63,11 @@ CONFIGS = [(P, wp, l3w) for P in (1, 4) for wp in WRITE_POLICIES for l3w in L3_W
 assert len(CONFIGS) * OPS >= 20_000
 
 
+MOONCAKE_CONFIGS = [(P, wp, "on_insert") for P in (1, 4) for wp in ("write_through", "write_back")]
+
+
 class Run:
-    def __init__(self, P, wp, l3w, seed, protocol: bool):
+    def __init__(self, P, wp, l3w, seed, protocol: bool, l3_model: str = "prefix"):
         rng = self.rng = random.Random(seed)
         self.P = P
         self.protocol = protocol
@@ -74,8 +77,9 @@ class Run:
             hicache_ratio=2 if variant != 1 else None,
             l2_tokens=None if variant != 1 else 30 * P,
             l3=True,
-            l3_tokens=None if variant != 2 else 90 * P,
-            write_policy=wp, l3_write=l3w,
+            l3_tokens=(None if variant != 2 else 90 * P) if l3_model == "prefix" else [40 * P, 60 * P, 90 * P][variant],
+            write_policy=wp, l3_write=l3w, l3_model=l3_model,  # mooncake: batch evictions of a small pool,
+            l3_ssd_tokens=30 * P if l3_model == "mooncake" and variant == 1 else None,  # SSD below on 1 seed in 3
             write_through_threshold=rng.choice([1, 2, 3]),
             min_prefetch_tokens=rng.choice([0, P, 3 * P]),
         )
@@ -87,7 +91,7 @@ class Run:
         self.n_act = 0
         self.counts = {k: 0 for k in ("backup", "load", "store", "prefetch", "failed", "storage_hits",
                                       "host_hits", "demoted", "l2_evicted", "max_pending", "requests",
-                                      "held_pending_ops", "healed")}
+                                      "held_pending_ops", "healed", "l3_evicted")}
 
     # -- oracles ------------------------------------------------------------------------------------
     def path(self, seq, n):
@@ -329,11 +333,12 @@ class Run:
         self.after(before)
 
 
-def _run(P, wp, l3w, protocol, ops=OPS):
+def _run(P, wp, l3w, protocol, ops=OPS, l3_model="prefix"):
     counts = None
     per_seed = ops // 3
+    base = CONFIGS.index((P, wp, l3w)) * 3 + (0 if l3_model == "prefix" else 1000)
     for seed in range(3):
-        run = Run(P, wp, l3w, seed=CONFIGS.index((P, wp, l3w)) * 3 + seed, protocol=protocol)
+        run = Run(P, wp, l3w, seed=base + seed, protocol=protocol, l3_model=l3_model)
         for i in range(per_seed if seed < 2 else ops - 2 * per_seed):
             run.step()
         if protocol:  # everything still in flight completes, the tree stays consistent
@@ -344,6 +349,7 @@ def _run(P, wp, l3w, protocol, ops=OPS):
             assert run.c.hier.pending == {}
         # with on_l2_evict a victim leaves L2 only once its store is acknowledged: count at the end
         run.counts["l2_evicted"] = max(run.counts["l2_evicted"], run.c.hier.evicted_l2_tokens)
+        run.counts["l3_evicted"] = run.c.hier.storage.evicted_pages
         counts = run.counts if counts is None else {k: counts[k] + v if k != "max_pending" else max(counts[k], v)
                                                     for k, v in run.counts.items()}
     return counts
@@ -366,4 +372,15 @@ def test_tiers_stress_random(P, wp, l3w):
     (a failed transfer's destination is free again, a successful one is held)."""
     counts = _run(P, wp, l3w, protocol=False)
     for k in ("backup", "load", "failed", "host_hits", "demoted"):
+        assert counts[k] > 0, (k, counts)
+
+
+@pytest.mark.parametrize("protocol", [True, False], ids=["protocol", "random"])
+@pytest.mark.parametrize("P,wp,l3w", MOONCAKE_CONFIGS, ids=[f"P{p}-{w}-{m}" for p, w, m in MOONCAKE_CONFIGS])
+def test_tiers_stress_mooncake_store(P, wp, l3w, protocol):
+    """The same stresses with L3 as the Mooncake store model (watermark batch evictions of a
+    small pool, an SSD tier below it on one seed in 3): the match oracle (a storage run stops
+    at the first page the store lacks), invariants.check after every operation, ack safety."""
+    counts = _run(P, wp, l3w, protocol=protocol, l3_model="mooncake")
+    for k in ("backup", "load", "store", "prefetch", "storage_hits", "host_hits", "demoted", "l3_evicted"):
         assert counts[k] > 0, (k, counts)
