@@ -16,7 +16,9 @@ simulator cannot express is said in the case's notes:
 - L3: ``--hicache-storage-backend``; its size is the Mooncake pool (``MOONCAKE_GLOBAL_SEGMENT_SIZE``
   in bytes, or ``--global_segment_size=80GB`` with GB = GiB as Mooncake's size parser reads it);
   every TP rank stores its own KV shard, so tokens = pool bytes / (per-rank KV bytes x tp);
-- SSD offload below L3 is not modelled (simulated as L3 without SSD); flags the scenario lacks
+- a Mooncake backend is the Mooncake store model (``cache.l3_model: mooncake``, cache_core/store.py),
+  any other the prefix LRU index; SSD offload below a Mooncake pool is its SSD tier, sized by the
+  case's ``ssd_bytes`` (not modelled without it); flags the scenario lacks
   (e.g. the io backend, NUMA pinning) are ignored; knobs the case does not state keep the
   scenario defaults (listed in the notes).
 """
@@ -187,16 +189,27 @@ def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
         write = _flag(flags, "hicache-write-policy")
         if write:
             cache["write_policy"] = write
-    if _flag(flags, "hicache-storage-backend"):
+    backend = _flag(flags, "hicache-storage-backend")
+    if backend:
         pool, how = _pool_bytes(case)
         cache["l3_tokens"] = "unbounded" if pool is None else int(pool // (shard_bytes * tp))
         notes.append(how)
         prefetch = _flag(flags, "hicache-storage-prefetch-policy")
         if prefetch:
             cache["prefetch_policy"] = prefetch
-        notes.append("L3 is prefix-closed in the simulator (Mooncake evicts pages without regard to prefixes)")
+        if backend == "mooncake":
+            cache["l3_model"] = "mooncake"
+            notes.append("L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and "
+                         "eviction ratio 0.05)")
+        else:
+            notes.append(f"L3 ({backend}) is the prefix LRU index (cache.l3_model prefix)")
     if "ssd" in str(case.get("tiers", "")).lower():
-        notes.append("SSD tier not modelled: simulated as L3 without SSD")
+        ssd = case.get("ssd_bytes")
+        if cache.get("l3_model") == "mooncake" and ssd:
+            cache["l3_ssd_tokens"] = int(ssd // (shard_bytes * tp))
+            notes.append(f"SSD tier {ssd:,.0f} B below the pool (cache.l3_ssd_tokens)")
+        else:
+            notes.append("SSD tier not modelled: simulated as L3 without SSD")
     return cache, notes
 
 

@@ -33,7 +33,7 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
         "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests, "
         "engine.chunked_prefill_tokens, cache.mem_fraction_static",
         "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
-        "L3 is prefix-closed in the simulator (Mooncake evicts pages without regard to prefixes)",
+        "L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and eviction ratio 0.05)",
         "server flags not modelled: --attention-backend, --hicache-mem-layout",
         "smoke: 3 clients x 3 rounds",
         # l1 auto by hand in tests/test_presets_new.py; L2 = --hicache-ratio 2 x L1; 80 GiB / 147,456 B
@@ -65,9 +65,12 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     # every rank stores its own shard: pool / (48,128 B x 8 ranks)
     assert raw["cache"]["l3_tokens"] == 816_043_786_240 // (48_128 * 8)
     assert (raw["cache"]["hicache_ratio"], raw["cache"]["prefetch_policy"]) == (2.0, "timeout")
+    assert raw["cache"]["l3_model"] == "mooncake"
     raw, notes = scenario_of(cases["A4-ssdbench-mooncake-ssd"])
     assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
-    assert notes[-2:] == ["SSD tier not modelled: simulated as L3 without SSD",
+    # the Mooncake pool with its SSD tier: the RAID0's ~14 TB (the case's ssd_bytes) per 147,456 B
+    assert (raw["cache"]["l3_model"], raw["cache"]["l3_ssd_tokens"]) == ("mooncake", int(14e12 // 147_456))
+    assert notes[-2:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
                           "server flags not modelled: --attention-backend, --hicache-mem-layout"]
 
 
