@@ -49,7 +49,8 @@ class Transfer:
     """A move of one component's pages between tiers, acknowledged by the data plane.
 
     kind: "load" (L2 -> L1, a host hit), "backup" (L1 -> L2, write policy), "store"
-    (L2 -> L3) or "prefetch" (L3 -> L2, a storage hit). `keys` are the stable page keys
+    (L2 -> L3) or "prefetch" (L3 -> L2, a storage hit; `ssd_pages` of it come from the store's
+    SSD tier). `keys` are the stable page keys
     (cache_core.keys) of the pages when an L3 tier exists; `src`/`dst` the slot indices on
     each side (None for L3, which is addressed by key). The payload becomes valid on `dst`
     only when `RadixCache.ack(id)` is called; until then the pages are in flight: neither
@@ -66,3 +67,4 @@ class Transfer:
     dst: object = None
     keys: object = None
     sidecars: tuple = ()
+    ssd_pages: int = 0  # prefetch: pages only the L3 store's SSD tier holds (read from disk first)

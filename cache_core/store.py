@@ -61,6 +61,10 @@ class StorageIndex:
             n += 1
         return n
 
+    def on_ssd(self, keys) -> int:
+        """How many of `keys` only an SSD tier holds (none here)."""
+        return 0
+
     def touch(self, keys) -> None:
         d = self._keys
         for k in keys.tolist():

@@ -283,7 +283,7 @@ class Hierarchy:
 
     # -- transfers ----------------------------------------------------------------------------------
     def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
-              node=None) -> Transfer:
+              node=None, ssd_pages: int = 0) -> Transfer:
         """Record a transfer. With `node`, the transfer covers that node's token range: every
         node covering the range (the node, or the pieces a later split makes of it) is held
         in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
@@ -292,7 +292,7 @@ class Hierarchy:
         nbytes = (tokens * cfg.kv_bytes_per_token if component == "full" else
                   tokens * cfg.swa_bytes_per_token if component == "swa" else cfg.state_bytes)
         t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
-                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component))
+                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component), ssd_pages)
         link = f"{src_tier}->{dst_tier}"
         if component == "full":
             self.tokens_moved[link] += tokens
@@ -516,7 +516,8 @@ class Hierarchy:
                 x.host = pages[sl]
                 self.touched(x)
 
-        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done, node=node)
+        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
+                   ssd_pages=self.storage.on_ssd(keys))
         return node
 
     def stats(self) -> dict:

@@ -212,11 +212,20 @@ KIND_TIERS = {"load": (L2, L1), "backup": (L1, L2), "store": (L2, L3), "prefetch
 """Transfer kind -> (src_tier, dst_tier), as documented on cache_core.actions.Transfer."""
 
 
+# The SSD tier below a Mooncake store pool (cache.l3_ssd_tokens): a read of pages only the SSD
+# holds goes through this link before the network (docs/store_model.md). A hardware preset
+# may set ``ssd_bytes_per_s`` / ``ssd_latency_s``; these are the defaults.
+SSD_BYTES_PER_S = 27e9  # Mooncake's SSD offload benchmark node: 5 NVMe in RAID0, ~27 GB/s aggregate seq read
+SSD_LATENCY_S = 100e-6  # assumption: one NVMe batch read (io_uring) plus the client's RPC; not published
+
+
 @dataclass
 class LinkSet:
-    """The four link directions of a node, keyed by (src_tier, dst_tier)."""
+    """The four link directions of a node, keyed by (src_tier, dst_tier), and the SSD read
+    link of an L3 store's SSD tier."""
 
     links: dict
+    ssd: Link | None = None
 
     @classmethod
     def from_hardware(cls, env: simpy.Environment, hw, *, pcie_gpus: int | None = None) -> "LinkSet":
@@ -238,7 +247,9 @@ class LinkSet:
             (L3, L2): Link(env, "L3->L2", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s),
             (L2, L3): Link(env, "L2->L3", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s),
         }
-        return cls(links)
+        ssd = Link(env, "SSD->L3", getattr(hw, "ssd_bytes_per_s", SSD_BYTES_PER_S),
+                   getattr(hw, "ssd_latency_s", SSD_LATENCY_S))
+        return cls(links, ssd)
 
     def get(self, src_tier: str, dst_tier: str) -> Link:
         """The link from `src_tier` to `dst_tier`; ValueError for a pair with no link."""
@@ -279,8 +290,16 @@ class DataPlane:
 
     def submit(self, t: Transfer) -> simpy.Event:
         """Start `t` on its link; the returned event succeeds (value: completion time) when
-        the bytes have arrived, i.e. when the caller may ``RadixCache.ack(t.id)``."""
-        return self.link_for(t).transfer(t.bytes, pages=transfer_pages(t))
+        the bytes have arrived, i.e. when the caller may ``RadixCache.ack(t.id)``. A prefetch
+        with ``ssd_pages`` reads those pages' bytes on the SSD link first."""
+        link, pages = self.link_for(t), transfer_pages(t)
+        if not t.ssd_pages or self.links.ssd is None:
+            return link.transfer(t.bytes, pages=pages)
+        return link.env.process(self._from_ssd(t, link, pages))
+
+    def _from_ssd(self, t: Transfer, link: Link, pages: int):
+        yield self.links.ssd.transfer(t.bytes * t.ssd_pages // pages, pages=t.ssd_pages)
+        return (yield link.transfer(t.bytes, pages=pages))
 
 
 __all__ = ["DataPlane", "KIND_TIERS", "Link", "LinkSet", "transfer_pages"]

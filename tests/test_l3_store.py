@@ -186,8 +186,8 @@ def test_replay_multi_turn_cliff_is_deeper_with_the_mooncake_store(model, want, 
 
 def test_engine_runs_with_the_mooncake_store_and_its_ssd_tier():
     """The engine (SimPy clock) with the Mooncake store: every request finishes, the tree
-    holds its invariants, the pool evicts; an SSD tier as large as the pool serves everything
-    the pool evicted, so every request reuses exactly what it reuses with an unbounded L3."""
+    holds its invariants, the pool evicts; an SSD tier as large as the pool keeps everything
+    the pool evicted (reads of it go through the SSD link), so the run reuses more."""
     from cache_core import invariants
     from radixsim.run import request_rows, simulate
     from scenarios.scenario import from_file
@@ -202,7 +202,36 @@ def test_engine_runs_with_the_mooncake_store_and_its_ssd_tier():
         rows = request_rows(eng)
         assert len(rows) == 48 and eng.inflight == 0
         invariants.check(eng.cache)
-        runs[name] = ([r["cached_tokens"] for r in rows], eng.cache.hier.storage.stats())
-    assert runs["pool"][1]["l3_evicted_pages"] > 0 and runs["pool+ssd"][1]["l3_ssd_pages"] > 0
-    assert runs["pool+ssd"][0] == runs["unbounded"][0]
-    assert sum(runs["pool"][0]) < sum(runs["unbounded"][0])
+        runs[name] = (sum(r["cached_tokens"] for r in rows), eng.cache.hier.storage.stats(), eng.links.ssd.bytes_done)
+    assert runs["pool"][1]["l3_evicted_pages"] > 0 and runs["pool"][2] == 0
+    st = runs["pool+ssd"][1]
+    assert st["l3_ssd_pages"] == st["l3_evicted_pages"] > 0 and st["l3_ssd_evicted_pages"] == 0
+    assert runs["pool+ssd"][2] > 0  # some prefetches read SSD pages
+    assert runs["pool"][0] < runs["pool+ssd"][0]
+
+
+@pytest.mark.parametrize("ssd_pages,done_at", [(0, 1e-4 + 4e6 / 2e9), (2, (1e-3 + 2e6 / 1e9) + (1e-4 + 4e6 / 2e9))])
+def test_a_prefetch_of_ssd_pages_reads_them_on_the_ssd_link_first(ssd_pages, done_at):
+    import types
+
+    import simpy
+
+    from cache_core.actions import L2, L3, Transfer
+    from sim.links import DataPlane, LinkSet
+
+    hw = types.SimpleNamespace(num_gpus=1, pcie_bytes_per_s=1e9, pcie_latency_s=0.0, l3_bytes_per_s=2e9,
+                               l3_latency_s=1e-4, l3_block_overhead_s=0.0, ssd_bytes_per_s=1e9, ssd_latency_s=1e-3)
+    env = simpy.Environment()
+    plane = DataPlane(LinkSet.from_hardware(env, hw))
+    t = Transfer(1, "prefetch", "full", L3, L2, 256, 4_000_000, None, np.arange(4), np.arange(4), (), ssd_pages)
+    ev = plane.submit(t)
+    env.run(ev)
+    assert env.now == pytest.approx(done_at, rel=1e-12) and plane.links.ssd.bytes_done == ssd_pages * 1_000_000
+
+
+def test_the_core_names_the_ssd_pages_of_a_prefetch():
+    c = cut_scenario(l3_model="mooncake", l3_ssd_tokens=16)
+    n0 = len(c.actions)
+    request(c, ABC)
+    (pf,) = [t for t in c.actions[n0:] if getattr(t, "kind", None) == "prefetch"]
+    assert (pf.tokens, pf.ssd_pages) == (16, 2)  # B's 2 pages from the SSD, C's from the pool
