@@ -23,7 +23,8 @@ Life of a request (``EngineRequest.phase``)::
    (what it will not compute).
 3. **Loading**: an admitted request is matched and locked again and `RadixCache.load` issues
    its L2 -> L1 loads (all of a host run at once, acknowledged in order) and any prefetch the
-   match still allows. While transfers are in flight the request is ``loading``: it holds its
+   match still allows. With layerwise overlap (below) a FULL-only request with only loads
+   joins steps at once. Otherwise, while transfers are in flight the request is ``loading``: it holds its
    running slot and its lock but takes no part in steps; when they are all acknowledged it is
    matched again (a voting component's boundary payload may need a second round), at most
    ``MAX_RESOLVE_ROUNDS`` times. Its reused prefix is then fixed: ``cached_tokens``. A request
@@ -52,9 +53,30 @@ of them can complete with, the latest admitted gives it back and waits again (a 
 and the step is formed again without new admissions. A driver that stops with requests
 unfinished gets `EngineStalled` naming them by phase (`Engine.check_finished`).
 
+Loads overlapped with compute (``EngineConfig.load_overlap``, default ``layerwise``), as
+SGLang's HiCache does: `HiCacheController.start_loading`
+(python/sglang/srt/managers/cache_controller.py) issues a batch's host -> device copies layer
+by layer on a side stream, recording one event per layer (``LayerLoadingEvent.complete``),
+and the forward pass waits only for the layer it is about to compute
+(``LayerDoneCounter.wait_until(layer)``, called by the device KV pool, which
+``register_layer_transfer_counter`` hooked up). So a request whose match has a host run joins
+a prefill step while its loads are in flight (for a FULL-only cache whose match has no storage
+run, and an executor that times steps per layer, ``executor.layers``: the others still wait in
+``loading``, as with ``none``; the torch executor runs a step's forward when it starts, so it
+has no ``layers``); the loads keep occupying their
+link (contention with backups and other loads stays modelled), and the step, of compute time
+C over the model's L layers (C split evenly), ends at
+``max(t0 + C, a_0 + C, done + C/L)`` (`overlap_end_s`): the first layer's load is exposed, and
+each layer's compute then hides the next layer's load, unless the loads are the slower stream,
+when the last layer's compute follows the last load. Alone on an idle link (load time T):
+``max(T/L + C, T + C/L)`` instead of ``T + C`` with ``none``. The loads' layers are assumed to
+land evenly between the loads' issue and their completion on the link.
+
 Times of a result row (until the first token): ``queue_s`` in the waiting queue, ``load_s``
-waiting for transfers (prefetch gate, loading), compute the rest (ready, prefill): they add up
-to the TTFT, and a retraction after the first token changes none of them.
+waiting for transfers (prefetch gate, loading; with layerwise overlap, the exposed part: how
+much longer than its compute C a step ran waiting for that request's loads), compute the rest
+(ready, prefill): they add up to the TTFT, and a retraction after the first token changes none
+of them.
 
 Transfers the cache emits are handed to the data plane as they appear (backups and stores run
 in the background and compete for the links); the engine acknowledges the cache when the data
@@ -80,11 +102,28 @@ _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the
 UNBOUNDED_TOKENS = 1 << 62
 
 
+def overlap_end_s(t0: float, compute_s: float, loads, layers: int) -> float:
+    """When a prefill step started at `t0` with `compute_s` of compute ends, given the loads
+    of its requests, ``[(issued_s, done_s), ...]``, under the layerwise model (engine.py's
+    module docstring): layer i's KV of a load has landed at
+    ``a_i = issued + (i + 1) (done - issued) / L``, and the step computes layer i (``c =
+    compute_s / L``) once layer i-1 is computed and every a_i has passed. With F_-1 = t0,
+    ``F_i = max(F_(i-1), max a_i) + c``, so ``F_(L-1) = max(t0 + L c, max_i (a_i + (L-i) c))``;
+    ``a_i + (L - i) c`` is convex in i (a maximum of lines), so its maximum is at i = 0 or
+    i = L-1: the step ends at ``max(t0 + C, max a_0 + C, max done + C / L)``. Alone on an
+    idle link (issued = t0, load time T): ``t0 + max(C, T/L + C, T + C/L)``."""
+    L = max(int(layers), 1)
+    first = max(s + (d - s) / L for s, d in loads)
+    last = max(d for _, d in loads)
+    return max(t0 + compute_s, first + compute_s, last + compute_s / L)
+
+
 class _Detached:
     """Transfers no request waits for any more (`Engine._detach`)."""
 
     phase = DONE
     prefetch_tokens = 0
+    load_start_s = None
 
     def __init__(self, waiting_ids: set):
         self.waiting_ids = waiting_ids
@@ -127,6 +166,7 @@ class Engine(StepOps):
         self.finished: list = []
         self._owner: dict = {}  # transfer id -> request waiting for it
         self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
+        self._kinds: dict = {}  # transfer id -> kind, for the transfers a request waits for
         self.inflight = 0
         self.arrived = 0
         self.input_closed = False
@@ -136,6 +176,7 @@ class Engine(StepOps):
                          "shared_prefill_tokens": 0, "alloc_waits": 0}
         self.listeners: list = []  # called with each request that finishes or is rejected
         self._in_prefill: list = []  # requests taken into the step being formed (admission sees them)
+        self._overlapping: list = []  # requests of the step in progress whose overlapped loads it waits for
         self._ctx = SchedulingContext(match_len=self._match_len, path_key=self._path_key)
 
     # ---------------------------------------------------------------------------------------
@@ -148,8 +189,35 @@ class Engine(StepOps):
             if step is None:
                 yield self.clock.idle(self.wake_at())
                 continue
+            t0 = self.clock.now()
             yield from self.executor.execute(step)
+            yield from self._overlap_wait(step, t0)
+            settle = getattr(self.executor, "settle", None)
+            if settle is not None:
+                settle(step)
             self.complete(step)
+
+    def _overlap_wait(self, step, t0: float):
+        """Layerwise overlap (see the module docstring): after the step's compute C (from t0),
+        wait for the loads of its requests that joined with loads in flight, until the end
+        the per-layer model gives; the stretch past t0 + C is their exposed load (``load_s``)."""
+        loaded = [r for r, _, _ in step.prefill if r.load_start_s is not None]
+        if not loaded:
+            return
+        compute = self.clock.now() - t0
+        self._overlapping = loaded  # named as loading if the run stalls here
+        while any(r.waiting_ids for r in loaded):
+            yield self.clock.idle(None)  # a finished transfer kicks the clock
+        self._overlapping = []
+        end = overlap_end_s(t0, compute, [(r.load_start_s, r.load_done_s) for r in loaded],
+                            self.executor.layers)
+        while self.clock.now() < end:
+            yield self.clock.idle(end)
+        stall = self.clock.now() - (t0 + compute)
+        for r in loaded:
+            if r.first_token_s is None:
+                r.load_s += stall
+            r.load_start_s = r.load_done_s = None
 
     def idle_done(self) -> bool:
         """No request anywhere in the engine."""
@@ -171,7 +239,8 @@ class Engine(StepOps):
 
     def stall_report(self) -> str:
         """One line: the unfinished requests by phase (with their ids) and the memory state."""
-        groups = [("prefetching", self.prefetching), ("waiting", self.waiting), ("loading", self.loading),
+        groups = [("prefetching", self.prefetching), ("waiting", self.waiting),
+                  ("loading", self.loading + [r for r in self._overlapping if r.waiting_ids]),
                   ("ready", self.ready), ("chunked", [self.chunked] if self.chunked is not None else []),
                   ("running", list(self.running))]
         parts = [f"{name} {len(rs)} (rids {', '.join(str(r.rid) for r in rs[:8])}{', ...' if len(rs) > 8 else ''})"
@@ -262,6 +331,7 @@ class Engine(StepOps):
             if owner is not None and t.kind in ("load", "prefetch"):
                 owner.waiting_ids.add(t.id)
                 self._owner[t.id] = owner
+                self._kinds[t.id] = t.kind
             self.inflight += 1
             self.counters["transfers"] += 1
         for t in batch:
@@ -270,6 +340,7 @@ class Engine(StepOps):
     def _on_done(self, tid: int, ok: bool = True) -> None:
         """The data plane finished transfer `tid`."""
         self.inflight -= 1
+        self._kinds.pop(tid, None)
         r = self._owner.pop(tid, None)
         if r is None:
             self.cache.ack(tid, ok)
@@ -299,7 +370,9 @@ class Engine(StepOps):
 
     def _advance(self, r: EngineRequest) -> None:
         """All of r's transfers are acknowledged."""
-        if r.phase == PREFETCHING:
+        if r.load_start_s is not None and r.match is not None:  # layerwise: it computes already
+            self._relock_loaded(r)
+        elif r.phase == PREFETCHING:
             self.prefetching.remove(r)
             r.prefetch_wait_s = self.clock.now() - r.arrival_s
             self._to_waiting(r)
@@ -337,12 +410,16 @@ class Engine(StepOps):
         cache.lock(m)
         if r.first_prefix is None:
             r.first_prefix = m.device
+        m0 = m
         if cache.hier is not None:
             m = cache.load(m, r.seq)
         r.match = m
         r.resolve_rounds += 1
         self._drain(r)
-        if r.waiting_ids:
+        if r.waiting_ids and self._may_overlap(r, m0):
+            m = m0  # its prefix once the loads land; it joins steps while they are in flight
+            r.load_start_s = self.clock.now()
+        elif r.waiting_ids:
             if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
                 self._set_phase(r, LOADING)
                 self.loading.append(r)
@@ -361,6 +438,27 @@ class Engine(StepOps):
             r.cached_storage = min(r.prefetch_tokens, loaded)
             r.cached_host = loaded - r.cached_storage
         self.ready.append(r)
+
+    def _may_overlap(self, r: EngineRequest, m0) -> bool:
+        """Layerwise overlap applies to r's transfers just issued for match `m0`: only L2 -> L1
+        loads of a FULL-only cache (a storage run, or a voting component's boundary payload,
+        needs the loads acknowledged and a second match first: those requests still wait)."""
+        if (self.config.load_overlap != "layerwise" or self.cache.voters or m0.storage_tokens
+                or getattr(self.executor, "layers", None) is None):
+            return False
+        return all(self._kinds.get(t) == "load" for t in r.waiting_ids)
+
+    def _relock_loaded(self, r: EngineRequest) -> None:
+        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too)."""
+        cache = self.cache
+        r.load_done_s = self.clock.now()
+        m = cache.match(r.seq, r.prefix_len)
+        if m.cached_tokens != r.prefix_len:
+            raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
+                               f"{r.prefix_len} prefix tokens on L1 (a failed load is not modelled)")
+        cache.lock(m)
+        cache.unlock(r.match)
+        r.match = m
 
     # ---------------------------------------------------------------------------------------
     # memory
@@ -396,6 +494,7 @@ class Engine(StepOps):
         if r.match is not None:
             cache.unlock(r.match)
         r.pages, r.swa_pages, r.states, r.match = [], None, None, None
+        r.load_start_s = r.load_done_s = None
         r.started = False
         r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
         r.resolve_rounds = 0
@@ -423,4 +522,4 @@ class Engine(StepOps):
         self._to_waiting(r, front=True)
 
 
-__all__ = ["Engine", "EngineStalled", "MAX_RESOLVE_ROUNDS"]
+__all__ = ["Engine", "EngineStalled", "MAX_RESOLVE_ROUNDS", "overlap_end_s"]

@@ -12,6 +12,9 @@ The engine never waits and never reads a clock itself: it is given three plug-in
 - **StepExecutor** ``execute(step) -> generator``: run one batch; the loop does
   ``yield from executor.execute(step)``, so a simulated executor yields a timeout of the
   modelled step time and a real one runs the model (yielding nothing) and returns.
+  Optional: ``layers`` (int: the engine may then overlap L2 -> L1 loads with a step, timing
+  them per layer; absent or None: no overlap) and ``settle(step)``, called once the step's
+  time has passed and its overlapped loads have landed, just before the engine completes it.
 
 "Waitables" are whatever the driver understands: the SimPy driver runs ``Engine.loop()`` as
 a process, so they are SimPy events; a wall-clock driver iterates the generator itself.
@@ -24,6 +27,7 @@ from typing import Callable, Iterator, Protocol
 from .scheduling import Request, _int
 
 SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "random")
+LOAD_OVERLAPS = ("layerwise", "none")
 
 # request phases (Request.state keeps the scheduler's waiting/running/finished view)
 ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
@@ -65,6 +69,10 @@ class EngineConfig:
       ``--hicache-storage-prefetch-policy``): ``wait_complete`` (it may be scheduled only
       once the prefetch is done), ``best_effort`` (at once; what has arrived is used),
       ``timeout`` (at the earlier of done and the budget ``TierConfig.prefetch_budget_s``).
+    - ``load_overlap``: how a request's L2 -> L1 loads meet its compute. ``layerwise``
+      (SGLang HiCache): the request joins a prefill step while its loads are in flight and
+      each layer's compute waits only for that layer's KV (engine.py, "Loads overlapped with
+      compute"); ``none``: it waits in ``loading`` until every load has finished, then computes.
     - ``seed``: for the ``random`` policy.
     """
 
@@ -75,6 +83,7 @@ class EngineConfig:
     new_token_ratio: float = 0.7
     mixed_chunk: bool = False
     prefetch_policy: str = "wait_complete"
+    load_overlap: str = "layerwise"
     seed: int = 0
 
     def __post_init__(self):
@@ -88,6 +97,9 @@ class EngineConfig:
         if self.prefetch_policy not in ("wait_complete", "best_effort", "timeout"):
             raise ValueError("engine.prefetch_policy must be wait_complete, best_effort or timeout, "
                              f"got {self.prefetch_policy!r}")
+        if self.load_overlap not in LOAD_OVERLAPS:
+            raise ValueError(f"engine.load_overlap must be one of {', '.join(LOAD_OVERLAPS)}, "
+                             f"got {self.load_overlap!r}")
         if not isinstance(self.mixed_chunk, bool):
             raise ValueError(f"engine.mixed_chunk must be true or false, got {self.mixed_chunk!r}")
 
@@ -110,6 +122,8 @@ class EngineRequest(Request):
     resolve_rounds: int = 0
     prefetch_tokens: int = 0
     ready_at: float | None = None  # timeout prefetch: schedulable from then
+    load_start_s: float | None = None  # layerwise overlap: its loads in flight were issued then
+    load_done_s: float | None = None  # ... and had all finished then (None: still in flight)
     # results
     admit_s: float | None = None
     ready_s: float | None = None
@@ -156,4 +170,4 @@ class Step:
 
 
 __all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "EngineStalled", "Step",
-           "SCHEDULE_POLICIES"]
+           "LOAD_OVERLAPS", "SCHEDULE_POLICIES"]

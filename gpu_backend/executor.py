@@ -20,7 +20,8 @@ Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
 The step's wall time is measured (CUDA-synchronised, `busy_s`); the engine's clock advances by
 it, or, with a `pace` (an executor such as the simulator's cost model, `torch.clock:
-modelled`), by the time that executor gives the same step.
+modelled`), by the time that executor gives the same step; then the forwards run in `settle`,
+at the step's end, after any L2 -> L1 loads the engine overlapped with it have landed.
 """
 from __future__ import annotations
 
@@ -129,7 +130,26 @@ class TorchExecutor:
             self.pools.copy_state("L1", [slot], [int(r.states[0])])
         return logits
 
+    @property
+    def layers(self):
+        """The pace's layers (the engine then may overlap loads with a step: the forward runs in
+        `settle`, once the step's loads have landed); None without a pace (no overlap)."""
+        return getattr(self.pace, "layers", None)
+
     def execute(self, step):
+        if self.pace is not None:  # the paced time first; the forward runs in settle
+            yield from self.pace.execute(step)
+            return
+        yield self.env.timeout(self._run(step))
+
+    def settle(self, step) -> None:
+        """The step's time has passed and its loads have landed (the engine calls this just
+        before completing the step): with a pace, run the step now."""
+        if self.pace is not None:
+            self._run(step)
+
+    def _run(self, step) -> float:
+        """Run the step's forwards; returns the measured seconds."""
         t0 = time.perf_counter()
         with torch.no_grad():
             for r, new, ctx in step.prefill:
@@ -145,10 +165,7 @@ class TorchExecutor:
         dt = time.perf_counter() - t0
         self.busy_s += dt
         self.steps += 1
-        if self.pace is not None:
-            yield from self.pace.execute(step)
-        else:
-            yield self.env.timeout(dt)
+        return dt
 
 
 __all__ = ["TorchExecutor"]

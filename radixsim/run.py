@@ -52,7 +52,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     elif backend == "sim":
         env = simpy.Environment()
         cost = make_cost(sc)
-        eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp)
+        eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp, layers=sc.model.num_layers)
     else:
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     source, total = _source(env, eng, sc.workload)
@@ -88,7 +88,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     pace = (None, None)
     if opts.clock == "modelled":  # the simulator's links and cost model time every transfer and step
         cost = make_cost(sc)
-        pace = (SimDataPlane(links), CostExecutor(env, cost))
+        pace = (SimDataPlane(links), CostExecutor(env, cost, layers=sc.model.num_layers))
         label += f" ({cost!r})"
     _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
                                     record_logits=record_logits, store=store, pace=pace,

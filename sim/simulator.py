@@ -11,9 +11,10 @@
 - Clients: `multiturn_clients` (bench_multiturn's closed loop) and `timed_arrivals` (a
   trace's timestamps).
 
-The engine's loading phase waits for a request's loads before it joins a step, so a load
-delays that request's first token by the load time (plus the wait for the step in progress);
-SGLang overlaps the last layers' loads with the forward pass (an optimisation not modelled).
+With ``engine.load_overlap: layerwise`` (default) a request joins a step while its L2 -> L1
+loads are in flight and the step's layers wait only for their own KV (cache_core/engine.py,
+`overlap_end_s`), as SGLang's HiCache does; with ``none`` it waits in ``loading`` for all of
+them first, so a load delays its first token by the whole load time.
 """
 from __future__ import annotations
 
@@ -64,13 +65,17 @@ class SimDataPlane:
 class CostExecutor:
     """A step takes the cost model's time; the busy time and step count are kept. Step times
     are memoised by batch shape (a multi-turn run repeats the same chunk shapes for every
-    client): the cost model is a pure function of the batch."""
+    client): the cost model is a pure function of the batch. ``layers``: the model's layers,
+    over which the engine's layerwise load overlap splits a step's time evenly."""
 
     MEMO_MAX = 200_000
 
-    def __init__(self, env: simpy.Environment, cost):
+    def __init__(self, env: simpy.Environment, cost, *, layers: int = 1):
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise ValueError(f"layers must be an integer >= 1, got {layers!r}")
         self.env = env
         self.cost = cost
+        self.layers = layers
         self.busy_s = 0.0
         self.steps = 0
         self._memo: dict = {}
@@ -87,10 +92,11 @@ class CostExecutor:
         yield self.env.timeout(t)
 
 
-def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, pcie_gpus=None) -> Engine:
-    """An engine on simulated plug-ins: the cache's links from the hardware preset."""
+def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, pcie_gpus=None, layers: int = 1) -> Engine:
+    """An engine on simulated plug-ins: the cache's links from the hardware preset; `layers`
+    (the model's) for the layerwise load overlap."""
     links = LinkSet.from_hardware(env, hardware, pcie_gpus=pcie_gpus)
-    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links), CostExecutor(env, cost))
+    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links), CostExecutor(env, cost, layers=layers))
     eng.links = links
     return eng
 

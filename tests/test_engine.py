@@ -21,10 +21,10 @@ COST = RooflineCostModel("qwen3-32b", "h200x1", 1)
 HW = get_hardware("h200x1")
 
 
-def make(cfg: CacheConfig, **eng):
+def make(cfg: CacheConfig, layers: int = 1, **eng):
     env = simpy.Environment()
     cache = RadixCache(cfg, record_actions=True, auto_ack=cfg.tiers is None)
-    e = build(env, cache, EngineConfig(**eng), COST, HW)
+    e = build(env, cache, EngineConfig(**eng), COST, HW, layers=layers)
     steps = []
     orig = e.executor.execute
 
@@ -217,10 +217,12 @@ def _tiered(prefetch):
     return CacheConfig(page_size=16, capacity_tokens=2_000, tiers=tiers), prefetch
 
 
-@pytest.mark.parametrize("prefetch", ["wait_complete", "best_effort"])
-def test_l3_hit_after_l1_and_l2_lost_the_prefix(prefetch):
+@pytest.mark.parametrize("prefetch,overlap", [("wait_complete", "none"), ("wait_complete", "layerwise"),
+                                              ("best_effort", "layerwise")])
+def test_l3_hit_after_l1_and_l2_lost_the_prefix(prefetch, overlap):
     cfg, _ = _tiered(prefetch)
-    env, cache, e, _ = make(cfg, max_running_requests=1, chunked_prefill_tokens=None, prefetch_policy=prefetch)
+    env, cache, e, _ = make(cfg, max_running_requests=1, chunked_prefill_tokens=None, prefetch_policy=prefetch,
+                            load_overlap=overlap)
     base = np.arange(960)
     timed = [(0.0, req(0, base, 2))]
     # flood L1 (2k) and L2 (4k) with unrelated prompts, then come back to `base`
@@ -230,7 +232,11 @@ def test_l3_hit_after_l1_and_l2_lost_the_prefix(prefetch):
     back = got[99]
     if prefetch == "wait_complete":
         assert back.cached_storage == 960 and back.cached_tokens == 960
-        assert back.prefetch_wait_s > 0 and back.ready_s > back.admit_s  # L3 -> L2, then L2 -> L1
+        assert back.prefetch_wait_s > 0  # L3 -> L2, then L2 -> L1: waited for (none) or overlapped
+        if overlap == "none":
+            assert back.ready_s > back.admit_s
+        else:  # it computes while its L2 -> L1 loads land: the exposed part adds to load_s
+            assert back.ready_s == back.admit_s and back.load_s > back.prefetch_wait_s
     else:  # scheduled at once: the prefetch had not landed, the request computes everything
         assert (back.cached_tokens, back.prefetch_wait_s, back.load_s) == (0, 0.0, 0.0)
         assert cache.hier.tokens_moved["L3->L2"] == 960  # the prefetch still ran, in the background
@@ -238,9 +244,10 @@ def test_l3_hit_after_l1_and_l2_lost_the_prefix(prefetch):
 
 
 def test_host_hits_are_loaded_before_the_request_computes():
+    """load_overlap none: the request waits in `loading` for its whole load, then computes."""
     tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=1_000_000)
     cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers)
-    env, cache, e, steps = make(cfg, max_running_requests=1, chunked_prefill_tokens=None)
+    env, cache, e, steps = make(cfg, max_running_requests=1, chunked_prefill_tokens=None, load_overlap="none")
     base = np.arange(640)
     timed = [(0.0, req(0, base, 2)), (5.0, req(1, np.arange(640) + 5000, 2)),
              (10.0, req(2, np.concatenate([base, [3] * 30]), 2))]
@@ -250,6 +257,43 @@ def test_host_hits_are_loaded_before_the_request_computes():
     assert r.ready_s - r.admit_s >= 640 * 1_000_000 / (HW.pcie_bytes_per_s) - 1e-9  # the load's bytes on PCIe
     step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
     assert step.prefill[0][1:] == (30, 640)  # computes only the new tokens over the loaded context
+
+
+@pytest.mark.parametrize("kv_bytes", [1_000_000, 10_000_000])  # load T < compute C, then T > C
+@pytest.mark.parametrize("overlap", ["none", "layerwise"])
+def test_host_hit_load_overlapped_with_compute_per_layer(overlap, kv_bytes):
+    """A lone request with 640 host-hit tokens and 30 new ones, on qwen3-32b (L = 64 layers):
+    `none` loads then computes, TTFT = T + C; `layerwise` computes while the load lands,
+    TTFT = max(T/L + C, T + C/L) (engine.overlap_end_s), the exposed part being load_s."""
+    L = COST.model.num_layers
+    tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=kv_bytes)
+    cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers)
+    env, cache, e, steps = make(cfg, layers=L, max_running_requests=1, chunked_prefill_tokens=None,
+                                load_overlap=overlap)
+    timed = [(0.0, req(0, np.arange(640), 2)), (5.0, req(1, np.arange(640) + 5000, 2)),
+             (10.0, req(2, np.concatenate([np.arange(640), [3] * 30]), 2))]
+    r = run(env, e, timed)[2]
+    T = HW.pcie_latency_s + 640 * kv_bytes / HW.pcie_bytes_per_s
+    C = COST.step_time_s(((30, 640),), ())
+    assert (L, r.cached_host, r.admit_s, r.queue_s) == (64, 640, 10.0, 0.0)
+    if overlap == "none":
+        ttft, load = T + C, T
+    else:
+        ttft = max(T / L + C, T + C / L)
+        load = ttft - C
+        assert ttft < T + C and r.ready_s == r.admit_s
+    assert r.first_token_s - r.arrival_s == pytest.approx(ttft, rel=1e-12)
+    assert r.load_s == pytest.approx(load, rel=1e-9)
+    step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
+    assert step.prefill[0][1:] == (30, 640)  # computes only the new tokens over the (loading) context
+
+
+def test_overlap_end_s_two_loads():
+    """Two loads in one step: the later first layer and the later last load decide."""
+    from cache_core.engine import overlap_end_s
+    assert overlap_end_s(1.0, 0.4, [(1.0, 1.8), (0.6, 1.2)], 4) == pytest.approx(max(1.4, 1.2 + 0.4, 1.8 + 0.1))
+    assert overlap_end_s(1.0, 4.0, [(1.0, 1.8), (0.6, 1.2)], 4) == pytest.approx(1.0 + 0.2 + 4.0)
+    assert overlap_end_s(1.0, 4.0, [(0.0, 0.5)], 64) == 5.0  # landed before the step: no stall
 
 
 def test_engine_requires_recorded_actions():
