@@ -18,7 +18,7 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/store.py),
           l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
-           new_token_ratio, mixed_chunk
+           new_token_ratio, mixed_chunk, load_overlap (layerwise | none)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -235,6 +235,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                               chunked_prefill_tokens=e["chunked_prefill_tokens"],
                               schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
                               mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
+                              load_overlap=e["load_overlap"],
                               seed=doc["seed"])
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None

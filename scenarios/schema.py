@@ -7,7 +7,7 @@ import copy
 import math
 import numbers
 
-from cache_core.engine_types import SCHEDULE_POLICIES
+from cache_core.engine_types import LOAD_OVERLAPS, SCHEDULE_POLICIES
 from cache_core.eviction import policy_names
 from cache_core.store import L3_MODELS
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
@@ -64,6 +64,7 @@ SCHEMA = {
         "schedule_policy": ("fcfs", ("choice", SCHEDULE_POLICIES), "one of " + ", ".join(SCHEDULE_POLICIES)),
         "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
         "mixed_chunk": (False, "bool", "true or false"),
+        "load_overlap": ("layerwise", ("choice", LOAD_OVERLAPS), "one of " + ", ".join(LOAD_OVERLAPS)),
     },
     "workload": {
         "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),

@@ -111,6 +111,8 @@ BROKEN = [
      ["cache.prefetch_policy: got 'eager'", "expected one of best_effort, wait_complete, timeout"]),
     ("bad-schedule-policy", valid_with(engine={"schedule_policy": "sjf"}),
      ["engine.schedule_policy: got 'sjf'", "expected one of fcfs, lpm, dfs-weight, random"]),
+    ("bad-load-overlap", valid_with(engine={"load_overlap": "always"}),
+     ["engine.load_overlap: got 'always'", "expected one of layerwise, none"]),
     ("chunk-not-page-multiple", valid_with(engine={"chunked_prefill_tokens": 100}),
      ["engine.chunked_prefill_tokens: 100 is not a multiple of cache.page_size (16)", "expected a multiple"]),
     ("l1-too-small-for-longest", valid_with(cache={"l1_tokens": 5000}, workload={"num_rounds": 60}),
