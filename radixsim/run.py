@@ -42,6 +42,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     same on SimPy's real-time environment: idle gaps are slept)."""
     import simpy
 
+    from scenarios.presets import transfer_shards
     from sim.simulator import build
 
     t0 = time.perf_counter()
@@ -52,7 +53,8 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     elif backend == "sim":
         env = simpy.Environment()
         cost = make_cost(sc)
-        eng = build(env, cache, sc.engine, cost, sc.hardware, pcie_gpus=sc.tp, layers=sc.model.num_layers)
+        eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
+                    layers=sc.model.num_layers)
     else:
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     source, total = _source(env, eng, sc.workload)
@@ -76,6 +78,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
 
     from cache_core.engine import Engine
     from gpu_backend.backend import TorchOptions, build_plugins
+    from scenarios.presets import transfer_shards
     from sim.links import LinkSet
     from sim.simulator import CostExecutor, SimClock, SimDataPlane
 
@@ -83,12 +86,12 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     if device:
         opts = dataclasses.replace(opts, device=device)
     env = simpy.rt.RealtimeEnvironment(factor=1.0, strict=False) if opts.clock == "realtime" else simpy.Environment()
-    links = LinkSet.from_hardware(env, sc.hardware, pcie_gpus=sc.tp)  # modelled: they time transfers; else idle
+    links = LinkSet.from_hardware(env, sc.hardware)  # modelled: they time transfers; else idle
     label = f"torch {opts.device} {opts.dtype}, {opts.clock} clock"
     pace = (None, None)
     if opts.clock == "modelled":  # the simulator's links and cost model time every transfer and step
         cost = make_cost(sc)
-        pace = (SimDataPlane(links), CostExecutor(env, cost, layers=sc.model.num_layers))
+        pace = (SimDataPlane(links, transfer_shards(sc.model, sc.tp)), CostExecutor(env, cost, layers=sc.model.num_layers))
         label += f" ({cost!r})"
     _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
                                     record_logits=record_logits, store=store, pace=pace,

@@ -1190,6 +1190,17 @@ def kv_shards(model: ModelPreset, tp: int) -> int:
     return min(tp, model.num_kv_heads) if model.attention == "gqa" else 1
 
 
+def transfer_shards(model: ModelPreset, tp: int) -> dict:
+    """Per component, how many ways a host <-> device transfer splits over the tp ranks: each
+    rank copies its own shard between its host pool and its GPU over its own PCIe link, all at
+    once, so a transfer lasts (bytes / ways) / one GPU's bandwidth. FULL and SWA (with their
+    sidecars): `kv_shards` (GQA heads; MLA and DeepSeek-V4 latents are replicated: every rank
+    copies the whole latent, as SGLang's per-rank host pool ``MLATokenToKVPoolHost`` holds it);
+    MAMBA state: tp (as `l1_plan` splits it)."""
+    k = kv_shards(model, tp)
+    return {"full": k, "swa": k, "mamba": tp}
+
+
 def l1_plan(model, hardware, tp: int, mem_fraction_static: float, *,
             swa_full_tokens_ratio: float | None = None,
             mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO,

@@ -228,19 +228,15 @@ class LinkSet:
     ssd: Link | None = None
 
     @classmethod
-    def from_hardware(cls, env: simpy.Environment, hw, *, pcie_gpus: int | None = None) -> "LinkSet":
+    def from_hardware(cls, env: simpy.Environment, hw) -> "LinkSet":
         """Build "L2->L1"/"L1->L2" from the preset's PCIe numbers (``pcie_bytes_per_s``,
         ``pcie_latency_s``) and "L3->L2"/"L2->L3" from its L3 numbers (``l3_bytes_per_s``,
         ``l3_latency_s``, ``l3_block_overhead_s`` per page).
 
-        A Transfer's bytes are the whole model's KV for its tokens, and each of the
-        `pcie_gpus` GPUs (default: ``hw.num_gpus``, the TP group) moves its own shard over its
-        own host link at the same time, so the modelled PCIe bandwidth is
-        ``pcie_gpus * pcie_bytes_per_s``. The L3 link belongs to the node and is not scaled."""
-        g = hw.num_gpus if pcie_gpus is None else pcie_gpus
-        if isinstance(g, bool) or not isinstance(g, int) or g < 1:
-            raise ValueError(f"pcie_gpus must be an integer >= 1, got {g!r}")
-        pcie_bw = g * hw.pcie_bytes_per_s
+        The PCIe links are one GPU's host link: every TP rank moves its own shard over its own
+        link at the same time, so one rank's link (its bytes: `DataPlane`'s ``shards``) times
+        the whole transfer. The L3 links belong to the node."""
+        pcie_bw = hw.pcie_bytes_per_s
         links = {
             (L2, L1): Link(env, "L2->L1", pcie_bw, hw.pcie_latency_s),
             (L1, L2): Link(env, "L1->L2", pcie_bw, hw.pcie_latency_s),
@@ -272,11 +268,25 @@ def transfer_pages(t: Transfer) -> int:
     return 1
 
 
-class DataPlane:
-    """Routes ``cache_core.actions.Transfer`` records onto a LinkSet."""
+PCIE_PAIRS = frozenset({(L2, L1), (L1, L2)})
 
-    def __init__(self, links: LinkSet):
+
+class DataPlane:
+    """Routes ``cache_core.actions.Transfer`` records onto a LinkSet.
+
+    A Transfer's bytes are the whole model's (every rank's shard together). On the PCIe links,
+    which model one rank's link, a transfer of component c moves ``bytes / shards[c]``
+    (`scenarios.presets.transfer_shards`: GQA KV splits over the ranks, a replicated MLA
+    latent does not, so each rank moves all of it), and their ``bytes_done`` count one rank's
+    bytes, as SGLang counts a host pool's. L3 transfers move the whole bytes over the node's
+    link. ``shards`` None: 1 for every component (one GPU)."""
+
+    def __init__(self, links: LinkSet, shards: dict | None = None):
         self.links = links
+        self.shards = dict(shards or {})
+        for c, ways in self.shards.items():
+            if isinstance(ways, bool) or not isinstance(ways, int) or ways < 1:
+                raise ValueError(f"shards[{c!r}] must be an integer >= 1, got {ways!r}")
 
     def link_for(self, t: Transfer) -> Link:
         """The link of `t`'s (src_tier, dst_tier); ValueError for an unknown pair or a kind
@@ -293,6 +303,8 @@ class DataPlane:
         the bytes have arrived, i.e. when the caller may ``RadixCache.ack(t.id)``. A prefetch
         with ``ssd_pages`` reads those pages' bytes on the SSD link first."""
         link, pages = self.link_for(t), transfer_pages(t)
+        if (t.src_tier, t.dst_tier) in PCIE_PAIRS:
+            return link.transfer(t.bytes / self.shards.get(t.component, 1), pages=pages)
         if not t.ssd_pages or self.links.ssd is None:
             return link.transfer(t.bytes, pages=pages)
         return link.env.process(self._from_ssd(t, link, pages))
@@ -302,4 +314,4 @@ class DataPlane:
         return (yield link.transfer(t.bytes, pages=pages))
 
 
-__all__ = ["DataPlane", "KIND_TIERS", "Link", "LinkSet", "transfer_pages"]
+__all__ = ["DataPlane", "KIND_TIERS", "Link", "LinkSet", "PCIE_PAIRS", "transfer_pages"]

@@ -53,9 +53,9 @@ class SimClock:
 class SimDataPlane:
     """Transfers onto modelled links; ``on_done`` is called when the bytes have arrived."""
 
-    def __init__(self, links: LinkSet):
+    def __init__(self, links: LinkSet, shards: dict | None = None):
         self.links = links
-        self.plane = DataPlane(links)
+        self.plane = DataPlane(links, shards)
 
     def submit(self, t, on_done) -> None:
         ev = self.plane.submit(t)
@@ -92,11 +92,14 @@ class CostExecutor:
         yield self.env.timeout(t)
 
 
-def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, pcie_gpus=None, layers: int = 1) -> Engine:
-    """An engine on simulated plug-ins: the cache's links from the hardware preset; `layers`
-    (the model's) for the layerwise load overlap."""
-    links = LinkSet.from_hardware(env, hardware, pcie_gpus=pcie_gpus)
-    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links), CostExecutor(env, cost, layers=layers))
+def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shards: dict | None = None,
+          layers: int = 1) -> Engine:
+    """An engine on simulated plug-ins: the cache's links from the hardware preset; `shards`
+    (`scenarios.presets.transfer_shards`) for the PCIe bytes of one rank; `layers` (the
+    model's) for the layerwise load overlap."""
+    links = LinkSet.from_hardware(env, hardware)
+    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links, shards),
+                 CostExecutor(env, cost, layers=layers))
     eng.links = links
     return eng
 

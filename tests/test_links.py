@@ -7,7 +7,7 @@ from scenarios.presets import get_hardware
 from sim.cost import transfer_time_s
 from sim.links import DataPlane, Link, LinkSet, transfer_pages
 
-approx = lambda x: pytest.approx(x, rel=1e-12)  # noqa: E731
+approx = lambda x: pytest.approx(x)  # noqa: E731
 
 
 def schedule(env, link, jobs):
@@ -230,12 +230,61 @@ def test_linkset_from_hardware_uses_preset_numbers():
         assert link.bandwidth_Bps == hw.l3_bytes_per_s == 190e9
         assert link.latency_s == hw.l3_latency_s == 100e-6
         assert link.per_page_s == hw.l3_block_overhead_s == 0.52e-6
-    hw8 = get_hardware("h200x8")
-    assert LinkSet.from_hardware(env, hw8).get("L2", "L1").bandwidth_Bps == 8 * hw8.pcie_bytes_per_s
-    assert LinkSet.from_hardware(env, hw8, pcie_gpus=1).get("L1", "L2").bandwidth_Bps == hw8.pcie_bytes_per_s
+    hw8 = get_hardware("h200x8")  # the PCIe links are one GPU's (each rank moves its shard on its own)
+    assert LinkSet.from_hardware(env, hw8).get("L2", "L1").bandwidth_Bps == hw8.pcie_bytes_per_s
     assert LinkSet.from_hardware(env, hw8).get("L3", "L2").bandwidth_Bps == hw8.l3_bytes_per_s
-    with pytest.raises(ValueError):
-        LinkSet.from_hardware(env, hw8, pcie_gpus=0)
+
+
+def _one_rank_time(model: str, tp: int, kind="load", src="L2", dst="L1", tokens=4096) -> tuple:
+    """(completion time, bytes on the link) of one transfer of `tokens` FULL tokens of `model`
+    (the whole model's bytes, as the cache emits them) served at `tp` on h200x8."""
+    from scenarios.presets import bytes_per_token, get_model, transfer_shards
+    m, hw = get_model(model), get_hardware("h200x8")
+    env = simpy.Environment()
+    links = LinkSet.from_hardware(env, hw)
+    dp = DataPlane(links, transfer_shards(m, tp))
+    ev = dp.submit(Transfer(1, kind, "full", src, dst, tokens, int(tokens * bytes_per_token(m, "full")),
+                            (1,), (2,)))
+    env.run()
+    return ev.value, links.get(src, dst).bytes_done
+
+
+def test_tp2_gqa_transfer_takes_half_of_tp1():
+    """Qwen3-32B (8 KV heads): at TP2 each rank moves half the heads over its own PCIe link at
+    once, so the same tokens take half the time (+ one latency), and a link moves a rank's half."""
+    hw = get_hardware("h200x8")
+    full = 4096 * 262144  # 64 layers x 8 heads x 128 dims x 2 (K, V) x 2 B per token
+    for kind, src, dst in (("load", "L2", "L1"), ("backup", "L1", "L2")):
+        t1, b1 = _one_rank_time("qwen3-32b", 1, kind, src, dst)
+        t2, b2 = _one_rank_time("qwen3-32b", 2, kind, src, dst)
+        assert (b1, b2) == (full, full / 2)
+        assert t1 == approx(hw.pcie_latency_s + full / hw.pcie_bytes_per_s)
+        assert t2 - hw.pcie_latency_s == approx((t1 - hw.pcie_latency_s) / 2)
+    t8, b8 = _one_rank_time("qwen3-32b", 8)
+    assert b8 == full / 8
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "dsv4-flash"])
+def test_replicated_latent_transfer_takes_the_same_time_at_tp8(model):
+    """MLA / DeepSeek-V4: every rank holds and copies the whole latent over its own link, so TP8
+    is not 8x faster than TP1: the same time, and each link moves the whole bytes."""
+    from scenarios.presets import bytes_per_token, get_model
+    hw = get_hardware("h200x8")
+    full = int(4096 * bytes_per_token(get_model(model), "full"))
+    t1, b1 = _one_rank_time(model, 1)
+    t8, b8 = _one_rank_time(model, 8)
+    assert t8 == t1 == approx(hw.pcie_latency_s + full / hw.pcie_bytes_per_s)
+    assert b8 == b1 == full
+
+
+def test_l3_transfers_move_the_whole_bytes_and_bad_shards_fail():
+    env = simpy.Environment()
+    links = _links(env)
+    ev = DataPlane(links, {"full": 4}).submit(_t(1, "store", "L2", "L3", keys=(b"k1",)))
+    env.run()
+    assert ev.value == approx(8.0 + 0.25) and links.get("L2", "L3").bytes_done == 1000
+    with pytest.raises(ValueError, match=r"shards\['full'\] must be an integer >= 1, got 0"):
+        DataPlane(links, {"full": 0})
 
 
 def test_lone_transfer_matches_cost_transfer_time():
