@@ -100,6 +100,7 @@ from .scheduling import WAITING as Q_WAITING
 MAX_RESOLVE_ROUNDS = 8
 _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
 UNBOUNDED_TOKENS = 1 << 62
+_TIME_SLACK_S = 1e-9
 
 
 def overlap_end_s(t0: float, compute_s: float, loads, layers: int) -> float:
@@ -211,8 +212,8 @@ class Engine(StepOps):
         self._overlapping = []
         end = overlap_end_s(t0, compute, [(r.load_start_s, r.load_done_s) for r in loaded],
                             self.executor.layers)
-        while self.clock.now() < end:
-            yield self.clock.idle(end)
+        while self.clock.now() < end - _TIME_SLACK_S:  # a kick (arrival) may wake it early; float
+            yield self.clock.idle(end)  # round-off must not make it wait for an ulp forever
         stall = self.clock.now() - (t0 + compute)
         for r in loaded:
             if r.first_token_s is None:
