@@ -1195,8 +1195,10 @@ def transfer_shards(model: ModelPreset, tp: int) -> dict:
     rank copies its own shard between its host pool and its GPU over its own PCIe link, all at
     once, so a transfer lasts (bytes / ways) / one GPU's bandwidth. FULL and SWA (with their
     sidecars): `kv_shards` (GQA heads; MLA and DeepSeek-V4 latents are replicated: every rank
-    copies the whole latent, as SGLang's per-rank host pool ``MLATokenToKVPoolHost`` holds it);
-    MAMBA state: tp (as `l1_plan` splits it)."""
+    copies the whole latent, as each rank's SGLang host pool holds it:
+    ``MLATokenToKVPoolHost.get_size_per_token`` = (kv_lora_rank + qk_rope_head_dim) x dtype
+    bytes x layers, python/sglang/srt/mem_cache/memory_pool_host.py); MAMBA state: tp (as
+    `l1_plan` splits it)."""
     k = kv_shards(model, tp)
     return {"full": k, "swa": k, "mamba": tp}
 

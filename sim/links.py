@@ -278,7 +278,8 @@ class DataPlane:
     which model one rank's link, a transfer of component c moves ``bytes / shards[c]``
     (`scenarios.presets.transfer_shards`: GQA KV splits over the ranks, a replicated MLA
     latent does not, so each rank moves all of it), and their ``bytes_done`` count one rank's
-    bytes, as SGLang counts a host pool's. L3 transfers move the whole bytes over the node's
+    bytes, as SGLang counts a load's (``HiCacheController._transfer_num_bytes``: tokens x the
+    rank's host pool ``size_per_token``). L3 transfers move the whole bytes over the node's
     link. ``shards`` None: 1 for every component (one GPU)."""
 
     def __init__(self, links: LinkSet, shards: dict | None = None):
