@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     u = sub.add_parser("run", help="simulate a scenario under the SimPy clock (the main job)",
                        description=(
                            "Simulate a scenario (YAML: model and hardware presets, cache, engine, workload, "
-                           "seed) with the shared engine loop on modelled links and a roofline cost model. "
+                           "seed) with the shared engine loop on modelled links and an operator-level cost model. "
                            "Writes config.yaml (fully resolved, with provenance), requests.csv (with the "
                            "queue/load/compute split of each TTFT), rounds.csv, timeline.csv, summary.json "
                            "and per-round TTFT and hit-rate plots to --out. Without a scenario it runs the "

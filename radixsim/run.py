@@ -22,12 +22,15 @@ TIMELINE_MAX_ROWS = 2000
 
 
 def make_cost(sc):
-    """The scenario's step-time model: roofline (with efficiency overrides) or a fitted table."""
+    """The scenario's step-time model: operators (default) or roofline (with efficiency
+    overrides), or a fitted table."""
     from sim.cost import Efficiency, RooflineCostModel, TableCostModel
+    from sim.operators import OperatorCostModel
 
     if sc.cost_table:
         return TableCostModel.from_file(sc.cost_table, hw=sc.hardware)
-    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
+    kind = OperatorCostModel if sc.doc["cost"]["kind"] == "operators" else RooflineCostModel
+    return kind(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
 
 
 def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,

@@ -22,7 +22,7 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
-    cost.kind (roofline | table), cost.table (a file), cost.efficiency.* (sim/cost.py Efficiency)
+    cost.kind (operators | roofline | table), cost.table (a file), cost.efficiency.* (sim/cost.py Efficiency)
 
 Sizes in bytes ("500GiB") become tokens through the model's FULL KV bytes per token with its
 FULL sidecars (`presets.bytes_per_token(model, "full")`): the SWA and MAMBA payloads stored
@@ -258,10 +258,14 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                 or (frac and not 0 < v <= 1) or v < 0):
             raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected "
                                 + ("a number in (0, 1]" if frac else "a finite number >= 0 (seconds)"))
+    unused = sorted(set(eff) & {"mfu_prefill", "mfu_decode", "allreduce_efficiency", "allreduce_latency_s"})
+    if doc["cost"]["kind"] == "operators" and unused:
+        raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
+                            "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")
     table = doc["cost"]["table"]
     if doc["cost"]["kind"] == "table" and not table:
         raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
-    if doc["cost"]["kind"] == "roofline":
+    if doc["cost"]["kind"] != "table":
         table = None
     elif not Path(table).is_file():
         beside = Path(where).parent / table

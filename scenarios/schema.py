@@ -96,7 +96,7 @@ SCHEMA = {
                   "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
-        "kind": ("roofline", ("choice", ("roofline", "table")), "roofline or table"),
+        "kind": ("operators", ("choice", ("operators", "roofline", "table")), "operators, roofline or table"),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },

@@ -170,6 +170,11 @@ MOE_ROUTING: dict[str, MoeRouting] = {
     "Qwen3-Next-80B-A3B": MoeRouting(512, 10, 2.0, "MODELS.md Qwen3-Next-80B-A3B MoE: 512 routed, top-10; bf16"),
     "gpt-oss-20b": MoeRouting(32, 4, 17 / 32, "MODELS.md gpt-oss-20b MoE: 32 experts, top-4; MXFP4 "
                               "4.25 bits/param (preset)"),
+    "gpt-oss-120b": MoeRouting(128, 4, 17 / 32, "docs/sources/models.md gpt-oss-120b: 128 experts, top-4; "
+                               "MXFP4 4.25 bits/param (preset)"),
+    "Qwen3-235B-A22B": MoeRouting(128, 8, 2.0, "docs/sources/models.md Qwen3-235B-A22B: 128 experts, top-8; bf16"),
+    "DeepSeek-V3": MoeRouting(256, 8, 1.0, "docs/sources/models.md DeepSeek-V3: 256 routed, top-8; fp8 (preset)"),
+    "GLM-4.5-Air": MoeRouting(128, 8, 2.0, "docs/sources/models.md GLM-4.5-Air: 128 routed, top-8; bf16"),
 }
 
 
@@ -263,7 +268,7 @@ class CostModel(Protocol):
     def transfer_time_s(self, nbytes: float, link: str, *, blocks: int = 0) -> float: ...
 
 
-def _parse_batch(batch) -> tuple[np.ndarray, np.ndarray]:
+def parse_batch(batch) -> tuple[np.ndarray, np.ndarray]:
     """[(new_tokens, cached_tokens), ...] -> two int64 arrays; new >= 1, cached >= 0."""
     arr = np.asarray(batch if len(batch) else np.empty((0, 2)), dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != 2:
@@ -275,7 +280,7 @@ def _parse_batch(batch) -> tuple[np.ndarray, np.ndarray]:
     return arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64)
 
 
-def _parse_contexts(contexts) -> np.ndarray:
+def parse_contexts(contexts) -> np.ndarray:
     arr = np.asarray(contexts if len(contexts) else np.empty(0), dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"decode contexts are a flat list of token counts, got shape {arr.shape}")
@@ -437,7 +442,7 @@ class RooflineCostModel:
         coverage = 1.0 - (1.0 - self.routed_fraction) ** tokens
         return (self.shared_weight_bytes + self.routed_weight_bytes * coverage) / self.tp
 
-    def _request_work(self, new: np.ndarray, cached: np.ndarray, *, decode: bool) -> dict:
+    def request_work(self, new: np.ndarray, cached: np.ndarray, *, decode: bool) -> dict:
         """Summed attention/indexer/recurrent FLOPs and KV/state bytes (per GPU) of requests."""
         m = self.model
         if new.size == 0:
@@ -488,11 +493,11 @@ class RooflineCostModel:
     def cost(self, prefill_batch: Sequence[tuple[int, int]] = (),
              decode_contexts: Sequence[int] = ()) -> StepCost:
         """The work and time terms of one (possibly mixed) step."""
-        new, cached = _parse_batch(prefill_batch)
-        ctx = _parse_contexts(decode_contexts)
+        new, cached = parse_batch(prefill_batch)
+        ctx = parse_contexts(decode_contexts)
         m, hw, eff, tp = self.model, self.hw, self.eff, self.tp
-        p = self._request_work(new, cached, decode=False)
-        d = self._request_work(np.ones_like(ctx), ctx, decode=True)
+        p = self.request_work(new, cached, decode=False)
+        d = self.request_work(np.ones_like(ctx), ctx, decode=True)
         n_prefill, n_decode = int(np.sum(new)), int(ctx.size)
         tokens = n_prefill + n_decode
 
@@ -664,22 +669,22 @@ class TableCostModel:
         return cls.from_dict(data, hw=hw, source=str(path))
 
     def prefill_time_s(self, batch: Sequence[tuple[int, int]]) -> float:
-        new, cached = _parse_batch(batch)
+        new, cached = parse_batch(batch)
         if new.size == 0:
             return 0.0
         tokens = float(np.sum(new))
         return self._prefill(tokens, float(np.sum(new * cached)) / tokens)
 
     def decode_time_s(self, contexts: Sequence[int]) -> float:
-        ctx = _parse_contexts(contexts)
+        ctx = parse_contexts(contexts)
         if ctx.size == 0:
             return 0.0
         return self._decode(float(ctx.size), float(np.mean(ctx)))
 
     def step_time_s(self, prefill_batch: Sequence[tuple[int, int]] = (),
                     decode_contexts: Sequence[int] = ()) -> float:
-        new, cached = _parse_batch(prefill_batch)
-        ctx = _parse_contexts(decode_contexts)
+        new, cached = parse_batch(prefill_batch)
+        ctx = parse_contexts(decode_contexts)
         if new.size == 0:
             return self.decode_time_s(ctx)
         merged = np.concatenate([np.stack([new, cached], axis=1),
@@ -695,5 +700,5 @@ class TableCostModel:
 __all__ = [
     "ACTIVATION_DTYPE_BYTES", "CostModel", "DSV4_INDEXER", "EFFICIENCY_SOURCES", "Efficiency",
     "LINKS", "MOE_ROUTING", "NVLINK_LATENCY_S", "RooflineCostModel", "StepCost", "TableCostModel",
-    "causal_keys", "compressed_rows", "topk_rows", "transfer_time_s", "window_keys",
+    "causal_keys", "compressed_rows", "parse_batch", "parse_contexts", "topk_rows", "transfer_time_s", "window_keys",
 ]

@@ -20,15 +20,15 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
     # 3 clients x 3 rounds of 4096 new tokens + 1 output token, page 64: round r reuses the
     # whole pages of the previous prompt + output, 4096 (r - 1) of 4096 r + (r - 1) tokens
     assert s["sim_hit_rate"] == [0.0, 4096 / 8193, 8192 / 12290]
-    assert s["sim_ttft_mean_s"] == pytest.approx([1.0520053740940076, 1.1682728737821237, 1.2918162199210432],
+    assert s["sim_ttft_mean_s"] == pytest.approx([0.7335465057790419, 0.8040436357469183, 0.8811021937111442],
                                                  rel=1e-9)
     assert (row["status"], row["model"], row["hardware"], row["rounds"]) == ("ok", "Qwen3-8B", "a100-40gbx1", 3)
     hit_mae = 100 * (abs(4096 / 8193 - 0.5) + abs(8192 / 12290 - 0.667)) / 3
     assert row["hit_mae_pts"] == pytest.approx(hit_mae, rel=1e-12) and round(hit_mae, 4) == 0.0168
-    assert row["ttft_ratio_gmean"] == pytest.approx(0.592361552096987, rel=1e-9)
-    assert row["ttft_ratio_min"] == pytest.approx(1.2918162199210432 / 3.1, rel=1e-9)
-    assert row["ttft_ratio_max"] == pytest.approx(1.0520053740940076 / 1.12, rel=1e-9)
-    assert row["shape_error"] == pytest.approx(0.2501661270807001, rel=1e-9)
+    assert row["ttft_ratio_gmean"] == pytest.approx(0.4082351403861866, rel=1e-9)
+    assert row["ttft_ratio_min"] == pytest.approx(0.8811021937111442 / 3.1, rel=1e-9)
+    assert row["ttft_ratio_max"] == pytest.approx(0.7335465057790419 / 1.12, rel=1e-9)
+    assert row["shape_error"] == pytest.approx(0.25765488591784635, rel=1e-9)
     assert res["notes"] == [
         "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests, "
         "engine.chunked_prefill_tokens, cache.mem_fraction_static",

@@ -1,0 +1,245 @@
+"""Operator-level step-time model (``cost.kind: operators``, the default).
+
+Same interface as sim/cost.py's models (``CostModel``); the work of a step (attention
+(query, key) pairs, KV rows, recurrent state, MoE weight coverage) is counted exactly as
+``RooflineCostModel`` counts it (its docstring states those formulas; this class inherits
+them). What changes is the time: instead of one roofline scaled by a flat MFU, every
+operator is timed on its own, at an efficiency that depends on its shape, and the times add.
+
+Per step, with T = all tokens (prefill chunks + one per decode request), tp the TP degree,
+P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, L = layers:
+
+- GEMM, per GPU, (M x K) @ (K x N) with weights of W bytes:
+  ``gemm(M, N, K) = max(2 M N K / (P e), (W + M (K + N) x 2 B) / (H e_bw)) + t0`` with
+  ``e = e_max M/(M + m_half) N/(N + n_half) K/(K + k_half)``; (e_max, m_half, n_half, k_half,
+  e_bw, t0) fitted to Vidur's A100/H100 GEMM profiles (sim/opdata/vidur_fit.json, regenerated
+  by benchmarks/fit_operators.py; the JSON holds the residuals and the shape ranges fitted).
+- weight groups: a layer's weights of p parameters per GPU run as an up/down GEMM pair through
+  the inner width I = p / (2 hidden): gemm(M, I, hidden) + gemm(M, hidden, I), each reading
+  half the bytes (a gated MLP's gate+up is one fused GEMM, as in Vidur's profiles; attention
+  projections are folded into the same pair). Dense/shared weights: p = shared_params / (L tp),
+  M = T, bytes ``weight_read_bytes(T) / L`` (shared bytes for a routed MoE). Routed experts
+  (MoE, ``MOE_ROUTING``): per layer one grouped GEMM pair over the touched experts:
+  p = params of one expert / (L tp), efficiency at M = T k / (E coverage) (tokens per touched
+  expert; coverage = 1 - (1 - k/E)^T), FLOPs and activations over T k x ``MOE_IMBALANCE`` rows
+  (the busiest expert sets the grouped kernel's length), bytes the touched experts' weights
+  (routed bytes x coverage / (L tp)).
+- MLA prefill (non-absorbed): the latent of every row a new token attends to is decompressed
+  to K(nope) and V: per full layer gemm(M = sum over requests of (c + n), N = q_heads x
+  (qk_nope + v_head) / tp, K = kv_lora_rank), bf16 weights.
+- attention (full, sliding-window, DSV4 compressed, decode and prefill alike): FLOPs and
+  KV bytes from ``RooflineCostModel.request_work``; time ``max(flops / (tp x bf16_peak x
+  e_fa(Lk)), kv_bytes / (H x hbm_efficiency)) + attention_layers x t0`` where Lk = keys per
+  query (FLOP-weighted, per part) and ``e_fa(Lk) = FA_E_MAX x Lk / (Lk + FA_L_HALF)``. The DSV4
+  indexer runs at the fp8 peak, same efficiency. Prefill and decode parts are timed apart.
+- recurrent state (GDN/KDA/short conv): ``max(flops / (tp x bf16_peak x e_max), state_bytes
+  / (H x hbm_efficiency))``.
+- elementwise (norms, rope, activation, residual adds; replicated under TP):
+  ``L x (kernels x t0_elem + T x hidden x bytes_per_token_hidden / H)`` (fitted, Vidur).
+- TP all-reduce, two per layer of T x hidden bf16 values (ring over NVLink):
+  ``2 L x (2 (tp-1)/tp x msg / (nvlink x e_ar) + 2 (tp-1) x lat_step)`` (fitted, Vidur
+  ``network/<device>_dgx/all_reduce.csv``); 0 at tp = 1.
+- overhead: ``per_step_overhead_s`` (CPU scheduler, ``Efficiency``) plus, unless the step
+  runs as a CUDA graph, ``L x per_layer_overhead_s`` (launch gaps). A decode-only step of at
+  most ``cuda_graph_max_bs`` requests is a graph replay (SGLang captures decode batches).
+
+Device fits: GPUs whose name contains "A100" use the ``a100`` fit, every other GPU (H100,
+H800, H200, B200) the ``h100`` fit (Hopper-class kernels; B200 is an assumption, Vidur did
+not profile it). Efficiencies are fractions of the preset's own peak and bandwidth, so an
+A100-40GB uses the A100-80GB efficiencies at its lower bandwidth.
+
+Not modelled: expert parallelism (EP all-to-all; pure TP only), speculative decoding, FP8
+GEMM efficiency apart from bf16's (fp8 GEMMs use the bf16 curve at the fp8 peak), overlap of
+communication with compute, the LM head as a separate GEMM (inside shared params).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+from typing import Sequence
+
+import numpy as np
+
+from scenarios.presets import HardwarePreset, ModelPreset
+from sim.cost import (ACTIVATION_DTYPE_BYTES, Efficiency, MOE_ROUTING, RooflineCostModel, StepCost,
+                      parse_batch, parse_contexts)
+
+FIT_FILE = pathlib.Path(__file__).with_name("opdata") / "vidur_fit.json"
+GEMMS_PER_LAYER = 4  # QKV, O, MLP up (gate+up fused), MLP down (Vidur's mlp.csv operators)
+ROUTED_GEMMS_PER_LAYER = 2  # grouped up and down GEMMs over the routed experts
+# FlashAttention efficiency by keys per query. FA2 (Dao 2023, arXiv:2307.08691, abstract):
+# "50-73% of the theoretical maximum FLOPs/s on A100"; FA3 (Shah et al. 2024,
+# arXiv:2407.08608, abstract): "up to 740 TFLOPs/s (75% utilization)" on H100. Assumption: the
+# low end (0.5) is the papers' shortest benchmarked length (512), so L_half = 512 (0.73/0.5 - 1).
+FA_E_MAX = 0.73
+FA_L_HALF = 512 * (0.73 / 0.5 - 1)
+# Assumption: the busiest routed expert gets 1.25x the mean load (Fedus et al. 2021, Switch
+# Transformers, arXiv:2101.03961, capacity factor 1.25 in its experiments); one number for all MoEs.
+MOE_IMBALANCE = 1.25
+# SGLang's default --cuda-graph-max-bs for large GPUs (server_args.py: 160 at TP<4 on >=80 GB
+# GPUs in 2025 releases); assumption: the same for every preset.
+CUDA_GRAPH_MAX_BS = 160
+
+
+@functools.lru_cache(maxsize=None)
+def load_fits(path: str = str(FIT_FILE)) -> dict:
+    """The fitted tables (sim/opdata/vidur_fit.json), keyed by device ("a100", "h100")."""
+    return json.loads(pathlib.Path(path).read_text())["devices"]
+
+
+def device_fit(hw: HardwarePreset) -> dict:
+    """The Vidur fit a hardware preset uses (see the module docstring)."""
+    return load_fits()["a100" if "A100" in hw.gpu_name else "h100"]
+
+
+def gemm_efficiency(fit: dict, m, n, k) -> np.ndarray:
+    """e = e_max M/(M + m_half) N/(N + n_half) K/(K + k_half): the fraction of the peak an
+    (M x K) @ (K x N) GEMM reaches."""
+    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
+    return fit["e_max"] * m / (m + fit["m_half"]) * n / (n + fit["n_half"]) * k / (k + fit["k_half"])
+
+
+def fa_efficiency(keys_per_query: float) -> float:
+    """FlashAttention efficiency at `keys_per_query` keys per query (module constants)."""
+    return FA_E_MAX * keys_per_query / (keys_per_query + FA_L_HALF)
+
+
+class OperatorCostModel(RooflineCostModel):
+    """Per-operator step times for `model` at TP `tp` on `hw` (see the module docstring).
+    Uses from `eff`: hbm_efficiency (KV and state reads), per_step_overhead_s,
+    per_layer_overhead_s; the MFUs and the all-reduce knobs are replaced by the fits."""
+
+    def __init__(self, model: ModelPreset | str, hw: HardwarePreset | str, tp: int,
+                 eff: Efficiency | None = None, *, cuda_graph_max_bs: int = CUDA_GRAPH_MAX_BS):
+        super().__init__(model, hw, tp, eff)
+        fit = device_fit(self.hw)
+        self.gemm_fit, self.elem_fit, self.ar_fit = fit["gemm"], fit["elementwise"], fit["allreduce"]
+        self.cuda_graph_max_bs = cuda_graph_max_bs
+        m = self.model
+        self.wbytes = m.weight_bytes / m.total_params  # bytes per parameter, blended
+        routing = MOE_ROUTING.get(m.name)
+        self.routing, self.expert_params, self.shared_params = None, 0.0, float(m.active_params)
+        if routing is not None and m.active_params < m.total_params:  # else: all active params dense
+            routed = (m.total_params - m.active_params) / (1 - routing.top_k / routing.routed_experts)
+            self.routing, self.expert_params = routing, routed / routing.routed_experts
+            self.shared_params = m.total_params - routed
+        self.attn_layers = m.full_layers + m.swa_layers + sum(n for _, n in m.compressed_layers)
+        self.mla_decompress_nk = None  # (N, K) of the latent -> K(nope), V GEMM, per GPU
+        if m.attention == "mla":
+            d_v = m.head_dim if m.v_head_dim is None else m.v_head_dim
+            nope = m.head_dim - m.qk_rope_head_dim
+            self.mla_decompress_nk = (m.num_q_heads * (nope + d_v) / tp, m.kv_lora_rank)
+
+    def __repr__(self) -> str:
+        return f"OperatorCostModel({self.model.name!r}, {self.hw.name!r}, tp={self.tp})"
+
+    # --- operators ------------------------------------------------------------------------
+
+    def gemm_s(self, m: float, n: float, k: float, weight_bytes: float, rows: float | None = None) -> float:
+        """One GPU's time for an (M x K) @ (K x N) GEMM whose weights take `weight_bytes`.
+        `rows` (default M) is the total rows of a grouped GEMM whose groups have M rows each:
+        FLOPs and activations count `rows`, the efficiency is taken at M."""
+        f = self.gemm_fit
+        rows = m if rows is None else rows
+        e = float(gemm_efficiency(f, m, n, k))
+        act = rows * (k + n) * ACTIVATION_DTYPE_BYTES
+        return (max(2.0 * rows * n * k / (self.linear_peak_flops * e),
+                    (weight_bytes + act) / (self.hw.hbm_bytes_per_s * f["e_bw"])) + f["t0_s"])
+
+    def pair_s(self, m: float, params: float, weight_bytes: float, rows: float | None = None) -> float:
+        """A weight group of `params` parameters (one layer, one GPU; per expert for a grouped
+        GEMM) as an up/down GEMM pair through the inner width I = params / (2 hidden):
+        (M, I, hidden) then (M, hidden, I), each reading half of `weight_bytes`."""
+        if m <= 0 or params <= 0:
+            return 0.0
+        h = self.model.hidden_size
+        inner = params / (2.0 * h)
+        return (self.gemm_s(m, inner, h, weight_bytes / 2, rows)
+                + self.gemm_s(m, h, inner, weight_bytes / 2, rows))
+
+    def linear_s(self, tokens: int) -> float:
+        """All layers' GEMMs for a step of `tokens` tokens (shared weights, routed experts)."""
+        L, tp = self.model.num_layers, self.tp
+        shared_bytes = self.shared_weight_bytes / tp if self.routing else self.weight_read_bytes(tokens)
+        t = L * self.pair_s(tokens, self.shared_params / (L * tp), shared_bytes / L)
+        if self.routing:  # per layer, the touched experts run as one grouped GEMM pair
+            r = self.routing
+            coverage = 1.0 - (1.0 - r.top_k / r.routed_experts) ** tokens
+            rows = tokens * r.top_k
+            per_expert = rows / (r.routed_experts * coverage)
+            touched_bytes = self.routed_weight_bytes * coverage / (L * tp)
+            t += L * self.pair_s(per_expert, self.expert_params / (L * tp), touched_bytes, rows * MOE_IMBALANCE)
+        return t
+
+    def attention_s(self, w: dict, queries: int) -> float:
+        """Attention (+ indexer) and recurrent-state time of one part (prefill or decode)."""
+        if queries <= 0:
+            return 0.0
+        hw, eff, tp = self.hw, self.eff, self.tp
+        keys = w["attention_flops"] / (self.pair_flops_decode if w["decode"] else self.pair_flops_prefill)
+        e_fa = fa_efficiency(max(keys / (queries * max(self.attn_layers, 1)), 1.0))
+        compute = (w["attention_flops"] / hw.bf16_flops + w["indexer_flops"] / hw.fp8_flops) / (tp * e_fa)
+        t = max(compute, w["kv_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
+        t += self.attn_layers * self.gemm_fit["t0_s"]
+        if w["recurrent_flops"] or w["state_bytes"]:
+            t += max(w["recurrent_flops"] / (tp * hw.bf16_flops * self.gemm_fit["e_max"]),
+                     w["state_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
+        return t
+
+    def elementwise_s(self, tokens: int) -> float:
+        f = self.elem_fit
+        return self.model.num_layers * (f["kernels_per_layer"] * f["t0_s"] + tokens * self.model.hidden_size
+                                        * f["bytes_per_token_hidden"] / self.hw.hbm_bytes_per_s)
+
+    def allreduce_s(self, tokens: int) -> float:
+        tp = self.tp
+        if tp == 1:
+            return 0.0
+        f = self.ar_fit
+        msg = tokens * self.model.hidden_size * ACTIVATION_DTYPE_BYTES
+        one = (2 * (tp - 1) / tp * msg / (self.hw.nvlink_bytes_per_s * f["e_ar"])
+               + 2 * (tp - 1) * f["latency_per_step_s"])
+        return 2 * self.model.num_layers * one
+
+    # --- step -----------------------------------------------------------------------------
+
+    def cost(self, prefill_batch: Sequence[tuple[int, int]] = (),
+             decode_contexts: Sequence[int] = ()) -> StepCost:
+        """The work and time terms of one (possibly mixed) step; compute_s is the sum of the
+        operator times, memory_s the HBM lower bound (bytes / peak bandwidth)."""
+        new, cached = parse_batch(prefill_batch)
+        ctx = parse_contexts(decode_contexts)
+        n_prefill, n_decode = int(np.sum(new)), int(ctx.size)
+        tokens = n_prefill + n_decode
+        p = {**self.request_work(new, cached, decode=False), "decode": False}
+        d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
+        weight_bytes = self.weight_read_bytes(tokens)
+        kv_bytes, state_bytes = p["kv_bytes"] + d["kv_bytes"], p["state_bytes"] + d["state_bytes"]
+        if not tokens:
+            return StepCost(0, 0, *(0.0,) * 12)
+        op_s = (self.linear_s(tokens) + self.attention_s(p, n_prefill) + self.attention_s(d, n_decode)
+                + self.elementwise_s(tokens))
+        if self.mla_decompress_nk and n_prefill:
+            n, k = self.mla_decompress_nk
+            op_s += self.model.full_layers * self.gemm_s(float(np.sum(new + cached)), n, k,
+                                                         n * k * ACTIVATION_DTYPE_BYTES)
+        graph = n_prefill == 0 and n_decode <= self.cuda_graph_max_bs
+        overhead_s = self.eff.per_step_overhead_s + (0.0 if graph else self.model.num_layers
+                                                     * self.eff.per_layer_overhead_s)
+        return StepCost(
+            prefill_tokens=n_prefill, decode_tokens=n_decode,
+            linear_flops=2.0 * self.model.active_params * tokens,
+            attention_flops=p["attention_flops"] + d["attention_flops"],
+            indexer_flops=p["indexer_flops"] + d["indexer_flops"],
+            recurrent_flops=p["recurrent_flops"] + d["recurrent_flops"],
+            weight_bytes=weight_bytes, kv_bytes=kv_bytes, state_bytes=state_bytes,
+            allreduce_bytes=2.0 * self.model.num_layers * tokens * self.model.hidden_size
+            * ACTIVATION_DTYPE_BYTES if self.tp > 1 else 0.0,
+            compute_s=op_s, memory_s=(weight_bytes + kv_bytes + state_bytes) / self.hw.hbm_bytes_per_s,
+            allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s)
+
+
+__all__ = ["CUDA_GRAPH_MAX_BS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "GEMMS_PER_LAYER", "MOE_IMBALANCE",
+           "OperatorCostModel", "ROUTED_GEMMS_PER_LAYER", "device_fit", "fa_efficiency", "gemm_efficiency",
+           "load_fits"]

@@ -1,0 +1,218 @@
+"""sim/operators.py against hand computations written out here from the presets' geometry
+(docs/sources/models.md), the hardware presets and the fitted tables (sim/opdata): a small
+dense model, an MoE, an MLA model and a hybrid SWA + short-conv-state MoE. Every expected time
+is built term by term from the module docstring's formulas, with the attention (query, key)
+pairs counted by explicit loops over token positions rather than the closed forms."""
+import pytest
+
+from scenarios.presets import get_hardware, get_model
+from sim.cost import Efficiency, RooflineCostModel
+from sim.operators import (CUDA_GRAPH_MAX_BS, FA_E_MAX, FA_L_HALF, MOE_IMBALANCE, OperatorCostModel,
+                           load_fits)
+
+EXACT = dict(rel=1e-12)
+EFF = Efficiency()  # hbm_efficiency 0.6, per_step_overhead_s 3 ms, per_layer_overhead_s 10 us
+
+
+def gemm(f, peak, hbm, m, n, k, wbytes, rows=None):
+    rows = m if rows is None else rows
+    e = f["e_max"] * m / (m + f["m_half"]) * n / (n + f["n_half"]) * k / (k + f["k_half"])
+    return max(2 * rows * n * k / (peak * e), (wbytes + rows * (k + n) * 2) / (hbm * f["e_bw"])) + f["t0_s"]
+
+
+def pair(f, peak, hbm, hidden, m, params, wbytes, rows=None):
+    inner = params / (2 * hidden)
+    return (gemm(f, peak, hbm, m, inner, hidden, wbytes / 2, rows)
+            + gemm(f, peak, hbm, m, hidden, inner, wbytes / 2, rows))
+
+
+def fa(keys_per_query):
+    return FA_E_MAX * keys_per_query / (keys_per_query + 512 * (0.73 / 0.5 - 1))
+
+
+def elementwise(el, layers, tokens, hidden, hbm):
+    return layers * (6 * el["t0_s"] + tokens * hidden * el["bytes_per_token_hidden"] / hbm)
+
+
+def allreduce(ar, layers, tokens, hidden, tp, nvlink):
+    msg = tokens * hidden * 2
+    return 2 * layers * (2 * (tp - 1) / tp * msg / (nvlink * ar["e_ar"]) + 2 * (tp - 1) * ar["latency_per_step_s"])
+
+
+def keys_full(n, c):
+    return sum(p + 1 for p in range(c, c + n))
+
+
+def keys_window(n, c, w):
+    return sum(min(p + 1, w) for p in range(c, c + n))
+
+
+def test_constants_and_fit_file():
+    assert FA_L_HALF == 512 * (0.73 / 0.5 - 1)
+    assert MOE_IMBALANCE == 1.25 and CUDA_GRAPH_MAX_BS == 160
+    fits = load_fits()
+    assert sorted(fits) == ["a100", "h100"]
+    for f in fits.values():
+        assert 0 < f["gemm"]["e_max"] <= 1 and 0 < f["gemm"]["e_bw"] <= 1
+        assert f["gemm"]["residuals"]["median_abs_rel"] < 0.1  # the fit describes Vidur's GEMMs within 10%
+
+
+def test_dense_qwen3_8b_a100_tp1():
+    """Qwen3-8B (36 full GQA layers, 32 q x 128, 8 kv heads, hidden 4096, 8.19B bf16 params)
+    on one A100-40GB: a prefill of 1000 new tokens after 3000 cached, then a decode step."""
+    hw, f = get_hardware("a100-40gbx1"), load_fits()["a100"]
+    g, el = f["gemm"], f["elementwise"]
+    peak, hbm = 312e12, 1.555e12
+    assert (hw.bf16_flops, hw.hbm_bytes_per_s) == (peak, hbm)
+    L, hidden, params, wbytes = 36, 4096, 8_190_427_136, 16_380_854_272
+    pair_flops = 4 * 32 * 128
+    row = 8 * 256 * 2
+    om = OperatorCostModel("qwen3-8b", hw, 1)
+
+    n, c = 1000, 3000
+    linear = L * pair(g, peak, hbm, hidden, n, params / L, wbytes / L)
+    keys = L * keys_full(n, c)
+    attn = max(pair_flops * keys / (peak * fa(keys / (n * L))), L * (c + n) * row / (hbm * 0.6)) + L * g["t0_s"]
+    expect = linear + attn + elementwise(el, L, n, hidden, hbm) + 3e-3 + L * 10e-6
+    assert om.prefill_time_s([(n, c)]) == pytest.approx(expect, **EXACT)
+
+    ctx = [5000, 7000]  # decode: a CUDA graph, no per-layer launch gaps
+    linear = L * pair(g, peak, hbm, hidden, 2, params / L, wbytes / L)
+    keys = L * (5001 + 7001)
+    attn = max(pair_flops * keys / (peak * fa(keys / (2 * L))), L * 12002 * row / (hbm * 0.6)) + L * g["t0_s"]
+    expect = linear + attn + elementwise(el, L, 2, hidden, hbm) + 3e-3
+    assert om.decode_time_s(ctx) == pytest.approx(expect, **EXACT)
+    # a decode batch above the CUDA-graph limit pays the launch gaps
+    big = OperatorCostModel("qwen3-8b", hw, 1, cuda_graph_max_bs=1)
+    assert big.decode_time_s(ctx) == pytest.approx(expect + L * 10e-6, **EXACT)
+
+
+def test_mixed_step_shares_the_gemms():
+    """A mixed step runs one GEMM over prefill + decode tokens (weights read once) and times
+    the prefill and decode attention apart."""
+    om = OperatorCostModel("qwen3-8b", "a100-40gbx1", 1)
+    hw, f = get_hardware("a100-40gbx1"), load_fits()["a100"]
+    g, el = f["gemm"], f["elementwise"]
+    peak, hbm, L, hidden = 312e12, 1.555e12, 36, 4096
+    pair_flops, row = 4 * 32 * 128, 8 * 256 * 2
+    linear = L * pair(g, peak, hbm, hidden, 513, 8_190_427_136 / L, 16_380_854_272 / L)
+    kp = L * keys_full(512, 0)
+    ap = max(pair_flops * kp / (peak * fa(kp / (512 * L))), L * 512 * row / (hbm * 0.6)) + L * g["t0_s"]
+    kd = L * 2001
+    ad = max(pair_flops * kd / (peak * fa(kd / L)), L * 2001 * row / (hbm * 0.6)) + L * g["t0_s"]
+    expect = linear + ap + ad + elementwise(el, L, 513, hidden, hbm) + 3e-3 + L * 10e-6
+    assert om.step_time_s([(512, 0)], [2000]) == pytest.approx(expect, **EXACT)
+    assert om.step_time_s([(512, 0)], [2000]) < om.prefill_time_s([(512, 0)]) + om.decode_time_s([2000])
+    assert om.step_time_s() == 0.0
+
+
+def test_moe_qwen3_235b_h800_tp8():
+    """Qwen3-235B-A22B (94 layers, 128 experts top-8, bf16) at TP8 on H800: shared weights
+    (attention, embeddings) as one GEMM pair, routed experts as a grouped pair per layer,
+    two ring all-reduces per layer over H800's 200 GB/s NVLink."""
+    hw, f = get_hardware("h800x8"), load_fits()["h100"]
+    g, el, ar = f["gemm"], f["elementwise"], f["allreduce"]
+    peak, hbm, nvlink = 989.4e12, 3.35e12, 200e9
+    assert (hw.bf16_flops, hw.hbm_bytes_per_s, hw.nvlink_bytes_per_s) == (peak, hbm, nvlink)
+    L, hidden, tp, E, k = 94, 4096, 8, 128, 8
+    total, active = 235_092_836_352, 22_189_965_312
+    routed = (total - active) / (1 - k / E)
+    shared = total - routed
+    n = 2048
+    cover = 1 - (1 - k / E) ** n
+    linear = L * pair(g, peak, hbm, hidden, n, shared / (L * tp), shared * 2 / (L * tp))
+    linear += L * pair(g, peak, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
+                       routed * 2 * cover / (L * tp), n * k * MOE_IMBALANCE)
+    keys = L * keys_full(n, 0)
+    kv = L * n * (4 * 256 * 2) / 4  # 4 KV heads: split 4 ways at TP8
+    attn = max(4 * 64 * 128 * keys / (tp * peak * fa(keys / (n * L))), kv / (hbm * 0.6)) + L * g["t0_s"]
+    expect = (linear + attn + elementwise(el, L, n, hidden, hbm) + allreduce(ar, L, n, hidden, tp, nvlink)
+              + 3e-3 + L * 10e-6)
+    om = OperatorCostModel("qwen3-235b-a22b", hw, tp)
+    assert om.prefill_time_s([(n, 0)]) == pytest.approx(expect, **EXACT)
+    # the roofline now knows the routing too: one token reads shared + top-8 of 128 experts
+    rf = RooflineCostModel("qwen3-235b-a22b", hw, tp)
+    assert rf.weight_read_bytes(1) == pytest.approx((shared * 2 + routed * 2 * k / E) / tp, **EXACT)
+
+
+def test_mla_deepseek_v3_h200_tp8():
+    """DeepSeek-V3 (61 MLA layers, 128 heads, kv_lora 512, rope 64, nope 128, v 128; fp8
+    weights, 256 experts top-8) at TP8 on H200: prefill decompresses every attended latent row
+    (c + n) into K(nope) and V; decode runs absorbed MLA over the replicated latent."""
+    hw, f = get_hardware("h200x8"), load_fits()["h100"]
+    g, el, ar = f["gemm"], f["elementwise"], f["allreduce"]
+    peak8, peak, hbm, nvlink = 1979e12, 989e12, 4.8e12, 450e9
+    assert (hw.fp8_flops, hw.bf16_flops, hw.hbm_bytes_per_s) == (peak8, peak, hbm)
+    L, hidden, tp, E, k = 61, 7168, 8, 256, 8
+    total, active, wb = 671_030_000_000, 37_550_000_000, 1.0
+    routed = (total - active) / (1 - k / E)
+    shared = total - routed
+    row = (512 + 64) * 2
+    n, c = 512, 1024
+    cover = 1 - (1 - k / E) ** n
+    linear = L * pair(g, peak8, hbm, hidden, n, shared / (L * tp), shared * wb / (L * tp))
+    linear += L * pair(g, peak8, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
+                       routed * wb * cover / (L * tp), n * k * MOE_IMBALANCE)
+    keys = L * keys_full(n, c)
+    pair_prefill = 2 * 128 * (192 + 128)
+    attn = (max(pair_prefill * keys / (tp * peak * fa(keys / (n * L))), L * (c + n) * row / (hbm * 0.6))
+            + L * g["t0_s"])
+    dn, dk = 128 * (128 + 128) / tp, 512
+    mla = L * gemm(g, peak8, hbm, c + n, dn, dk, dn * dk * 2)
+    expect = (linear + attn + mla + elementwise(el, L, n, hidden, hbm) + allreduce(ar, L, n, hidden, tp, nvlink)
+              + 3e-3 + L * 10e-6)
+    om = OperatorCostModel("deepseek-v3", hw, tp)
+    assert om.prefill_time_s([(n, c)]) == pytest.approx(expect, **EXACT)
+
+    ctx = 4000  # decode, absorbed: pairs of (512 + 64) + 512 per head
+    cover = 1 - (1 - k / E)
+    linear = L * pair(g, peak8, hbm, hidden, 1, shared / (L * tp), shared * wb / (L * tp))
+    linear += L * pair(g, peak8, hbm, hidden, k / (E * cover), routed / E / (L * tp),
+                       routed * wb * cover / (L * tp), k * MOE_IMBALANCE)
+    keys = L * (ctx + 1)
+    attn = (max(2 * 128 * (512 + 64 + 512) * keys / (tp * peak * fa(keys / L)), L * (ctx + 1) * row / (hbm * 0.6))
+            + L * g["t0_s"])
+    expect = linear + attn + elementwise(el, L, 1, hidden, hbm) + allreduce(ar, L, 1, hidden, tp, nvlink) + 3e-3
+    assert om.decode_time_s([ctx]) == pytest.approx(expect, **EXACT)
+
+
+def test_hybrid_swa_state_inkling_small_h200_tp4():
+    """Inkling-Small (42 layers: 7 full + 35 sliding-window of 512 tokens, a short-conv state
+    of 36,864 elements in all 42 layers, 3,096,576 state bytes per request; 256 experts top-6,
+    bf16) at TP4 on H200. The window caps a late chunk's keys at 512 per token and its KV rows
+    at 511 + n; the state is read (c > 0) and written."""
+    hw, f = get_hardware("h200x4"), load_fits()["h100"]
+    g, el, ar = f["gemm"], f["elementwise"], f["allreduce"]
+    peak, hbm, nvlink = 989e12, 4.8e12, 450e9
+    L, hidden, tp, E, k, W = 42, 4096, 4, 256, 6, 512
+    total, active = 276_000_000_000, 12_000_000_000
+    routed = (total - active) / (1 - k / E)
+    shared = total - routed
+    n, c = 256, 2000
+    cover = 1 - (1 - k / E) ** n
+    linear = L * pair(g, peak, hbm, hidden, n, shared / (L * tp), shared * 2 / (L * tp))
+    linear += L * pair(g, peak, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
+                       routed * 2 * cover / (L * tp), n * k * MOE_IMBALANCE)
+    keys = 7 * keys_full(n, c) + 35 * keys_window(n, c, W)
+    assert keys_window(n, c, W) == n * W
+    row = 8 * 256 * 2
+    kv = (7 * (c + n) + 35 * (W - 1 + n)) * row / 4
+    attn = max(4 * 32 * 128 * keys / (tp * peak * fa(keys / (n * 42))), kv / (hbm * 0.6)) + 42 * g["t0_s"]
+    state = max(42 * 2 * 36_864 * n / (tp * peak * g["e_max"]), 3_096_576 * 2 / tp / (hbm * 0.6))
+    expect = (linear + attn + state + elementwise(el, L, n, hidden, hbm)
+              + allreduce(ar, L, n, hidden, tp, nvlink) + 3e-3 + L * 10e-6)
+    om = OperatorCostModel("inkling-small", hw, tp)
+    assert om.prefill_time_s([(n, c)]) == pytest.approx(expect, **EXACT)
+
+
+def test_scenario_default_is_operators_and_rejects_unused_knobs():
+    from radixsim.run import make_cost
+    from scenarios.scenario import ScenarioError, load, resolve
+    base = {**load("quickstart"), "model": "qwen3-8b", "hardware": "a100-40gbx1", "tp": 1}
+    sc = resolve(base)
+    assert sc.doc["cost"]["kind"] == "operators"
+    assert type(make_cost(sc)) is OperatorCostModel
+    with pytest.raises(ScenarioError, match=r"cost\.efficiency\.mfu_prefill: not used by cost\.kind operators"):
+        resolve({**base, "cost": {"efficiency": {"mfu_prefill": 0.1}}})
+    rf = resolve({**base, "cost": {"kind": "roofline", "efficiency": {"mfu_prefill": 0.1}}})
+    assert type(make_cost(rf)) is RooflineCostModel
