@@ -19,11 +19,13 @@ P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, 
   half the bytes (a gated MLP's gate+up is one fused GEMM, as in Vidur's profiles; attention
   projections are folded into the same pair). Dense/shared weights: p = shared_params / (L tp),
   M = T, bytes ``weight_read_bytes(T) / L`` (shared bytes for a routed MoE). Routed experts
-  (MoE, ``MOE_ROUTING``): per layer one grouped GEMM pair over the touched experts:
-  p = params of one expert / (L tp), efficiency at M = T k / (E coverage) (tokens per touched
-  expert; coverage = 1 - (1 - k/E)^T), FLOPs and activations over T k x ``MOE_IMBALANCE`` rows
-  (the busiest expert sets the grouped kernel's length), bytes the touched experts' weights
-  (routed bytes x coverage / (L tp)).
+  (MoE, ``MOE_ROUTING``): per layer one grouped GEMM pair (SGLang's fused MoE kernel) over the
+  touched experts, p = params of one expert / (L tp): each touched expert's M = T k / (E
+  coverage) rows (coverage = 1 - (1 - k/E)^T) is padded up to whole blocks of ``moe_block_m``
+  rows (16 when T <= E, else 64), the padded rows are scaled by ``MOE_IMBALANCE`` and run at the
+  efficiency of whole tiles (M factor 1); bytes = the touched experts' weights (routed bytes x
+  coverage / (L tp)). The Vidur fit has no grouped GEMMs: the padding stands in for its small-M
+  curve there.
 - MLA prefill (non-absorbed): the latent of every row a new token attends to is decompressed
   to K(nope) and V: per full layer gemm(M = sum over requests of (c + n), N = q_heads x
   (qk_nope + v_head) / tp, K = kv_lora_rank), bf16 weights.
@@ -56,6 +58,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import pathlib
 from typing import Sequence
 
@@ -66,8 +69,6 @@ from sim.cost import (ACTIVATION_DTYPE_BYTES, Efficiency, MOE_ROUTING, RooflineC
                       parse_batch, parse_contexts)
 
 FIT_FILE = pathlib.Path(__file__).with_name("opdata") / "vidur_fit.json"
-GEMMS_PER_LAYER = 4  # QKV, O, MLP up (gate+up fused), MLP down (Vidur's mlp.csv operators)
-ROUTED_GEMMS_PER_LAYER = 2  # grouped up and down GEMMs over the routed experts
 # FlashAttention efficiency by keys per query. FA2 (Dao 2023, arXiv:2307.08691, abstract):
 # "50-73% of the theoretical maximum FLOPs/s on A100"; FA3 (Shah et al. 2024,
 # arXiv:2407.08608, abstract): "up to 740 TFLOPs/s (75% utilization)" on H100. Assumption: the
@@ -95,9 +96,19 @@ def device_fit(hw: HardwarePreset) -> dict:
 
 def gemm_efficiency(fit: dict, m, n, k) -> np.ndarray:
     """e = e_max M/(M + m_half) N/(N + n_half) K/(K + k_half): the fraction of the peak an
-    (M x K) @ (K x N) GEMM reaches."""
-    m, n, k = (np.asarray(v, dtype=np.float64) for v in (m, n, k))
-    return fit["e_max"] * m / (m + fit["m_half"]) * n / (n + fit["n_half"]) * k / (k + fit["k_half"])
+    (M x K) @ (K x N) GEMM reaches; `m` None: whole tiles, M factor 1."""
+    n, k = (np.asarray(v, dtype=np.float64) for v in (n, k))
+    e = fit["e_max"] * n / (n + fit["n_half"]) * k / (k + fit["k_half"])
+    if m is None:
+        return e
+    m = np.asarray(m, dtype=np.float64)
+    return e * m / (m + fit["m_half"])
+
+
+def moe_block_m(tokens: int, experts: int) -> int:
+    """Rows per block of the fused MoE kernel: 16 when tokens <= experts, else 64 (SGLang's
+    and vLLM's fused_moe_triton ``get_default_config``)."""
+    return 16 if tokens <= experts else 64
 
 
 def fa_efficiency(keys_per_query: float) -> float:
@@ -136,27 +147,37 @@ class OperatorCostModel(RooflineCostModel):
 
     # --- operators ------------------------------------------------------------------------
 
-    def gemm_s(self, m: float, n: float, k: float, weight_bytes: float, rows: float | None = None) -> float:
-        """One GPU's time for an (M x K) @ (K x N) GEMM whose weights take `weight_bytes`.
-        `rows` (default M) is the total rows of a grouped GEMM whose groups have M rows each:
-        FLOPs and activations count `rows`, the efficiency is taken at M."""
+    def gemm_s(self, rows: float, n: float, k: float, weight_bytes: float, *, full_tiles: bool = False) -> float:
+        """One GPU's time for a (rows x K) @ (K x N) GEMM whose weights take `weight_bytes`;
+        `full_tiles`: the rows are already padded to whole tiles (grouped MoE GEMM), so the
+        efficiency's M factor is 1."""
         f = self.gemm_fit
-        rows = m if rows is None else rows
-        e = float(gemm_efficiency(f, m, n, k))
+        e = float(gemm_efficiency(f, None if full_tiles else rows, n, k))
         act = rows * (k + n) * ACTIVATION_DTYPE_BYTES
         return (max(2.0 * rows * n * k / (self.linear_peak_flops * e),
                     (weight_bytes + act) / (self.hw.hbm_bytes_per_s * f["e_bw"])) + f["t0_s"])
 
-    def pair_s(self, m: float, params: float, weight_bytes: float, rows: float | None = None) -> float:
-        """A weight group of `params` parameters (one layer, one GPU; per expert for a grouped
+    def pair_s(self, rows: float, params: float, weight_bytes: float, *, full_tiles: bool = False) -> float:
+        """A weight group of `params` parameters (one layer, one GPU; of one expert for a grouped
         GEMM) as an up/down GEMM pair through the inner width I = params / (2 hidden):
-        (M, I, hidden) then (M, hidden, I), each reading half of `weight_bytes`."""
-        if m <= 0 or params <= 0:
+        (rows, I, hidden) then (rows, hidden, I), each reading half of `weight_bytes`."""
+        if rows <= 0 or params <= 0:
             return 0.0
         h = self.model.hidden_size
         inner = params / (2.0 * h)
-        return (self.gemm_s(m, inner, h, weight_bytes / 2, rows)
-                + self.gemm_s(m, h, inner, weight_bytes / 2, rows))
+        return (self.gemm_s(rows, inner, h, weight_bytes / 2, full_tiles=full_tiles)
+                + self.gemm_s(rows, h, inner, weight_bytes / 2, full_tiles=full_tiles))
+
+    def routed_rows(self, tokens: int) -> tuple[float, float]:
+        """(padded rows x MOE_IMBALANCE, coverage) of one layer's grouped expert GEMM: each
+        touched expert's M = T k / (E coverage) rows rounded up to the kernel's block of
+        ``moe_block_m(T, E)`` rows."""
+        r = self.routing
+        coverage = 1.0 - (1.0 - r.top_k / r.routed_experts) ** tokens
+        touched = r.routed_experts * coverage
+        block = moe_block_m(tokens, r.routed_experts)
+        per_expert = tokens * r.top_k / touched
+        return touched * block * math.ceil(per_expert / block) * MOE_IMBALANCE, coverage
 
     def linear_s(self, tokens: int) -> float:
         """All layers' GEMMs for a step of `tokens` tokens (shared weights, routed experts)."""
@@ -164,12 +185,9 @@ class OperatorCostModel(RooflineCostModel):
         shared_bytes = self.shared_weight_bytes / tp if self.routing else self.weight_read_bytes(tokens)
         t = L * self.pair_s(tokens, self.shared_params / (L * tp), shared_bytes / L)
         if self.routing:  # per layer, the touched experts run as one grouped GEMM pair
-            r = self.routing
-            coverage = 1.0 - (1.0 - r.top_k / r.routed_experts) ** tokens
-            rows = tokens * r.top_k
-            per_expert = rows / (r.routed_experts * coverage)
+            rows, coverage = self.routed_rows(tokens)
             touched_bytes = self.routed_weight_bytes * coverage / (L * tp)
-            t += L * self.pair_s(per_expert, self.expert_params / (L * tp), touched_bytes, rows * MOE_IMBALANCE)
+            t += L * self.pair_s(rows, self.expert_params / (L * tp), touched_bytes, full_tiles=True)
         return t
 
     def attention_s(self, w: dict, queries: int) -> float:
@@ -240,6 +258,5 @@ class OperatorCostModel(RooflineCostModel):
             allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s)
 
 
-__all__ = ["CUDA_GRAPH_MAX_BS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "GEMMS_PER_LAYER", "MOE_IMBALANCE",
-           "OperatorCostModel", "ROUTED_GEMMS_PER_LAYER", "device_fit", "fa_efficiency", "gemm_efficiency",
-           "load_fits"]
+__all__ = ["CUDA_GRAPH_MAX_BS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
+           "OperatorCostModel", "device_fit", "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]

@@ -3,27 +3,38 @@
 dense model, an MoE, an MLA model and a hybrid SWA + short-conv-state MoE. Every expected time
 is built term by term from the module docstring's formulas, with the attention (query, key)
 pairs counted by explicit loops over token positions rather than the closed forms."""
+import math
+
 import pytest
 
 from scenarios.presets import get_hardware, get_model
 from sim.cost import Efficiency, RooflineCostModel
 from sim.operators import (CUDA_GRAPH_MAX_BS, FA_E_MAX, FA_L_HALF, MOE_IMBALANCE, OperatorCostModel,
-                           load_fits)
+                           load_fits, moe_block_m)
 
 EXACT = dict(rel=1e-12)
 EFF = Efficiency()  # hbm_efficiency 0.6, per_step_overhead_s 3 ms, per_layer_overhead_s 10 us
 
 
-def gemm(f, peak, hbm, m, n, k, wbytes, rows=None):
-    rows = m if rows is None else rows
-    e = f["e_max"] * m / (m + f["m_half"]) * n / (n + f["n_half"]) * k / (k + f["k_half"])
-    return max(2 * rows * n * k / (peak * e), (wbytes + rows * (k + n) * 2) / (hbm * f["e_bw"])) + f["t0_s"]
+def gemm(f, peak, hbm, m, n, k, wbytes, full_tiles=False):
+    e = f["e_max"] * n / (n + f["n_half"]) * k / (k + f["k_half"]) * (1 if full_tiles else m / (m + f["m_half"]))
+    return max(2 * m * n * k / (peak * e), (wbytes + m * (k + n) * 2) / (hbm * f["e_bw"])) + f["t0_s"]
 
 
-def pair(f, peak, hbm, hidden, m, params, wbytes, rows=None):
+def pair(f, peak, hbm, hidden, m, params, wbytes, full_tiles=False):
     inner = params / (2 * hidden)
-    return (gemm(f, peak, hbm, m, inner, hidden, wbytes / 2, rows)
-            + gemm(f, peak, hbm, m, hidden, inner, wbytes / 2, rows))
+    return (gemm(f, peak, hbm, m, inner, hidden, wbytes / 2, full_tiles)
+            + gemm(f, peak, hbm, m, hidden, inner, wbytes / 2, full_tiles))
+
+
+def routed(f, peak, hbm, hidden, tokens, E, k, L, tp, routed_params, routed_bytes):
+    """One layer's grouped expert GEMM pair: rows per touched expert padded to blocks of 16
+    (tokens <= E) or 64, times the imbalance, whole-tile efficiency."""
+    cover = 1 - (1 - k / E) ** tokens
+    touched = E * cover
+    block = 16 if tokens <= E else 64
+    rows = touched * block * math.ceil(tokens * k / touched / block) * MOE_IMBALANCE
+    return pair(f, peak, hbm, hidden, rows, routed_params / E / (L * tp), routed_bytes * cover / (L * tp), True)
 
 
 def fa(keys_per_query):
@@ -50,6 +61,7 @@ def keys_window(n, c, w):
 def test_constants_and_fit_file():
     assert FA_L_HALF == 512 * (0.73 / 0.5 - 1)
     assert MOE_IMBALANCE == 1.25 and CUDA_GRAPH_MAX_BS == 160
+    assert (moe_block_m(128, 128), moe_block_m(129, 128)) == (16, 64)
     fits = load_fits()
     assert sorted(fits) == ["a100", "h100"]
     for f in fits.values():
@@ -116,13 +128,11 @@ def test_moe_qwen3_235b_h800_tp8():
     assert (hw.bf16_flops, hw.hbm_bytes_per_s, hw.nvlink_bytes_per_s) == (peak, hbm, nvlink)
     L, hidden, tp, E, k = 94, 4096, 8, 128, 8
     total, active = 235_092_836_352, 22_189_965_312
-    routed = (total - active) / (1 - k / E)
-    shared = total - routed
+    routed_p = (total - active) / (1 - k / E)
+    shared = total - routed_p
     n = 2048
-    cover = 1 - (1 - k / E) ** n
     linear = L * pair(g, peak, hbm, hidden, n, shared / (L * tp), shared * 2 / (L * tp))
-    linear += L * pair(g, peak, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
-                       routed * 2 * cover / (L * tp), n * k * MOE_IMBALANCE)
+    linear += L * routed(g, peak, hbm, hidden, n, E, k, L, tp, routed_p, routed_p * 2)
     keys = L * keys_full(n, 0)
     kv = L * n * (4 * 256 * 2) / 4  # 4 KV heads: split 4 ways at TP8
     attn = max(4 * 64 * 128 * keys / (tp * peak * fa(keys / (n * L))), kv / (hbm * 0.6)) + L * g["t0_s"]
@@ -132,7 +142,7 @@ def test_moe_qwen3_235b_h800_tp8():
     assert om.prefill_time_s([(n, 0)]) == pytest.approx(expect, **EXACT)
     # the roofline now knows the routing too: one token reads shared + top-8 of 128 experts
     rf = RooflineCostModel("qwen3-235b-a22b", hw, tp)
-    assert rf.weight_read_bytes(1) == pytest.approx((shared * 2 + routed * 2 * k / E) / tp, **EXACT)
+    assert rf.weight_read_bytes(1) == pytest.approx((shared * 2 + routed_p * 2 * k / E) / tp, **EXACT)
 
 
 def test_mla_deepseek_v3_h200_tp8():
@@ -145,14 +155,12 @@ def test_mla_deepseek_v3_h200_tp8():
     assert (hw.fp8_flops, hw.bf16_flops, hw.hbm_bytes_per_s) == (peak8, peak, hbm)
     L, hidden, tp, E, k = 61, 7168, 8, 256, 8
     total, active, wb = 671_030_000_000, 37_550_000_000, 1.0
-    routed = (total - active) / (1 - k / E)
-    shared = total - routed
+    routed_p = (total - active) / (1 - k / E)
+    shared = total - routed_p
     row = (512 + 64) * 2
     n, c = 512, 1024
-    cover = 1 - (1 - k / E) ** n
     linear = L * pair(g, peak8, hbm, hidden, n, shared / (L * tp), shared * wb / (L * tp))
-    linear += L * pair(g, peak8, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
-                       routed * wb * cover / (L * tp), n * k * MOE_IMBALANCE)
+    linear += L * routed(g, peak8, hbm, hidden, n, E, k, L, tp, routed_p, routed_p * wb)
     keys = L * keys_full(n, c)
     pair_prefill = 2 * 128 * (192 + 128)
     attn = (max(pair_prefill * keys / (tp * peak * fa(keys / (n * L))), L * (c + n) * row / (hbm * 0.6))
@@ -165,10 +173,8 @@ def test_mla_deepseek_v3_h200_tp8():
     assert om.prefill_time_s([(n, c)]) == pytest.approx(expect, **EXACT)
 
     ctx = 4000  # decode, absorbed: pairs of (512 + 64) + 512 per head
-    cover = 1 - (1 - k / E)
     linear = L * pair(g, peak8, hbm, hidden, 1, shared / (L * tp), shared * wb / (L * tp))
-    linear += L * pair(g, peak8, hbm, hidden, k / (E * cover), routed / E / (L * tp),
-                       routed * wb * cover / (L * tp), k * MOE_IMBALANCE)
+    linear += L * routed(g, peak8, hbm, hidden, 1, E, k, L, tp, routed_p, routed_p * wb)
     keys = L * (ctx + 1)
     attn = (max(2 * 128 * (512 + 64 + 512) * keys / (tp * peak * fa(keys / L)), L * (ctx + 1) * row / (hbm * 0.6))
             + L * g["t0_s"])
@@ -186,13 +192,11 @@ def test_hybrid_swa_state_inkling_small_h200_tp4():
     peak, hbm, nvlink = 989e12, 4.8e12, 450e9
     L, hidden, tp, E, k, W = 42, 4096, 4, 256, 6, 512
     total, active = 276_000_000_000, 12_000_000_000
-    routed = (total - active) / (1 - k / E)
-    shared = total - routed
+    routed_p = (total - active) / (1 - k / E)
+    shared = total - routed_p
     n, c = 256, 2000
-    cover = 1 - (1 - k / E) ** n
     linear = L * pair(g, peak, hbm, hidden, n, shared / (L * tp), shared * 2 / (L * tp))
-    linear += L * pair(g, peak, hbm, hidden, n * k / (E * cover), routed / E / (L * tp),
-                       routed * 2 * cover / (L * tp), n * k * MOE_IMBALANCE)
+    linear += L * routed(g, peak, hbm, hidden, n, E, k, L, tp, routed_p, routed_p * 2)
     keys = 7 * keys_full(n, c) + 35 * keys_window(n, c, W)
     assert keys_window(n, c, W) == n * W
     row = 8 * 256 * 2
