@@ -94,15 +94,11 @@ def device_fit(hw: HardwarePreset) -> dict:
     return load_fits()["a100" if "A100" in hw.gpu_name else "h100"]
 
 
-def gemm_efficiency(fit: dict, m, n, k) -> np.ndarray:
+def gemm_efficiency(fit: dict, m, n, k):
     """e = e_max M/(M + m_half) N/(N + n_half) K/(K + k_half): the fraction of the peak an
     (M x K) @ (K x N) GEMM reaches; `m` None: whole tiles, M factor 1."""
-    n, k = (np.asarray(v, dtype=np.float64) for v in (n, k))
     e = fit["e_max"] * n / (n + fit["n_half"]) * k / (k + fit["k_half"])
-    if m is None:
-        return e
-    m = np.asarray(m, dtype=np.float64)
-    return e * m / (m + fit["m_half"])
+    return e if m is None else e * m / (m + fit["m_half"])
 
 
 def moe_block_m(tokens: int, experts: int) -> int:
@@ -152,7 +148,7 @@ class OperatorCostModel(RooflineCostModel):
         `full_tiles`: the rows are already padded to whole tiles (grouped MoE GEMM), so the
         efficiency's M factor is 1."""
         f = self.gemm_fit
-        e = float(gemm_efficiency(f, None if full_tiles else rows, n, k))
+        e = gemm_efficiency(f, None if full_tiles else rows, n, k)
         act = rows * (k + n) * ACTIVATION_DTYPE_BYTES
         return (max(2.0 * rows * n * k / (self.linear_peak_flops * e),
                     (weight_bytes + act) / (self.hw.hbm_bytes_per_s * f["e_bw"])) + f["t0_s"])
