@@ -140,9 +140,11 @@ def test_moe_qwen3_235b_h800_tp8():
               + 3e-3 + L * 10e-6)
     om = OperatorCostModel("qwen3-235b-a22b", hw, tp)
     assert om.prefill_time_s([(n, 0)]) == pytest.approx(expect, **EXACT)
-    # the roofline now knows the routing too: one token reads shared + top-8 of 128 experts
+    # the roofline knows the routing too (MOE_ROUTING): 64 tokens read the shared weights and
+    # the share of the 128 experts that top-8 routing touches (was: every parameter routed)
     rf = RooflineCostModel("qwen3-235b-a22b", hw, tp)
-    assert rf.weight_read_bytes(1) == pytest.approx((shared * 2 + routed_p * 2 * k / E) / tp, **EXACT)
+    expect = (shared * 2 + routed_p * 2 * (1 - (1 - k / E) ** 64)) / tp
+    assert rf.weight_read_bytes(64) == pytest.approx(expect, **EXACT)
 
 
 def test_mla_deepseek_v3_h200_tp8():
