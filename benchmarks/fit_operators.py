@@ -172,6 +172,12 @@ def main(argv=None) -> int:
     ap.add_argument("vidur_git_dir")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "sim/opdata/vidur_fit.json"))
     args = ap.parse_args(argv)
+    probe = subprocess.run(["git", f"--git-dir={args.vidur_git_dir}", "cat-file", "-e", f"{COMMIT}^{{commit}}"],
+                           capture_output=True)
+    if probe.returncode:
+        print(f"fit_operators.py: {args.vidur_git_dir}: not a git directory holding {REPO} commit {COMMIT} "
+              "(expected a clone's .git or a mirror)", file=sys.stderr)
+        return 2
     doc = {"source": {"repository": REPO, "commit": COMMIT, "license": "MIT (Copyright (c) Microsoft Corporation)",
                       "paper": "Agrawal et al., Vidur, MLSys 2024, arXiv:2405.05465",
                       "script": "benchmarks/fit_operators.py"},
