@@ -124,7 +124,6 @@ class OperatorCostModel(RooflineCostModel):
         self.gemm_fit, self.elem_fit, self.ar_fit = fit["gemm"], fit["elementwise"], fit["allreduce"]
         self.cuda_graph_max_bs = cuda_graph_max_bs
         m = self.model
-        self.wbytes = m.weight_bytes / m.total_params  # bytes per parameter, blended
         routing = MOE_ROUTING.get(m.name)
         self.routing, self.expert_params, self.shared_params = None, 0.0, float(m.active_params)
         if routing is not None and m.active_params < m.total_params:  # else: all active params dense
