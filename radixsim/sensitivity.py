@@ -12,8 +12,9 @@ Each uncertain input is a set of scenario keys scaled together by a factor f (th
 - bandwidths: ``pcie`` (every hardware.pcie_*bytes_per_s field: the rate and its peak), ``l3_link``
   (hardware.l3_*bytes_per_s; with L3), ``hbm`` (hardware.hbm_bytes_per_s, d2d_copy_bytes_per_s),
   ``nvlink`` (hardware.nvlink_*bytes_per_s; tp > 1) x f;
-- ``efficiency``: every ``mfu_*`` and ``*_efficiency`` field of sim/cost.py ``Efficiency`` x f
-  (capped at 1; roofline cost model only);
+- ``efficiency``: every ``mfu_*`` and ``*_efficiency`` field of sim/cost.py ``Efficiency`` that
+  the cost model reads x f (capped at 1; roofline: all of them; operators, the default: only
+  ``hbm_efficiency``, its other curves are fitted);
 - ``kv_bytes``: KV bytes per token x f, through what it changes: pools sized in bytes (L1
   ``auto`` with its SWA pool, L2 by ratio, by GB per rank or in bytes, L3 in bytes) hold 1/f the
   tokens (MAMBA slots keep their count: a state's bytes do not follow the KV's) and the PCIe
@@ -110,9 +111,11 @@ def _sized_in_bytes(raw: dict, sc, caps: dict) -> list[str]:
 
 def _efficiencies(sc) -> dict:
     from sim.cost import Efficiency
+    from sim.operators import EFFICIENCY_FIELDS
 
     eff = dataclasses.asdict(Efficiency(**sc.efficiency))
-    return {k: v for k, v in eff.items() if k.startswith("mfu_") or k.endswith("_efficiency")}
+    used = EFFICIENCY_FIELDS if sc.doc["cost"]["kind"] == "operators" else eff
+    return {k: v for k, v in eff.items() if (k.startswith("mfu_") or k.endswith("_efficiency")) and k in used}
 
 
 def variant_sets(factors: list[tuple[Input, float]]) -> dict:

@@ -258,7 +258,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                 or (frac and not 0 < v <= 1) or v < 0):
             raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected "
                                 + ("a number in (0, 1]" if frac else "a finite number >= 0 (seconds)"))
-    unused = sorted(set(eff) & {"mfu_prefill", "mfu_decode", "allreduce_efficiency", "allreduce_latency_s"})
+    from sim.operators import EFFICIENCY_FIELDS
+    unused = sorted(set(eff) - set(EFFICIENCY_FIELDS))
     if doc["cost"]["kind"] == "operators" and unused:
         raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
                             "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")

@@ -81,6 +81,8 @@ MOE_IMBALANCE = 1.25
 # SGLang's default --cuda-graph-max-bs for large GPUs (server_args.py: 160 at TP<4 on >=80 GB
 # GPUs in 2025 releases); assumption: the same for every preset.
 CUDA_GRAPH_MAX_BS = 160
+# The sim/cost.py Efficiency fields this model reads (the rest are replaced by the fits).
+EFFICIENCY_FIELDS = ("hbm_efficiency", "per_step_overhead_s", "per_layer_overhead_s")
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,5 +255,5 @@ class OperatorCostModel(RooflineCostModel):
             allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s)
 
 
-__all__ = ["CUDA_GRAPH_MAX_BS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
+__all__ = ["CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
            "OperatorCostModel", "device_fit", "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]

@@ -30,11 +30,10 @@ cache: {l1_tokens: 11000, page_size: 16}
 engine: {chunked_prefill_tokens: 256}
 workload: {num_clients: 8, num_rounds: 6, request_length: 256, output_length: 16, max_parallel: 8}
 """)
-# H100: PCIe 35.2e9 (peak 64e9), HBM 3.35e12, device copy 3.35e12 x 4.3 / 4.8 / 2; Efficiency defaults
-EFF_LO = ("cost.efficiency.mfu_prefill=0.4 cost.efficiency.mfu_decode=0.24 cost.efficiency.hbm_efficiency=0.48 "
-          "cost.efficiency.allreduce_efficiency=0.56")
-EFF_HI = ("cost.efficiency.mfu_prefill=0.6 cost.efficiency.mfu_decode=0.36 cost.efficiency.hbm_efficiency=0.72 "
-          "cost.efficiency.allreduce_efficiency=0.84")
+# H100: PCIe 35.2e9 (peak 64e9), HBM 3.35e12, device copy 3.35e12 x 4.3 / 4.8 / 2; Efficiency defaults,
+# of which the default operator cost model reads one fraction (the roofline's are in test_roofline_efficiencies)
+EFF_LO = "cost.efficiency.hbm_efficiency=0.48"
+EFF_HI = "cost.efficiency.hbm_efficiency=0.72"
 L2 = "cache.hicache_ratio=null cache.hicache_size_gb=null"
 EXPECTED_SETS = [
     ("nominal", 1.0, ""),
@@ -77,6 +76,17 @@ def test_variants_are_their_set_keys_and_the_table_is_deterministic():
     assert lines[1].split() == ["input", "factor", "hit", "L1", "L2", "L3", "TTFT", "mean", "s", "TTFT", "p90", "s",
                                 "tok/s"]
     assert lines[-1].startswith("not near a capacity cliff: capacity x0.90 / x1.10 moves the hit rate ")
+
+
+def test_roofline_efficiencies():
+    """Under cost.kind roofline the efficiency input scales every MFU and efficiency fraction."""
+    from radixsim.sensitivity import inputs
+    from scenarios.scenario import resolve
+
+    raw = apply_sets(TIERED, ["cost.kind=roofline"])
+    (eff,) = [i for i in inputs(raw, resolve(raw)) if i.name == "efficiency"]
+    assert sorted(eff.keys) == ["cost.efficiency.allreduce_efficiency", "cost.efficiency.hbm_efficiency",
+                                "cost.efficiency.mfu_decode", "cost.efficiency.mfu_prefill"]
 
 
 def test_cliff_flag_near_and_far():
