@@ -122,6 +122,8 @@ class OperatorCostModel(RooflineCostModel):
     def __init__(self, model: ModelPreset | str, hw: HardwarePreset | str, tp: int,
                  eff: Efficiency | None = None, *, cuda_graph_max_bs: int = CUDA_GRAPH_MAX_BS):
         super().__init__(model, hw, tp, eff)
+        if isinstance(cuda_graph_max_bs, bool) or not isinstance(cuda_graph_max_bs, int) or cuda_graph_max_bs < 0:
+            raise ValueError(f"cuda_graph_max_bs must be an integer >= 0, got {cuda_graph_max_bs!r}")
         fit = device_fit(self.hw)
         self.gemm_fit, self.elem_fit, self.ar_fit = fit["gemm"], fit["elementwise"], fit["allreduce"]
         self.cuda_graph_max_bs = cuda_graph_max_bs

@@ -97,6 +97,8 @@ def test_dense_qwen3_8b_a100_tp1():
     # a decode batch above the CUDA-graph limit pays the launch gaps
     big = OperatorCostModel("qwen3-8b", hw, 1, cuda_graph_max_bs=1)
     assert big.decode_time_s(ctx) == pytest.approx(expect + L * 10e-6, **EXACT)
+    with pytest.raises(ValueError, match=r"cuda_graph_max_bs must be an integer >= 0, got -1"):
+        OperatorCostModel("qwen3-8b", hw, 1, cuda_graph_max_bs=-1)
 
 
 def test_mixed_step_shares_the_gemms():
