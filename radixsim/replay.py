@@ -396,3 +396,10 @@ def _evictions(cache) -> dict:
         if cache.hier.storage is not None:
             out["full"]["L3"] = cache.hier.storage.evicted_pages * cache.page_size
     return out
+
+
+def request_stream(opts: ReplayOptions):
+    """(prompt, output or None) token arrays of every request `run_replay(opts)` would serve, in
+    order (session events left out): the input of one-pass curves (radixsim/curve.py)."""
+    items = (_workload_items(opts) if opts.workload else _trace_items(opts))[0]
+    return ((it.prompt, it.output) for it in items if isinstance(it, _Item))
