@@ -232,9 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
     pl.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    from . import report_cli, sensitivity, validate, workload_cli
+    from . import lab_cli, report_cli, sensitivity, validate, workload_cli
 
     report_cli.add_parsers(sub)
+    lab_cli.add_parsers(sub)
     workload_cli.add_parsers(sub)
     validate.add_parser(sub)
     sensitivity.add_parser(sub)
@@ -590,9 +591,9 @@ def _dispatch(parser, args) -> int:
     cmd = COMMANDS.get(args.command)
     if cmd is not None:
         return cmd(args)
-    from . import report_cli, sensitivity, validate, workload_cli
+    from . import lab_cli, report_cli, sensitivity, validate, workload_cli
 
-    for mod in (report_cli, workload_cli, validate, sensitivity):
+    for mod in (report_cli, workload_cli, validate, sensitivity, lab_cli):
         rc = mod.dispatch(args)
         if rc is not None:
             return rc

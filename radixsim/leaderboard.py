@@ -1,0 +1,109 @@
+"""`radixsim leaderboard`: every registered policy on every trace at several capacities.
+
+One exact replay per (trace, capacity, policy), in a process pool. For each trace and capacity
+the table gives each policy's hit rate, the fraction of the LRU -> bound gap it closes
+((h - h_lru) / (h_belady - h_lru); empty where the gap is under 0.1 point) and its replay time.
+Capacities are fractions of each trace's working set (every page it ever caches, from the LRU
+stack pass) unless given in tokens.
+
+The default corpus is generated at run time (deterministic; nothing large is committed): the
+shared Mooncake synthetic trace, a multi-turn workload with sessions and an agentic workload
+with tool pauses and session-close events (`CORPUS`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cache_core.eviction import policy_names
+
+from .curve import lru_curve, replay_points
+from .outputs import write
+from .replay import ReplayOptions
+
+BOUND = "belady"
+COLUMNS = ["trace", "capacity_tokens", "capacity_fraction", "policy", "hit_rate", "gap_closed", "replay_s"]
+DEFAULT_FRACTIONS = (0.1, 0.25, 0.5)
+SHARED_TRACE = Path(__file__).resolve().parent.parent / "scenarios" / "data" / "mooncake_synthetic_trace.jsonl"
+# name -> ReplayOptions fields (sizes kept small so the whole corpus runs in minutes)
+CORPUS = {
+    "mooncake_synthetic": {"trace": str(SHARED_TRACE)},
+    "multiturn": {"workload": "multiturn", "workload_set": (("num_clients", 16), ("num_rounds", 12),
+                                                           ("request_length", 1024), ("output_length", 16))},
+    "agentic": {"workload": "agentic", "workload_set": (("num_sessions", 8), ("concurrency", 4))},
+}
+
+
+def corpus(traces, page_size: int) -> dict:
+    """name -> ReplayOptions: the given trace files (named by file stem), or the default corpus."""
+    if traces:
+        return {Path(t).stem: ReplayOptions(trace=str(t), page_size=page_size, progress=False) for t in traces}
+    return {name: ReplayOptions(page_size=page_size, progress=False, **kw) for name, kw in CORPUS.items()}
+
+
+def run_leaderboard(sources: dict, policies=None, capacities=None, fractions=DEFAULT_FRACTIONS,
+                    jobs: int = 1, out_dir=None) -> list[dict]:
+    """Rows of the leaderboard (COLUMNS), trace by trace, capacity by capacity, policies sorted."""
+    policies = sorted(policies or policy_names())
+    if BOUND not in policies or "lru" not in policies:
+        raise ValueError(f"the leaderboard needs 'lru' and '{BOUND}' among the policies")
+    combos = []
+    for name, opts in sources.items():
+        ws = lru_curve(opts).pages * opts.page_size
+        caps = capacities or sorted({max(opts.page_size, int(ws * f) // opts.page_size * opts.page_size)
+                                     for f in fractions})
+        combos += [(name, c, c / ws if ws else None, p) for c in caps for p in policies]
+    results = replay_points([(sources[n], p, c) for n, c, _, p in combos], jobs, "leaderboard")
+    rows = [{"trace": n, "capacity_tokens": c, "capacity_fraction": f, "policy": p, "hit_rate": h, "replay_s": s}
+            for (n, c, f, p), (h, s) in zip(combos, results)]
+    _gaps(rows)
+    if out_dir is not None:
+        write_leaderboard(rows, out_dir)
+    return rows
+
+
+def _gaps(rows) -> None:
+    """Fill gap_closed: (h - h_lru) / (h_bound - h_lru) per (trace, capacity)."""
+    by = {(r["trace"], r["capacity_tokens"], r["policy"]): r["hit_rate"] for r in rows}
+    for r in rows:
+        lru, bound = by[(r["trace"], r["capacity_tokens"], "lru")], by[(r["trace"], r["capacity_tokens"], BOUND)]
+        gap = bound - lru
+        r["gap_closed"] = (r["hit_rate"] - lru) / gap if gap > 1e-3 else None
+
+
+def format_table(rows, times: bool = True) -> str:
+    head = f"{'trace':<20} {'capacity':>12} {'policy':<10} {'hit %':>7} {'gap %':>7}" + (
+        f" {'s/replay':>9}" if times else "")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        gap = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:7.1f}"
+        label = "belady*" if r["policy"] == BOUND else r["policy"]
+        line = (f"{r['trace']:<20} {r['capacity_tokens']:>12,} {label:<10} {100 * r['hit_rate']:7.2f} "
+                f"{gap:>7}")
+        lines.append(line + (f" {r['replay_s']:9.2f}" if times else ""))
+    lines.append("gap % = share of the LRU -> bound gap closed; * belady = OPT (approx.), the bound")
+    return "\n".join(lines)
+
+
+def best_online(rows) -> list[dict]:
+    """Per (trace, capacity): the online policy (not lru, not the bound) closing most of the gap."""
+    best: dict = {}
+    for r in rows:
+        if r["policy"] in ("lru", BOUND) or r["gap_closed"] is None:
+            continue
+        k = (r["trace"], r["capacity_tokens"])
+        if k not in best or r["gap_closed"] > best[k]["gap_closed"]:
+            best[k] = r
+    return list(best.values())
+
+
+def write_leaderboard(rows, out_dir) -> list[Path]:
+    from analysis.leaderboard_plot import gap_figure
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write(out / "leaderboard.csv", rows, columns=COLUMNS)
+    write(out / "leaderboard.json", {"rows": rows, "best_online": best_online(rows)})
+    (out / "leaderboard.txt").write_text(format_table(rows) + "\n")
+    gap_figure(rows, out / "leaderboard")
+    return [out / "leaderboard.csv", out / "leaderboard.json", out / "leaderboard.txt", out / "leaderboard.png"]
+

@@ -1,0 +1,54 @@
+"""`radixsim leaderboard` on a tiny corpus: an exact, deterministic table."""
+from radixsim.leaderboard import corpus, run_leaderboard, format_table, CORPUS
+from radixsim.replay import ReplayOptions
+from cache_core.eviction import policy_names
+
+TINY = {
+    "mt": ReplayOptions(workload="multiturn", page_size=16, progress=False,
+                        workload_set=(("num_clients", 6), ("num_rounds", 6), ("request_length", 256),
+                                      ("output_length", 8))),
+    "ag": ReplayOptions(workload="agentic", page_size=16, progress=False,
+                        workload_set=(("num_sessions", 3), ("concurrency", 2), ("turns", (3, 5)),
+                                      ("repo_context_tokens", (500, 1000)), ("tool_output_tokens", (50, 200)),
+                                      ("output_tokens", (10, 40)), ("system_prompt_tokens", 256))),
+}
+
+WANT = """\
+trace                    capacity policy       hit %   gap %
+------------------------------------------------------------
+mt                          2,352 belady*      21.74   100.0
+mt                          2,352 lfu          13.97    58.3
+mt                          2,352 lru           3.11     0.0
+mt                          2,352 session       3.11     0.0
+mt                          4,704 belady*      50.90   100.0
+mt                          4,704 lfu          41.92    74.1
+mt                          4,704 lru          16.30     0.0
+mt                          4,704 session      16.30     0.0
+ag                          1,184 belady*      29.81       -
+ag                          1,184 lfu          29.81       -
+ag                          1,184 lru          29.81       -
+ag                          1,184 session      29.81       -
+ag                          2,368 belady*      56.67       -
+ag                          2,368 lfu          56.67       -
+ag                          2,368 lru          56.67       -
+ag                          2,368 session      56.67       -
+gap % = share of the LRU -> bound gap closed; * belady = OPT (approx.), the bound"""
+
+
+def test_tiny_leaderboard_is_exact_and_deterministic(tmp_path):
+    rows = run_leaderboard(TINY, policies=["session", "lru", "lfu", "belady"], fractions=(0.25, 0.5),
+                           jobs=2, out_dir=tmp_path)
+    assert format_table(rows, times=False) == WANT
+    again = run_leaderboard(TINY, policies=["belady", "lfu", "lru", "session"], fractions=(0.25, 0.5), jobs=1)
+    strip = [{k: v for k, v in r.items() if k != "replay_s"} for r in rows]
+    assert strip == [{k: v for k, v in r.items() if k != "replay_s"} for r in again]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "leaderboard.csv", "leaderboard.json", "leaderboard.png", "leaderboard.svg", "leaderboard.txt"]
+
+
+def test_default_corpus_and_policies():
+    src = corpus([], 16)
+    assert list(src) == list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic"]
+    assert src["mooncake_synthetic"].trace.endswith("mooncake_synthetic_trace.jsonl")
+    assert corpus(["a/x.jsonl"], 4)["x"].trace == "a/x.jsonl"
+    assert "belady" in policy_names() and "lru" in policy_names()
