@@ -9,6 +9,7 @@ from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig
 from .eviction import Policy, make_policy, policy_names, register_policy
 from .replay import ReplayStepper, StepResult
 from . import belady as _belady  # noqa: F401  (registers the "belady" policy)
+from . import policies as _policies  # noqa: F401  (registers the literature policies)
 
 __all__ = [
     "CacheConfig", "SwaConfig", "MambaConfig", "SidecarConfig", "InsertResult", "MatchResult", "RadixCache", "TokenSeq",

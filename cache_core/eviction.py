@@ -62,6 +62,11 @@ class Policy:
     def key_for(self, component: str):
         return self.key
 
+    def evict_hook(self, component: str):
+        """A callable(node, key) the queue calls on each candidate it hands out for eviction
+        (a policy with state that moves on evictions: a SIEVE hand, a GreedyDual clock), or None."""
+        return None
+
 
 @register_policy("lru")
 class LRU(Policy):
@@ -164,7 +169,7 @@ class SessionAware(Policy):
 class EvictionQueue:
     """Min-heap of (key, node id, node) with lazy invalidation."""
 
-    __slots__ = ("policy", "_heap", "_is_candidate", "_key", "_volatile")
+    __slots__ = ("policy", "_heap", "_is_candidate", "_key", "_volatile", "_on_pop")
 
     def __init__(self, policy: Policy, is_candidate: Callable, component: str = "full"):
         self.policy = policy
@@ -172,6 +177,7 @@ class EvictionQueue:
         self._is_candidate = is_candidate
         self._key = policy.key_for(component)
         self._volatile = policy.volatile
+        self._on_pop = policy.evict_hook(component)
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -188,6 +194,8 @@ class EvictionQueue:
             if ok(node):
                 now = key(node)
                 if now == k:
+                    if self._on_pop is not None:
+                        self._on_pop(node, k)
                     return node
                 if self._volatile:  # the key moved on its own: rank it again
                     heapq.heappush(heap, (now, i, node))

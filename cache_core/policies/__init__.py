@@ -1,0 +1,6 @@
+"""Eviction policies from the literature, adapted to radix leaves (docs/policy_lab.md).
+
+One small module each, registered through `cache_core.eviction.register_policy` on import;
+every docstring cites its source and says what the adaptation changes.
+"""
+from . import gdsf, s3fifo, sieve  # noqa: F401  (registers "gdsf", "s3fifo", "sieve")
