@@ -96,5 +96,37 @@ def test_gdsf_frequency_outweighs_the_clock_for_a_while(page_size):
 
 
 def test_literature_policies_are_registered():
-    for name in ("sieve", "s3fifo", "gdsf"):
+    for name in ("sieve", "s3fifo", "gdsf", "tier-lru"):
         assert name in policy_names() and make_policy(name).name == name
+
+
+def l1_victims(cache, n: int) -> list[str]:
+    """`n` times cache.evict(1): the edge of the device leaf each call evicted or demoted."""
+    from cache_core import invariants
+    from helpers import edge
+
+    out = []
+    for _ in range(n):
+        on_l1 = {n: edge(n) for n in cache.tree.iter_nodes() if n.parent is not None and n.value is not None}
+        cache.evict(1)
+        invariants.check(cache)
+        out += [e for node, e in on_l1.items() if not node.alive or node.value is None]
+    return out
+
+
+def test_tier_lru_demotes_backed_up_leaves_first():
+    from cache_core import CacheConfig, RadixCache
+    from cache_core.tiers import TierConfig
+
+    def run(policy):
+        cache = RadixCache(CacheConfig(page_size=1, capacity_tokens=64, policy=policy, tiers=TierConfig(
+            hicache_ratio=2, write_policy="write_through_selective", write_through_threshold=2)))
+        put(cache, "aaaa")
+        put(cache, "bbbb")
+        put(cache, "bbbb")  # second hit: backed up to L2
+        put(cache, "cccc")
+        assert [n.host is not None for n in cache.tree.root.children.values()] == [False, True, False]
+        return l1_victims(cache, 3), cache.stats()["tiers"]["l1_demoted_tokens"]
+
+    assert run("tier-lru") == (["bbbb", "aaaa", "cccc"], 4)  # b demoted (still on L2), then LRU
+    assert run("lru") == (["aaaa", "bbbb", "cccc"], 4)
