@@ -73,7 +73,8 @@ def run_curve(opts: ReplayOptions, policies, capacities=None, points: int = 20, 
     for (p, c), (h, _) in zip(others, replay_points([(opts, p, c) for p, c in others], jobs)):
         rows.append({"policy": p, "capacity_tokens": c, "hit_rate": h, "method": "replay"})
     doc = {"page_size": opts.page_size, "requests": curve.requests, "prompt_tokens": curve.prompt_tokens,
-           "working_set_tokens": curve.pages * opts.page_size, "stack_pass_s": stack_s, "rows": rows}
+           "working_set_tokens": curve.pages * opts.page_size, "longest_tokens": curve.longest_tokens,
+           "stack_pass_s": stack_s, "rows": rows}
     if check:
         doc["check"] = check_against_replay(opts, curve, caps, check, jobs)
     if out_dir is not None:

@@ -83,6 +83,11 @@ def _curve(args) -> None:
     doc = run_curve(opts, args.policy.split(","), args.capacities, args.points, args.out, args.jobs, args.check)
     for r in doc["rows"]:
         print(f"{r['policy']:<10} {r['capacity_tokens']:>14,} {100 * r['hit_rate']:7.2f} %  ({r['method']})")
+    low = [r["capacity_tokens"] for r in doc["rows"] if r["method"] == "stack"
+           and r["capacity_tokens"] < 2 * doc["longest_tokens"]]
+    if low:
+        print(f"note: the LRU curve is approximate below 2 x the longest sequence ({doc['longest_tokens']:,} "
+              f"tokens): {len(low)} capacities (docs/policy_lab.md)")
     if "check" in doc:
         print(f"LRU stack curve vs exact replay: largest difference {doc['check']['max_diff_points']:.3f} points")
     print(f"-> {args.out}")

@@ -75,7 +75,7 @@ def format_table(rows, times: bool = True) -> str:
         f" {'s/replay':>9}" if times else "")
     lines = [head, "-" * len(head)]
     for r in rows:
-        gap = "-" if r["gap_closed"] is None else f"{100 * r['gap_closed']:7.1f}"
+        gap = "-" if r["gap_closed"] is None else f"{round(100 * r['gap_closed'], 1) + 0.0:7.1f}"  # no -0.0
         label = "belady*" if r["policy"] == BOUND else r["policy"]
         line = (f"{r['trace']:<20} {r['capacity_tokens']:>12,} {label:<10} {100 * r['hit_rate']:7.2f} "
                 f"{gap:>7}")
