@@ -45,6 +45,9 @@ class SessionRegistry:
     def begin(self, sid) -> int:
         """A request of `sid` starts: returns the generation it belongs to (reopens a
         recently closed id with a new generation)."""
+        arrival = getattr(self.cache.policy, "session_arrival", None)  # a policy that predicts returns
+        if arrival is not None:
+            arrival(sid, self)
         st = self.sessions.get(sid)
         if st is None:
             self.closed.pop(sid, None)
@@ -146,6 +149,10 @@ class SessionRegistry:
                 st.node = parent if parent is not None and parent.parent is not None else None
                 if st.node is not None:
                     self._at.setdefault(st.node.id, []).append(sid)
+
+    def sessions_at(self, node) -> list:
+        """Ids of the open sessions whose FULL region ends at `node` (its frontier)."""
+        return list(self._at.get(node.id, ()))
 
     def referenced_sessions(self) -> int:
         return sum(1 for st in self.sessions.values() if st.node is not None)

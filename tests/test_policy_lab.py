@@ -96,7 +96,7 @@ def test_gdsf_frequency_outweighs_the_clock_for_a_while(page_size):
 
 
 def test_literature_policies_are_registered():
-    for name in ("sieve", "s3fifo", "gdsf", "tier-lru"):
+    for name in ("sieve", "s3fifo", "gdsf", "tier-lru", "session-next"):
         assert name in policy_names() and make_policy(name).name == name
 
 
@@ -130,3 +130,40 @@ def test_tier_lru_demotes_backed_up_leaves_first():
 
     assert run("tier-lru") == (["bbbb", "aaaa", "cccc"], 4)  # b demoted (still on L2), then LRU
     assert run("lru") == (["aaaa", "bbbb", "cccc"], 4)
+
+
+SESSION_REQUESTS = (("A", "aaaa"), ("B", "bbbb"), ("C", "cccc"), ("A", "aaaaxxxx"), ("B", "bbbbzzzz"),
+                    ("A", "aaaaxxxxyyyy"))
+
+
+def session_cache(policy):
+    """Sessions A (arrives at 0, 3, 5), B (1, 4), C (2): each prompt extends the session's last
+    one by 4 tokens (no output)."""
+    from cache_core import ReplayStepper
+    from helpers import toks
+
+    cache = new_cache(policy)
+    st = ReplayStepper(cache)
+    for sid, prompt in SESSION_REQUESTS:
+        st.step(toks(prompt), session_id=sid)
+    return cache
+
+
+def session_run(policy, close=None):
+    cache = session_cache(policy)
+    if close is not None:
+        cache.close_session(close)
+    return drain(cache)
+
+
+def test_session_next_evicts_the_session_predicted_back_last_first():
+    # A back at 5 + mean(3, 2), B at 4 + 3, C at 2 + 8/3 (one arrival: the mean gap of all sessions)
+    assert {s: session_cache("session-next").policy.predicted(s) for s in "ABC"} == {"A": 7.5, "B": 7.0,
+                                                                                     "C": 2 + 8 / 3}
+    assert session_run("session-next") == ["yyyy", "xxxx", "aaaa", "zzzz", "bbbb", "cccc"]
+    assert session_run("session") == ["cccc", "zzzz", "bbbb", "yyyy", "xxxx", "aaaa"]
+    assert session_run("lru") == ["cccc", "zzzz", "bbbb", "yyyy", "xxxx", "aaaa"]
+
+
+def test_session_next_a_closed_session_goes_first():
+    assert session_run("session-next", close="B") == ["zzzz", "bbbb", "yyyy", "xxxx", "aaaa", "cccc"]
