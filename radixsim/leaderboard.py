@@ -71,13 +71,13 @@ def _gaps(rows) -> None:
 
 
 def format_table(rows, times: bool = True) -> str:
-    head = f"{'trace':<20} {'capacity':>12} {'policy':<10} {'hit %':>7} {'gap %':>7}" + (
+    head = f"{'trace':<20} {'capacity':>12} {'policy':<12} {'hit %':>7} {'gap %':>7}" + (
         f" {'s/replay':>9}" if times else "")
     lines = [head, "-" * len(head)]
     for r in rows:
         gap = "-" if r["gap_closed"] is None else f"{round(100 * r['gap_closed'], 1) + 0.0:7.1f}"  # no -0.0
         label = "belady*" if r["policy"] == BOUND else r["policy"]
-        line = (f"{r['trace']:<20} {r['capacity_tokens']:>12,} {label:<10} {100 * r['hit_rate']:7.2f} "
+        line = (f"{r['trace']:<20} {r['capacity_tokens']:>12,} {label:<12} {100 * r['hit_rate']:7.2f} "
                 f"{gap:>7}")
         lines.append(line + (f" {r['replay_s']:9.2f}" if times else ""))
     lines.append("gap % = share of the LRU -> bound gap closed; * belady = OPT (approx.), the bound")

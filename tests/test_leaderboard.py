@@ -14,24 +14,24 @@ TINY = {
 }
 
 WANT = """\
-trace                    capacity policy       hit %   gap %
-------------------------------------------------------------
-mt                          2,352 belady*      21.74   100.0
-mt                          2,352 lfu          13.97    58.3
-mt                          2,352 lru           3.11     0.0
-mt                          2,352 session       3.11     0.0
-mt                          4,704 belady*      50.90   100.0
-mt                          4,704 lfu          41.92    74.1
-mt                          4,704 lru          16.30     0.0
-mt                          4,704 session      16.30     0.0
-ag                          1,184 belady*      29.81       -
-ag                          1,184 lfu          29.81       -
-ag                          1,184 lru          29.81       -
-ag                          1,184 session      29.81       -
-ag                          2,368 belady*      56.67       -
-ag                          2,368 lfu          56.67       -
-ag                          2,368 lru          56.67       -
-ag                          2,368 session      56.67       -
+trace                    capacity policy         hit %   gap %
+--------------------------------------------------------------
+mt                          2,352 belady*        21.74   100.0
+mt                          2,352 lfu            13.97    58.3
+mt                          2,352 lru             3.11     0.0
+mt                          2,352 session         3.11     0.0
+mt                          4,704 belady*        50.90   100.0
+mt                          4,704 lfu            41.92    74.1
+mt                          4,704 lru            16.30     0.0
+mt                          4,704 session        16.30     0.0
+ag                          1,184 belady*        29.81       -
+ag                          1,184 lfu            29.81       -
+ag                          1,184 lru            29.81       -
+ag                          1,184 session        29.81       -
+ag                          2,368 belady*        56.67       -
+ag                          2,368 lfu            56.67       -
+ag                          2,368 lru            56.67       -
+ag                          2,368 session        56.67       -
 gap % = share of the LRU -> bound gap closed; * belady = OPT (approx.), the bound"""
 
 
