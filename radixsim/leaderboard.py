@@ -8,7 +8,8 @@ stack pass) unless given in tokens.
 
 The default corpus is generated at run time (deterministic; nothing large is committed): the
 shared Mooncake synthetic trace, a multi-turn workload with sessions and an agentic workload
-with tool pauses and session-close events (`CORPUS`).
+with tool pauses and session-close events (`CORPUS`), and the real Mooncake conversation trace
+when it was fetched to `REAL_TRACE` (git ignores it).
 """
 from __future__ import annotations
 
@@ -33,11 +34,17 @@ CORPUS = {
 }
 
 
+# the real Mooncake conversation trace, when fetched there (not shipped; docs/policy_lab.md)
+REAL_TRACE = SHARED_TRACE.parent / "conversation_trace.jsonl"
+
+
 def corpus(traces, page_size: int) -> dict:
-    """name -> ReplayOptions: the given trace files (named by file stem), or the default corpus."""
+    """name -> ReplayOptions: the given trace files (named by file stem), or the default corpus
+    (plus the real conversation trace when REAL_TRACE exists)."""
     if traces:
         return {Path(t).stem: ReplayOptions(trace=str(t), page_size=page_size, progress=False) for t in traces}
-    return {name: ReplayOptions(page_size=page_size, progress=False, **kw) for name, kw in CORPUS.items()}
+    kws = dict(CORPUS, **({"mooncake_conversation": {"trace": str(REAL_TRACE)}} if REAL_TRACE.is_file() else {}))
+    return {name: ReplayOptions(page_size=page_size, progress=False, **kw) for name, kw in kws.items()}
 
 
 def run_leaderboard(sources: dict, policies=None, capacities=None, fractions=DEFAULT_FRACTIONS,

@@ -46,9 +46,14 @@ def test_tiny_leaderboard_is_exact_and_deterministic(tmp_path):
         "leaderboard.csv", "leaderboard.json", "leaderboard.png", "leaderboard.svg", "leaderboard.txt"]
 
 
-def test_default_corpus_and_policies():
+def test_default_corpus_and_policies(tmp_path, monkeypatch):
+    import radixsim.leaderboard as lb
+
+    monkeypatch.setattr(lb, "REAL_TRACE", tmp_path / "conversation_trace.jsonl")
     src = corpus([], 16)
     assert list(src) == list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic"]
     assert src["mooncake_synthetic"].trace.endswith("mooncake_synthetic_trace.jsonl")
     assert corpus(["a/x.jsonl"], 4)["x"].trace == "a/x.jsonl"
+    (tmp_path / "conversation_trace.jsonl").write_text("")
+    assert list(corpus([], 16))[-1] == "mooncake_conversation"
     assert "belady" in policy_names() and "lru" in policy_names()
