@@ -22,6 +22,8 @@ def add_parsers(subparsers) -> None:
                      "and curve.png/.svg to --out."))
     c.add_argument("trace", nargs="?", help="JSONL trace file (or --workload)")
     c.add_argument("--workload", choices=["multiturn", "agentic"], help="generate the requests instead")
+    c.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a workload knob, e.g. --set workload.num_clients=16 (repeatable)")
     c.add_argument("--policy", type=_policy, default="lru", help="comma-separated policies (default lru)")
     c.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")
     c.add_argument("--points", type=_pos_int, default=20,
@@ -74,13 +76,16 @@ def dispatch(args) -> int | None:
 
 
 def _curve(args) -> None:
+    from .cli import _workload_sets
     from .curve import run_curve
     from .replay import ReplayOptions
 
     if (args.trace is None) == (args.workload is None):
         raise ValueError("give a TRACE file or --workload (one of them)")
-    opts = ReplayOptions(trace=args.trace, workload=args.workload, page_size=args.page_size, progress=False)
-    doc = run_curve(opts, args.policy.split(","), args.capacities, args.points, args.out, args.jobs, args.check)
+    opts = ReplayOptions(trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets),
+                         page_size=args.page_size, progress=False)
+    doc = run_curve(opts, args.policy.split(","), args.capacities, args.points, args.out, args.jobs, args.check,
+                    progress=True)
     for r in doc["rows"]:
         print(f"{r['policy']:<10} {r['capacity_tokens']:>14,} {100 * r['hit_rate']:7.2f} %  ({r['method']})")
     low = [r["capacity_tokens"] for r in doc["rows"] if r["method"] == "stack"
@@ -98,6 +103,6 @@ def _leaderboard(args) -> None:
 
     sources = corpus(args.traces, args.page_size)
     policies = args.policy.split(",") if args.policy else None
-    rows = run_leaderboard(sources, policies, args.capacities, jobs=args.jobs, out_dir=args.out)
+    rows = run_leaderboard(sources, policies, args.capacities, jobs=args.jobs, out_dir=args.out, progress=True)
     print(format_table(rows))
     print(f"-> {args.out}")

@@ -48,7 +48,7 @@ def corpus(traces, page_size: int) -> dict:
 
 
 def run_leaderboard(sources: dict, policies=None, capacities=None, fractions=DEFAULT_FRACTIONS,
-                    jobs: int = 1, out_dir=None) -> list[dict]:
+                    jobs: int = 1, out_dir=None, progress: bool = False) -> list[dict]:
     """Rows of the leaderboard (COLUMNS), trace by trace, capacity by capacity, policies sorted."""
     policies = sorted(policies or policy_names())
     if BOUND not in policies or "lru" not in policies:
@@ -59,7 +59,7 @@ def run_leaderboard(sources: dict, policies=None, capacities=None, fractions=DEF
         caps = capacities or sorted({max(opts.page_size, int(ws * f) // opts.page_size * opts.page_size)
                                      for f in fractions})
         combos += [(name, c, c / ws if ws else None, p) for c in caps for p in policies]
-    results = replay_points([(sources[n], p, c) for n, c, _, p in combos], jobs, "leaderboard")
+    results = replay_points([(sources[n], p, c) for n, c, _, p in combos], jobs, "leaderboard", progress)
     rows = [{"trace": n, "capacity_tokens": c, "capacity_fraction": f, "policy": p, "hit_rate": h, "replay_s": s}
             for (n, c, f, p), (h, s) in zip(combos, results)]
     _gaps(rows)

@@ -1,4 +1,6 @@
 """`radixsim leaderboard` on a tiny corpus: an exact, deterministic table."""
+import pytest
+
 from radixsim.leaderboard import corpus, run_leaderboard, format_table, CORPUS
 from radixsim.replay import ReplayOptions
 from cache_core.eviction import policy_names
@@ -57,3 +59,20 @@ def test_default_corpus_and_policies(tmp_path, monkeypatch):
     (tmp_path / "conversation_trace.jsonl").write_text("")
     assert list(corpus([], 16))[-1] == "mooncake_conversation"
     assert "belady" in policy_names() and "lru" in policy_names()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["curve", "--out", "X"], "radixsim curve: give a TRACE file or --workload (one of them)"),
+    (["curve", "--workload", "multiturn", "--set", "workload.bogus=1", "--out", "X"],
+     "radixsim curve: unknown workload key 'workload.bogus'"),
+    (["curve", "t.jsonl", "--capacities", "10,x", "--out", "X"], "argument --capacities: '10,x': expected"),
+    (["leaderboard", "missing.jsonl", "--out", "X"], "radixsim leaderboard: missing.jsonl: no such file"),
+    (["leaderboard", "--policy", "nope", "--out", "X"], "argument --policy: unknown policy 'nope'"),
+])
+def test_lab_commands_bad_input_is_one_line_exit_2(args, needle, capsys, tmp_path, monkeypatch):
+    from test_cli_errors import run_inproc
+
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = run_inproc(capsys, args)
+    assert rc == 2 and out == "" and len(err.splitlines()) == 1 and needle in err, err
+    assert not (tmp_path / "X").exists()
