@@ -112,12 +112,16 @@ class RadixCache(TierOps, HybridOps):
         (last parent, FULL tokens removed); they count as FULL evictions."""
         full, root = self.full, self.tree.root
         parent, n = full.remove_leaf(node)
-        while (parent is not root and not parent.children and parent.lock_ref == 0
-               and any(c.useless_leaf(parent) for c in self.voters)):
+        while parent is not root and not parent.children and parent.lock_ref == 0 and self.useless_leaf(parent):
             parent, k = full.remove_leaf(parent)
             n += k
         full.touched(parent)
         return parent, n
+
+    def useless_leaf(self, node) -> bool:
+        """A leaf no voting component can reuse at any boundary (e.g. all SWA tombstones on
+        every tier, no MAMBA checkpoint): keeping it only takes memory."""
+        return any(c.useless_leaf(node) for c in self.voters)
 
     # -- match / lock ------------------------------------------------------------------------
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:

@@ -269,6 +269,11 @@ class Hierarchy:
             parent = tree.remove_leaf(node)
             freed += n
             self.evicted_l2_tokens += n
+            while self._is_candidate(parent) and self.cache.useless_leaf(parent):
+                n = parent.num_tokens  # nothing left to reuse at its end (all tombstones): it goes too
+                parent = tree.remove_leaf(parent)
+                freed += n
+                self.evicted_l2_tokens += n
             self.touched(parent)
         self.queue.maybe_compact(tree.num_nodes)
         return freed
