@@ -120,7 +120,10 @@ class RadixCache(TierOps, HybridOps):
 
     def useless_leaf(self, node) -> bool:
         """A leaf no voting component can reuse at any boundary (e.g. all SWA tombstones on
-        every tier, no MAMBA checkpoint): keeping it only takes memory."""
+        every tier, or no whole SWA window at any boundary in it; no MAMBA checkpoint):
+        keeping it only takes memory."""
+        if self.swa is not None and self._swa_windowless(node):
+            return True
         return any(c.useless_leaf(node) for c in self.voters)
 
     # -- match / lock ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import numpy as np
 
 from .actions import L1, CopyState
 from .allocator import INDEX_DTYPE
+from .components.swa import SWA
 from .records import MatchResult
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
@@ -28,6 +29,21 @@ class HybridOps:
                 self.free_swa(rest)
         if mamba is not None and state_slots is not None:
             self._place_checkpoints(final, lo, hi, list(state_slots))
+
+    def _swa_windowless(self, node) -> bool:
+        """No boundary in `node` has its whole SWA window on some tier (L1 or L2; the window
+        may start in an ancestor, and a path with no tombstone since the root accepts any
+        boundary): e.g. one page of a two-page window whose other page left with a child."""
+        pl = node.comp[SWA]
+        if pl is None:
+            return True
+        wp = self.swa.window_pages
+        run = _tail_run(node.parent, wp)
+        for ok in pl.present().tolist():
+            run = run + 1 if ok else 0
+            if run >= wp:
+                return False
+        return True
 
     def _place_checkpoints(self, final, lo: int, hi: int, slots: list) -> None:
         """The request's private state becomes the checkpoint at `hi` (end of its cached
@@ -106,3 +122,20 @@ class HybridOps:
 
     def free_states(self, slots) -> None:
         self.mamba.release(slots)
+
+
+def _tail_run(node, wp: int) -> int:
+    """SWA pages present (any tier) at the end of the path to `node`, up to `wp` (`wp` when
+    the path back to the root has no tombstone)."""
+    run = 0
+    while node.parent is not None and run < wp:
+        pl = node.comp[SWA]
+        if pl is None:
+            return run
+        present = pl.present()
+        gaps = np.flatnonzero(~present)
+        if len(gaps):
+            return run + len(present) - 1 - int(gaps[-1])
+        run += len(present)
+        node = node.parent
+    return wp

@@ -3,7 +3,8 @@
 A request's commit inserts prompt + output and then its prompt boundary, which splits the
 path: the upper node [0, prompt) keeps no SWA page (its window lies past the prompt, in the
 lower node). Once the lower leaf leaves L2, the upper node is a host-only leaf that no
-component can reuse at any boundary (all SWA tombstones on every tier), as SGLang's
+component can reuse at any boundary (all SWA tombstones on every tier, or part of a window whose other pages left with the
+child), as SGLang's
 SWARadixCache deletes tombstone leaves iteratively. L1 eviction removed such ancestors
 (`RadixCache._remove_subtree_leaf`); L2 eviction kept them: dead FULL tokens held L2 pages,
 and under `session` eviction (the prompt node ranked after other sessions' output leaves by
@@ -24,10 +25,10 @@ PROMPT = np.arange(0, 16, dtype=np.int64)  # 4 pages
 OUTPUT = np.arange(100, 109, dtype=np.int64)  # 9 tokens: prompt + output[:-1] = 24 = 6 pages
 
 
-def make(policy: str = "lru") -> RadixCache:
+def make(policy: str = "lru", W: int = 4) -> RadixCache:
     tc = TierConfig(hicache_ratio=2, l3=False, l3_tokens=None, min_prefetch_tokens=0,
                     write_policy="write_through")
-    return RadixCache(CacheConfig(page_size=P, capacity_tokens=64, swa=SwaConfig(window_tokens=4,
+    return RadixCache(CacheConfig(page_size=P, capacity_tokens=64, swa=SwaConfig(window_tokens=W,
                                                                                  capacity_tokens=64),
                                   tiers=tc, policy=policy), record_actions=True)
 
@@ -78,3 +79,18 @@ def test_session_policy_evicts_the_dead_prompt_node_with_its_leaf():
     assert c.hier.evict_l2(1) == 24
     assert not upper.alive and c.tree.num_nodes == 1
     invariants.check(c)
+
+
+def test_l2_eviction_removes_a_parent_left_with_half_a_window():
+    """W=8 (2 pages), output of 5: seq = 20, its window [12, 20) is page 3 of the prompt node
+    [0, 16) and the one page of the leaf [16, 20). Without the leaf, [0, 16) holds one page
+    of a window: no boundary in it can be reused, so it goes too."""
+    c = make(W=8)
+    ReplayStepper(c).step(PROMPT, OUTPUT[:5])
+    c.evict(10**9)
+    upper, lower = node_at(c, PROMPT), node_at(c, np.concatenate([PROMPT, OUTPUT[:4]]))
+    assert swa_l2(upper) == [-1, -1, -1, 0] and swa_l2(lower) == [1]
+    assert c.hier.evict_l2(1) == 20
+    assert (upper.alive, lower.alive, c.tree.num_nodes) == (False, False, 1)
+    invariants.check(c)
+
