@@ -189,8 +189,11 @@ CTRL_C_COMMANDS = {
 @pytest.mark.parametrize("name", list(CTRL_C_COMMANDS))
 def test_ctrl_c_stops_the_command_and_its_workers(tmp_path, name):
     args = CTRL_C_COMMANDS[name]
+    # SIGINT back to its default in the child: a test runner started in the background by a shell
+    # without job control inherits SIGINT ignored, and Python then installs no Ctrl-C handler
     p = subprocess.Popen([sys.executable, "-m", "radixsim", *args, "--out", str(tmp_path / "o")], cwd=ROOT, env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         workers: set[int] = set()
         while len(workers) < 2 and p.poll() is None:  # wait (no time limit but the test's) for both workers
