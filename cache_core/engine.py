@@ -23,7 +23,7 @@ Life of a request (``EngineRequest.phase``)::
    (what it will not compute).
 3. **Loading**: an admitted request is matched and locked again and `RadixCache.load` issues
    its L2 -> L1 loads (all of a host run at once, acknowledged in order) and any prefetch the
-   match still allows. With layerwise overlap (below) a FULL-only request with only loads
+   match still allows. With layerwise overlap (`engine_loading.py`) a FULL-only request with only loads
    joins steps at once. Otherwise, while transfers are in flight the request is ``loading``: it holds its
    running slot and its lock but takes no part in steps; when they are all acknowledged it is
    matched again (a voting component's boundary payload may need a second round), at most
@@ -53,24 +53,8 @@ of them can complete with, the latest admitted gives it back and waits again (a 
 and the step is formed again without new admissions. A driver that stops with requests
 unfinished gets `EngineStalled` naming them by phase (`Engine.check_finished`).
 
-Loads overlapped with compute (``EngineConfig.load_overlap``, default ``layerwise``), as
-SGLang's HiCache does: `HiCacheController.start_loading`
-(python/sglang/srt/managers/cache_controller.py) issues a batch's host -> device copies layer
-by layer on a side stream, recording one event per layer (``LayerLoadingEvent.complete``),
-and the forward pass waits only for the layer it is about to compute
-(``LayerDoneCounter.wait_until(layer)``, called by the device KV pool, which
-``register_layer_transfer_counter`` hooked up). So a request whose match has a host run joins
-a prefill step while its loads are in flight (for a FULL-only cache whose match has no storage
-run, and an executor that times steps per layer, ``executor.layers``: the others still wait in
-``loading``, as with ``none``; the torch executor runs a step's forward when it starts, so it
-has no ``layers``); the loads keep occupying their
-link (contention with backups and other loads stays modelled), and the step, of compute time
-C over the model's L layers (C split evenly), ends at
-``max(t0 + C, a_0 + C, done + C/L)`` (`overlap_end_s`): the first layer's load is exposed, and
-each layer's compute then hides the next layer's load, unless the loads are the slower stream,
-when the last layer's compute follows the last load. Alone on an idle link (load time T):
-``max(T/L + C, T + C/L)`` instead of ``T + C`` with ``none``. The loads' layers are assumed to
-land evenly between the loads' issue and their completion on the link.
+Loads overlapped with compute (``EngineConfig.load_overlap``, default ``layerwise``, as
+SGLang's HiCache does): `engine_loading.py` states the model.
 
 Times of a result row (until the first token): ``queue_s`` in the waiting queue, ``load_s``
 waiting for transfers (prefetch gate, loading; with layerwise overlap, the exposed part: how
@@ -89,48 +73,19 @@ from collections import deque
 
 import numpy as np
 
-from .actions import CopyState, Transfer
+from .engine_loading import MAX_RESOLVE_ROUNDS, LoadOps, overlap_end_s
 from .engine_steps import StepOps
-from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, READY, WAITING, EngineConfig, EngineRequest,
+from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
                            EngineStalled)
 from .replay import ReplayStepper
 from .scheduling import FINISHED, Admission, BatchLimits, RunningBatch, SchedulingContext, make_schedule_policy
 from .scheduling import WAITING as Q_WAITING
 
-MAX_RESOLVE_ROUNDS = 8
 _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
 UNBOUNDED_TOKENS = 1 << 62
-_TIME_SLACK_S = 1e-9
 
 
-def overlap_end_s(t0: float, compute_s: float, loads, layers: int) -> float:
-    """When a prefill step started at `t0` with `compute_s` of compute ends, given the loads
-    of its requests, ``[(issued_s, done_s), ...]``, under the layerwise model (engine.py's
-    module docstring): layer i's KV of a load has landed at
-    ``a_i = issued + (i + 1) (done - issued) / L``, and the step computes layer i (``c =
-    compute_s / L``) once layer i-1 is computed and every a_i has passed. With F_-1 = t0,
-    ``F_i = max(F_(i-1), max a_i) + c``, so ``F_(L-1) = max(t0 + L c, max_i (a_i + (L-i) c))``;
-    ``a_i + (L - i) c`` is convex in i (a maximum of lines), so its maximum is at i = 0 or
-    i = L-1: the step ends at ``max(t0 + C, max a_0 + C, max done + C / L)``. Alone on an
-    idle link (issued = t0, load time T): ``t0 + max(C, T/L + C, T + C/L)``."""
-    L = max(int(layers), 1)
-    first = max(s + (d - s) / L for s, d in loads)
-    last = max(d for _, d in loads)
-    return max(t0 + compute_s, first + compute_s, last + compute_s / L)
-
-
-class _Detached:
-    """Transfers no request waits for any more (`Engine._detach`)."""
-
-    phase = DONE
-    prefetch_tokens = 0
-    load_start_s = None
-
-    def __init__(self, waiting_ids: set):
-        self.waiting_ids = waiting_ids
-
-
-class Engine(StepOps):
+class Engine(StepOps, LoadOps):
     """Continuous batching over one `RadixCache` (built with ``record_actions=True``; with
     tiers ``auto_ack=False``). See the module docstring for the rules."""
 
@@ -198,28 +153,6 @@ class Engine(StepOps):
                 settle(step)
             self.complete(step)
 
-    def _overlap_wait(self, step, t0: float):
-        """Layerwise overlap (see the module docstring): after the step's compute C (from t0),
-        wait for the loads of its requests that joined with loads in flight, until the end
-        the per-layer model gives; the stretch past t0 + C is their exposed load (``load_s``)."""
-        loaded = [r for r, _, _ in step.prefill if r.load_start_s is not None]
-        if not loaded:
-            return
-        compute = self.clock.now() - t0
-        self._overlapping = loaded  # named as loading if the run stalls here
-        while any(r.waiting_ids for r in loaded):
-            yield self.clock.idle(None)  # a finished transfer kicks the clock
-        self._overlapping = []
-        end = overlap_end_s(t0, compute, [(r.load_start_s, r.load_done_s) for r in loaded],
-                            self.executor.layers)
-        while self.clock.now() < end - _TIME_SLACK_S:  # a kick (arrival) may wake it early; float
-            yield self.clock.idle(end)  # round-off must not make it wait for an ulp forever
-        stall = self.clock.now() - (t0 + compute)
-        for r in loaded:
-            if r.first_token_s is None:
-                r.load_s += stall
-            r.load_start_s = r.load_done_s = None
-
     def idle_done(self) -> bool:
         """No request anywhere in the engine."""
         return not (self.waiting or self.prefetching or self.loading or self.ready or self.chunked
@@ -259,7 +192,7 @@ class Engine(StepOps):
         return min(times) if times else None
 
     # ---------------------------------------------------------------------------------------
-    # arrivals and transfers
+    # arrivals (transfers, loading and the overlap model: engine_loading.py)
     # ---------------------------------------------------------------------------------------
     def arrive(self, r: EngineRequest) -> None:
         """A request arrives (its arrival_s set by the driver)."""
@@ -316,71 +249,6 @@ class Engine(StepOps):
         else:
             self.waiting.append(r)
 
-    def _drain(self, owner: EngineRequest | None = None) -> None:
-        """Hand the cache's new transfers to the data plane; `owner` waits for its loads."""
-        acts = self.cache.actions
-        if not acts:
-            return
-        batch = [a for a in acts if isinstance(a, Transfer)]
-        copies = [a for a in acts if isinstance(a, CopyState)]
-        acts.clear()
-        run_copy = getattr(self.dataplane, "copy_state", None)
-        if copies and run_copy is not None:  # a real data plane copies state slots (MAMBA)
-            for c in copies:
-                run_copy(c)
-        for t in batch:
-            if owner is not None and t.kind in ("load", "prefetch"):
-                owner.waiting_ids.add(t.id)
-                self._owner[t.id] = owner
-                self._kinds[t.id] = t.kind
-            self.inflight += 1
-            self.counters["transfers"] += 1
-        for t in batch:
-            self.dataplane.submit(t, self._on_done)
-
-    def _on_done(self, tid: int, ok: bool = True) -> None:
-        """The data plane finished transfer `tid`."""
-        self.inflight -= 1
-        self._kinds.pop(tid, None)
-        r = self._owner.pop(tid, None)
-        if r is None:
-            self.cache.ack(tid, ok)
-            self._drain()
-        else:
-            self._done.setdefault(id(r), []).append((tid, ok))
-            r.waiting_ids.discard(tid)
-            if not r.waiting_ids:
-                for t, good in sorted(self._done.pop(id(r))):
-                    self.cache.ack(t, good)
-                    if not good:  # a failed prefetch brought nothing from L3
-                        r.prefetch_tokens = 0
-                self._drain()
-                self._advance(r)
-        self.clock.kick()
-
-    def _detach(self, r: EngineRequest) -> None:
-        """r stops waiting for its transfers in flight: they finish in the background, still
-        acknowledged together and in emission order (with any of them already finished)."""
-        group = _Detached(r.waiting_ids)
-        r.waiting_ids = set()
-        for t in group.waiting_ids:
-            self._owner[t] = group
-        done = self._done.pop(id(r), None)
-        if done is not None:
-            self._done[id(group)] = done
-
-    def _advance(self, r: EngineRequest) -> None:
-        """All of r's transfers are acknowledged."""
-        if r.load_start_s is not None and r.match is not None:  # layerwise: it computes already
-            self._relock_loaded(r)
-        elif r.phase == PREFETCHING:
-            self.prefetching.remove(r)
-            r.prefetch_wait_s = self.clock.now() - r.arrival_s
-            self._to_waiting(r)
-        elif r.phase == LOADING:
-            self.loading.remove(r)
-            self._resolve(r)
-
     # ---------------------------------------------------------------------------------------
     # matching
     # ---------------------------------------------------------------------------------------
@@ -396,70 +264,6 @@ class Engine(StepOps):
             ids.append(node.id)
             node = node.parent
         return tuple(reversed(ids))
-
-    def _resolve(self, r: EngineRequest) -> None:
-        """Match and lock r, issue its loads; ``loading`` while any is in flight, else
-        ``ready`` with its reused prefix fixed."""
-        cache = self.cache
-        if r.match is not None:
-            cache.unlock(r.match)
-            r.match = None
-        if r.phase == WAITING and r.waiting_ids:  # admitted before its prefetch finished (best_effort,
-            self._detach(r)  # timeout): it reuses only what has landed and computes the rest
-            r.prefetch_tokens = 0
-        m = cache.match(r.seq, r.limit)
-        cache.lock(m)
-        if r.first_prefix is None:
-            r.first_prefix = m.device
-        m0 = m
-        if cache.hier is not None:
-            m = cache.load(m, r.seq)
-        r.match = m
-        r.resolve_rounds += 1
-        self._drain(r)
-        if r.waiting_ids and self._may_overlap(r, m0):
-            m = m0  # its prefix once the loads land; it joins steps while they are in flight
-            r.load_start_s = self.clock.now()
-        elif r.waiting_ids:
-            if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
-                self._set_phase(r, LOADING)
-                self.loading.append(r)
-                return
-            self._detach(r)  # give up waiting: they finish in the background
-        r.prefix_len = r.computed_tokens = m.cached_tokens
-        r.kv_pages = m.cached_tokens // self.P
-        self._set_phase(r, READY)
-        if r.first_token_s is None:
-            r.ready_s = self.clock.now()
-        if r.retracted == 0:
-            r.cached_tokens = m.cached_tokens
-            dev = min(r.first_prefix, m.cached_tokens)
-            r.cached_device = dev
-            loaded = m.cached_tokens - dev
-            r.cached_storage = min(r.prefetch_tokens, loaded)
-            r.cached_host = loaded - r.cached_storage
-        self.ready.append(r)
-
-    def _may_overlap(self, r: EngineRequest, m0) -> bool:
-        """Layerwise overlap applies to r's transfers just issued for match `m0`: only L2 -> L1
-        loads of a FULL-only cache (a storage run, or a voting component's boundary payload,
-        needs the loads acknowledged and a second match first: those requests still wait)."""
-        if (self.config.load_overlap != "layerwise" or self.cache.voters or m0.storage_tokens
-                or getattr(self.executor, "layers", None) is None):
-            return False
-        return all(self._kinds.get(t) == "load" for t in r.waiting_ids)
-
-    def _relock_loaded(self, r: EngineRequest) -> None:
-        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too)."""
-        cache = self.cache
-        r.load_done_s = self.clock.now()
-        m = cache.match(r.seq, r.prefix_len)
-        if m.cached_tokens != r.prefix_len:
-            raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
-                               f"{r.prefix_len} prefix tokens on L1 (a failed load is not modelled)")
-        cache.lock(m)
-        cache.unlock(r.match)
-        r.match = m
 
     # ---------------------------------------------------------------------------------------
     # memory

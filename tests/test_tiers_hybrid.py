@@ -862,7 +862,7 @@ def test_write_through_selective_backs_up_with_votes(comp):
 
 
 # =============================================================================================
-# 9. component L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
+# 9. component L2 copies that L3 holds go first (l3_copies.L3HeldCopies)
 # =============================================================================================
 Z, V = toks((800, 816)), toks((900, 916))
 

@@ -101,7 +101,7 @@ class MambaComponent(Component):
 
     # -- tiers (the checkpoint follows its node between L1 and L2) -----------------------------
     host_pool = None  # set by the hierarchy when an L2 tier exists
-    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
+    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (l3_copies.L3HeldCopies)
 
     def drop_l1(self, node) -> int:
         """Free the node's L1 checkpoint slot (an L2 copy may remain); returns slots freed."""

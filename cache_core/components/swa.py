@@ -156,7 +156,7 @@ class SwaComponent(Component):
 
     # -- tiers (cache_core/tiers.py moves FULL; SWA pages follow their node) --------------------
     host_pool = None  # set by the hierarchy when an L2 tier exists
-    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (tiers_hybrid.L3HeldCopies)
+    l3_copies = None  # with L3 too: its L2 copies that L3 holds go first (l3_copies.L3HeldCopies)
 
     def drop_l1(self, node) -> int:
         """Free the node's L1 SWA pages (they stay wherever L2 holds them); returns pages."""
