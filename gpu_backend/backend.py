@@ -78,10 +78,7 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     swa_window = cache.swa.window if cache.swa is not None else None
     spec = HybridSpec.from_preset(preset, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
                                   head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab,
-                                  window=swa_window, page_size=P)
-    if cache.mamba is not None and cache.mamba.every:
-        raise ValueError("the torch backend does not take MAMBA snapshots every K tokens yet "
-                         "(cache.mamba_every_tokens); expected null")
+                                  window=swa_window, page_size=P, sidecars=cache.config.sidecars)
     hier = cache.hier
     full = {"L1": cache.full.pool.capacity_pages, "L2": _pages(hier.pool) if hier is not None else 0}
     swa = 0
@@ -104,6 +101,7 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     plane = TorchDataPlane(env, pools, store, pace=pace[0])
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
                        swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1])
+    plane.already_taken = ex.snapshot_taken
     return model, pools, plane, ex
 
 

@@ -8,7 +8,9 @@
 - "prefetch" (L3 -> L2): the pages are read from the store; any missing or corrupt page fails
   the whole transfer (acknowledged ``ok=False``: the core frees the destination and the
   request recomputes those tokens), never wrong data;
-- `CopyState` (MAMBA copy-on-reuse): a state-slot copy on its tier.
+- `CopyState` (MAMBA copy-on-reuse): a state-slot copy on its tier; an every-K snapshot's
+  CopyState (emitted at insert, when the private slot holds a later state) is skipped: the
+  executor wrote that state into the snapshot slot during the forward (`already_taken`).
 
 Every transfer is carried out at once (on a GPU the copy is waited for) and its duration
 measured (`copy_s`); when it is reported done on the engine's clock is the `pace`'s choice:
@@ -47,6 +49,8 @@ class TorchDataPlane:
         self.bytes_moved: dict = {}
         self.failed = 0
         self.copies = 0
+        self.snapshots = 0  # every-K snapshot CopyStates the executor had carried out in its forward
+        self.already_taken = None  # executor hook: CopyState -> True if nothing is left to copy
         self.copy_s = 0.0  # measured seconds of every transfer
 
     def submit(self, t, on_done) -> None:
@@ -65,7 +69,11 @@ class TorchDataPlane:
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
 
     def copy_state(self, a) -> None:
-        """A CopyState action (MAMBA): state slot a.src -> a.dst on tier a.tier."""
+        """A CopyState action (MAMBA): state slot a.src -> a.dst on tier a.tier, unless
+        `already_taken(a)` says the executor wrote that snapshot during the forward."""
+        if self.already_taken is not None and self.already_taken(a):
+            self.snapshots += 1
+            return
         self.pools.copy_state(a.tier, [int(a.src)], [int(a.dst)])
         self.copies += 1
 

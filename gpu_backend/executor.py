@@ -30,6 +30,8 @@ import time
 import numpy as np
 import torch
 
+from .model import Segment
+
 
 class TorchExecutor:
     def __init__(self, env, model, pools, cache, *, scratch_base: int = 0, swa_scratch_base: int = 0,
@@ -51,8 +53,12 @@ class TorchExecutor:
         self.record_logits = record_logits
         self.logits: dict = {}  # rid -> logits of its last prompt token (first output)
         self.prompts: dict = {}  # rid -> its prompt (model token ids), with record_logits
+        self.positions: dict = {}  # rid -> [(position, logits of that token), ...] of every forward
+        self.sequences: dict = {}  # rid -> prompt + output[:-1] (model token ids), with record_logits
+        self.snapshots: dict = {}  # snapshot slot -> (position, request) written during a forward
         self.busy_s = 0.0
         self.steps = 0
+        self.batch_sizes: list = []  # segments (requests) of each step's one forward
 
     # -- page tables ---------------------------------------------------------------------------
     def _tokens(self, r, a: int, b: int) -> torch.Tensor:
@@ -112,23 +118,42 @@ class TorchExecutor:
         if b is not None:
             self._free_swa.append(b)
 
-    # -- one forward ---------------------------------------------------------------------------
-    def _forward(self, r, start: int, n: int):
+    # -- one step: one batched forward ------------------------------------------------------
+    def _saves(self, r, start: int, end: int) -> tuple:
+        """Where the core will keep this request's states, those computed in this forward:
+        the checkpoint at the end of its last whole page (its private slot ``states[0]``) and
+        the every-K snapshots (``states[1:]``, placed as `RadixCache._place_checkpoints` places
+        them: the latest multiple of K below the end first, each into the last slot left)."""
+        if self.cache.mamba is None:
+            return ()
+        lo, hi = r.match.cached_tokens, r.seq.length // self.P * self.P
+        targets = [(hi, int(r.states[0]))] if hi > lo else []
+        every, snaps = self.cache.mamba.every, [int(x) for x in r.states[1:]]
+        if every and hi > lo:
+            q = (hi - 1) // every * every
+            while q > lo and snaps:
+                slot = snaps.pop()
+                targets.append((q, slot))
+                self.snapshots[slot] = (q, r)
+                q -= every
+        return tuple((q, slot) for q, slot in targets if start < q <= end)
+
+    def snapshot_taken(self, a) -> bool:
+        """A MAMBA `CopyState` the core emits at insert for an every-K snapshot (its private
+        slot -> a snapshot slot at position q): True when this executor already wrote the state
+        of position q into that slot during the request's forward (the private slot by then
+        holds a later state), so the data plane must not copy it again."""
+        got = self.snapshots.pop(int(a.dst), None)
+        if got is None:
+            return False
+        q, r = got
+        return q == a.at_tokens and r.states is not None and int(r.states[0]) == int(a.src)
+
+    def _segment(self, r, start: int, n: int) -> Segment:
         end = start + n
-        kw = {"full_pages": self._full_pages(r), "pools": self.pools}
-        if self.cache.swa is not None:
-            kw["swa_pages"] = self._swa_pages(r, start, end)
-        slot = self._state(r, start)
-        ck = r.seq.length // self.P * self.P  # where the core will put this request's checkpoint
-        if slot is not None and start < ck < end:  # stop there, save the state, go on
-            self.model.forward(self._tokens(r, start, ck), start=start, state_slot=slot, **kw)
-            self.pools.copy_state("L1", [slot], [int(r.states[0])])
-            start = ck
-            kw["swa_pages"] = self._swa_pages(r, start, end) if self.cache.swa is not None else None
-        logits = self.model.forward(self._tokens(r, start, end), start=start, state_slot=slot, **kw)
-        if slot is not None and end == ck:
-            self.pools.copy_state("L1", [slot], [int(r.states[0])])
-        return logits
+        return Segment(self._tokens(r, start, end), start, self._full_pages(r),
+                       self._swa_pages(r, start, end) if self.cache.swa is not None else None,
+                       self._state(r, start), self._saves(r, start, end))
 
     @property
     def layers(self):
@@ -149,23 +174,30 @@ class TorchExecutor:
             self._run(step)
 
     def _run(self, step) -> float:
-        """Run the step's forwards; returns the measured seconds."""
+        """Run the step (its prefill chunks and decodes) as ONE batched forward; returns the
+        measured seconds."""
         t0 = time.perf_counter()
+        work = [(r, ctx, new) for r, new, ctx in step.prefill] + [(r, r.fill_len - 1, 1) for r in step.decode]
         with torch.no_grad():
-            for r, new, ctx in step.prefill:
-                logits = self._forward(r, ctx, new)
-                if self.record_logits and ctx + new == len(r.prompt) + r.generated_tokens \
-                        and r.rid not in self.logits:
-                    self.logits[r.rid] = logits[-1].clone()
-                    self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
-            for r in step.decode:
-                self._forward(r, r.fill_len - 1, 1)
+            logits = self.model.forward_batch([self._segment(r, start, n) for r, start, n in work], self.pools)
+        if self.record_logits:
+            self._record(work, logits)
         if self.pools.device.type == "cuda":
             torch.cuda.synchronize(self.pools.device)
         dt = time.perf_counter() - t0
         self.busy_s += dt
         self.steps += 1
+        self.batch_sizes.append(len(work))
         return dt
+
+    def _record(self, work, logits) -> None:
+        for (r, start, n), lg in zip(work, logits):
+            end = start + n
+            self.positions.setdefault(r.rid, []).append((end - 1, lg.clone()))
+            self.sequences[r.rid] = self._tokens(r, 0, r.seq.length)
+            if end == len(r.prompt) and r.rid not in self.logits:
+                self.logits[r.rid] = lg.clone()
+                self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
 
 
 __all__ = ["TorchExecutor"]

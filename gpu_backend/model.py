@@ -17,6 +17,7 @@ Weights come from a seeded CPU ``torch.Generator`` and are then moved to ``devic
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -67,6 +68,9 @@ class SyntheticHybridModel:
                 lw["w_qkv"] = _randn(g, H, 3 * D, scale=1 / math.sqrt(H))
                 lw["w_out"] = _randn(g, D, H, scale=1 / math.sqrt(D))
             layers.append(lw)
+        for i, lw in enumerate(layers):  # drawn last: a model without sidecars keeps its weights
+            for sc, _ in spec.attached(i):
+                lw["w_" + sc.name] = _randn(g, H, 2 * D, scale=1 / math.sqrt(H))
         mv = lambda t: t.to(device=self.device, dtype=dtype)  # noqa: E731
         self.w = {k: mv(v) for k, v in w.items()}
         self.layers = [{k: mv(v) for k, v in lw.items()} for lw in layers]
@@ -86,15 +90,6 @@ class SyntheticHybridModel:
         x1, x2 = xf.chunk(2, dim=-1)
         return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
-    def _attend(self, q, k, v, q_pos, k_pos, window):
-        """q [n,h,d] at q_pos; k, v [T,h,d] at k_pos; causal (and windowed) mask."""
-        allow = k_pos[None, :] <= q_pos[:, None]
-        if window:
-            allow &= k_pos[None, :] > q_pos[:, None] - window
-        out = F.scaled_dot_product_attention(q.transpose(0, 1).float(), k.transpose(0, 1).float(),
-                                             v.transpose(0, 1).float(), attn_mask=allow)
-        return out.transpose(0, 1).to(q.dtype)
-
     def _mlp(self, lw, h):
         gate, up = (h @ lw["w_mlp_in"]).chunk(2, dim=-1)
         return (F.silu(gate) * up) @ lw["w_mlp_out"]
@@ -103,126 +98,101 @@ class SyntheticHybridModel:
     @torch.inference_mode()
     def forward(self, tokens, start: int = 0, full_pages=None, swa_pages=None, state_slot=None,
                 pools=None) -> torch.Tensor:
-        """Logits ``[n, vocab]`` of the new tokens at positions ``start .. start+n-1``.
+        """Logits ``[n, vocab]`` of the new tokens at positions ``start .. start+n-1`` (one
+        request; `forward_batch` with one `Segment`).
 
         - ``full_pages``: the L1 FULL page of every page covering positions 0..start+n-1 in
           order (a cached prefix's pages from ``RadixCache.slots_of`` followed by the
           request's own). The new tokens' full-layer KV is written there; positions < start
-          are read from there.
+          are read from there. Sidecars that follow FULL use the same indices.
         - ``swa_pages``: the L1 SWA page per page position (same length), -1 where no SWA KV
           is kept. New tokens' swa-layer KV is written to the pages that are not -1; a swa
           layer reads positions start-window+1 .. start-1 from the pool and raises
-          `MissingSwaPage` when one of their pages is -1.
+          `MissingSwaPage` when one of their pages is -1. Sidecars that follow SWA likewise.
         - ``state_slot``: the L1 state slot holding the recurrent state after position
           start-1 (read; ignored when start == 0: the state starts at zero) and receiving the
           state after the last new token (written).
         - ``pools``: a `KVPools` on the model's device; None = no cache at all (start must be
           0; nothing is read or written): the reference computation.
         """
-        spec = self.spec
-        P, dev = spec.page_size, self.device
-        tokens = torch.as_tensor(tokens, dtype=torch.int64).reshape(-1).to(dev)
-        n = tokens.numel()
-        if n == 0:
-            raise ValueError("forward: no new tokens")
-        if start < 0:
-            raise ValueError(f"forward: start must be >= 0, got {start}")
-        end = start + n
-        if pools is None:
-            if start:
-                raise ValueError("forward without pools computes from position 0 only")
-        else:
-            need = -(-end // P)
-            full_pages = _pages_tensor(full_pages, dev)
-            swa_pages = _pages_tensor(swa_pages, dev)
-            if spec.n_full and full_pages.numel() < need:
-                raise ValueError(f"forward: {need} FULL pages cover positions 0..{end - 1}, "
-                                 f"got {full_pages.numel()}")
-            if spec.n_full and bool((full_pages[:need] < 0).any()):
-                raise ValueError("forward: a FULL page covering positions 0..{} is -1".format(end - 1))
-            if spec.n_swa and swa_pages.numel() < need:
-                raise ValueError(f"forward: {need} SWA page entries (-1 allowed) cover positions "
-                                 f"0..{end - 1}, got {swa_pages.numel()}")
-            if spec.n_rec and state_slot is None:
-                raise ValueError("forward: rec layers need a state_slot")
-            new_pp = torch.arange(start // P, need, device=dev)
-            for name, pages, used in (("FULL", full_pages, spec.n_full), ("SWA", swa_pages, spec.n_swa)):
-                phys = pages[new_pp] if used else pages[:0]
-                phys = phys[phys >= 0]
-                if phys.numel() != torch.unique(phys).numel():
-                    raise ValueError(f"forward: two page positions of the new tokens share one {name} "
-                                     f"page ({phys.tolist()}); pass -1 (SWA) for pages not kept")
-        pos = torch.arange(start, end, device=dev)
-        x = self.w["embed"][tokens]
-        groups = spec.group_index
-        for kind, gi, lw in zip(spec.kinds, groups, self.layers):
-            h = self._norm(x, lw["norm1"])
-            if kind == "rec":
-                y = self._recurrence(lw, h, start, gi, state_slot, pools)
-            else:
-                pages = full_pages if kind == "full" else swa_pages
-                y = self._attention(lw, h, pos, start, kind, gi, pages, pools)
-            x = x + y
-            x = x + self._mlp(lw, self._norm(x, lw["norm2"]))
-        return (self._norm(x, self.w["norm_f"]) @ self.w["lm_head"]).float()
+        seg = Segment(tokens, start, full_pages, swa_pages, state_slot)
+        return self.forward_batch([seg], pools, logits="all")[0]
 
     __call__ = forward
 
-    def _attention(self, lw, h, pos, start, kind, gi, pages, pools):
-        spec = self.spec
-        P, nh, hd, W = spec.page_size, spec.num_heads, spec.head_dim, spec.window
-        n = h.shape[0]
-        q, k, v = (h @ lw["w_qkv"]).chunk(3, dim=-1)
-        q = self._rope(q.reshape(n, nh, hd), pos)
-        k = self._rope(k.reshape(n, nh, hd), pos)
-        v = v.reshape(n, nh, hd)
-        window = W if kind == "swa" else None
-        if pools is None:
-            return self._attend(q, k, v, pos, pos, window).reshape(n, -1) @ lw["w_out"]
-        view = pools.layer_view("L1", kind, gi)  # [pages, 2, P, D]
-        kd, vd = k.to(view.dtype), v.to(view.dtype)  # what a later read gets back
-        # prefix positions this layer reads from the pool
-        lo = 0 if window is None else max(0, start - window + 1)
-        if start > lo:
-            ppos = torch.arange(lo, start, device=h.device)
-            pg = pages[ppos // P]
-            if window is not None and bool((pg < 0).any()):
-                bad = sorted(set((ppos[pg < 0] // P).tolist()))
-                raise MissingSwaPage(f"sliding-window layer needs the KV of positions {lo}..{start - 1} "
-                                     f"(window {window}), but the SWA page of page position(s) {bad} is -1")
-            kv = view[pg, :, ppos % P]  # [m, 2, D]
-            kd_all = torch.cat([kv[:, 0].reshape(-1, nh, hd), kd])
-            vd_all = torch.cat([kv[:, 1].reshape(-1, nh, hd), vd])
-            k_pos = torch.cat([ppos, pos])
-        else:
-            kd_all, vd_all, k_pos = kd, vd, pos
-        # write the new tokens' KV (swa: only where a page is kept)
-        wp = pages[pos // P]
-        keep = wp >= 0
-        if bool(keep.all()):
-            view[wp, :, pos % P] = torch.stack([kd, vd], 1).reshape(n, 2, -1)
-        elif bool(keep.any()):
-            view[wp[keep], :, pos[keep] % P] = torch.stack([kd, vd], 1).reshape(n, 2, -1)[keep]
-        out = self._attend(q, kd_all.to(q.dtype), vd_all.to(q.dtype), pos, k_pos, window)
-        return out.reshape(n, -1) @ lw["w_out"]
+    @torch.inference_mode()
+    def forward_batch(self, segments, pools=None, *, logits: str = "last") -> list:
+        """One batched forward of several requests' new tokens (an engine step: prefill chunks
+        and decodes together), each a `Segment` over its own page table (`forward`'s meaning).
 
-    def _recurrence(self, lw, h, start, gi, state_slot, pools):
+        The tokens of all segments go through every weight GEMM (QKV, output, MLP, recurrence
+        inputs, LM head) as one matrix; attention is one ``scaled_dot_product_attention`` per
+        layer over a padded batch: each segment's queries against its keys (prefix KV gathered
+        from the paged pool, then its new tokens' KV; sidecar rows alike) under a per-segment
+        causal / window mask; the recurrence advances all segments' states together, one
+        vector step per token position. Returns per segment the logits of its last token
+        ``[vocab]`` (``logits="last"``: all an engine needs) or of all its tokens ``[n, vocab]``
+        (``"all"``)."""
+        if logits not in ("last", "all"):
+            raise ValueError(f"forward_batch: logits must be 'last' or 'all', got {logits!r}")
+        if not segments:
+            return []
+        b = _Batch(self, segments, pools)
+        x = self.w["embed"][b.tokens]
+        for layer, (kind, gi, lw) in enumerate(zip(self.spec.kinds, self.spec.group_index, self.layers)):
+            h = self._norm(x, lw["norm1"])
+            if kind == "rec":
+                y = self._recurrence(lw, h, b, gi)
+            else:
+                y = self._attention(lw, h, b, layer, kind, gi)
+            x = x + y
+            x = x + self._mlp(lw, self._norm(x, lw["norm2"]))
+        if logits == "last":
+            x = x[b.last]
+        out = (self._norm(x, self.w["norm_f"]) @ self.w["lm_head"]).float()
+        return list(out) if logits == "last" else list(out.split(b.n))
+
+    def _attention(self, lw, h, b, layer, kind, gi):
+        spec = self.spec
+        nh, hd, D = spec.num_heads, spec.head_dim, spec.kv_width
+        q, k, v = (h @ lw["w_qkv"]).chunk(3, dim=-1)
+        q = self._rope(q.reshape(-1, nh, hd), b.pos)
+        k = self._rope(k.reshape(-1, nh, hd), b.pos)
+        rows = {kind: torch.stack([k.reshape(-1, D), v.reshape(-1, D)], 1)}  # [N, 2, D]
+        for sc, _ in spec.attached(layer):
+            src = b.keys(kind).source(sc.name)
+            hs = h[src.new_sel]
+            kc, vc = (hs @ lw["w_" + sc.name]).chunk(2, dim=-1)
+            kc = self._rope(kc.reshape(-1, nh, hd), b.pos[src.new_sel]).reshape(-1, D)
+            rows[sc.name] = torch.stack([kc, vc], 1)
+        layers = {kind: gi, **{sc.name: i for sc, i in spec.attached(layer)}}
+        kv = b.keys(kind).gather_and_write(rows, layers, b.pools)  # [B, K, 2, D] float32
+        out = F.scaled_dot_product_attention(b.pad_queries(q.float()), kv[:, :, 0].reshape(b.B, -1, nh, hd)
+                                             .transpose(1, 2), kv[:, :, 1].reshape(b.B, -1, nh, hd).transpose(1, 2),
+                                             attn_mask=b.keys(kind).mask)
+        return b.unpad(out.transpose(1, 2).reshape(b.B * b.Q, D)).to(h.dtype) @ lw["w_out"]
+
+    def _recurrence(self, lw, h, b, gi):
+        """All segments' states advance together: a padded [B, Q, S] time loop in which a pad
+        position keeps the state (a = 1, input 0)."""
         S = self.spec.state_dim
         a_logit, u, gate = (h @ lw["w_in"]).float().chunk(3, dim=-1)
         a = torch.sigmoid(a_logit + lw["b_a"].float())
         bu = (1 - a) * u
-        if pools is None or start == 0:
-            s = torch.zeros(S, dtype=torch.float32, device=h.device)
-        else:
-            s = pools.layer_view("L1", "state", gi)[int(state_slot)].float()
-        outs = torch.empty_like(bu)
-        for t in range(bu.shape[0]):
-            s = a[t] * s + bu[t]
-            outs[t] = s
-        if pools is not None:
-            view = pools.layer_view("L1", "state", gi)
-            view[int(state_slot)] = s.to(view.dtype)
-        return ((outs * F.silu(gate)).to(h.dtype)) @ lw["w_out"]
+        a_p = b.pad(a, fill=1.0).reshape(b.B, b.Q, S)
+        bu_p = b.pad(bu, fill=0.0).reshape(b.B, b.Q, S)
+        view = None if b.pools is None else b.pools.layer_view("L1", "state", gi)
+        s = torch.zeros(b.B, S, dtype=torch.float32, device=h.device)
+        if view is not None and b.resume.numel():
+            s[b.resume] = view[b.slots[b.resume]].float()
+        outs = torch.empty_like(a_p)
+        for t in range(b.Q):
+            s = a_p[:, t] * s + bu_p[:, t]
+            outs[:, t] = s
+        if view is not None:
+            flat = outs.reshape(b.B * b.Q, S)
+            view[b.save_slots] = flat[b.save_rows].to(view.dtype)
+        return (b.unpad(outs.reshape(b.B * b.Q, S)) * F.silu(gate)).to(h.dtype) @ lw["w_out"]
 
     # -- greedy decoding ---------------------------------------------------------------------
     def greedy_reference(self, prompt, max_new: int):
@@ -256,4 +226,221 @@ class SyntheticHybridModel:
         return out, torch.stack(logits)
 
 
-__all__ = ["HybridSpec", "SyntheticHybridModel", "MissingSwaPage"]
+@dataclass
+class Segment:
+    """One request's part of a batched forward: its new ``tokens`` at positions ``start ..``,
+    its page tables and state slot (`SyntheticHybridModel.forward`'s arguments) and ``saves``:
+    ((position, slot), ...) where the recurrent state of the prefix of ``position`` tokens
+    (start < position <= end) is also written (MAMBA checkpoints, every-K snapshots)."""
+
+    tokens: object
+    start: int = 0
+    full_pages: object = None
+    swa_pages: object = None
+    state_slot: int | None = None
+    saves: tuple = ()
+
+
+class _Source:
+    """Keys of one pool for one attention kind, over the whole batch: rows at positions
+    p = g-1 (mod g) (g = 1: every position) of the pool `comp`, addressed by `pages`."""
+
+    def __init__(self, comp, follows, group, window):
+        self.comp, self.follows, self.group, self.window = comp, follows, group, window
+        self.pre = []  # per segment: (pages [m], rows [m], positions [m])
+        self.new = []  # per segment: (new-token indices [k], pages [k], rows [k], positions [k])
+
+
+class _Keys:
+    """The padded key layout of one attention kind ("full" or "swa") for a batch: per segment
+    its keys from every source (its own KV, the sidecars attached to that kind), the prefix
+    rows gathered from the pools, then the new rows; the mask [B, 1, Q, K]."""
+
+    def __init__(self, batch, kind):
+        spec = batch.model.spec
+        W = spec.window
+        srcs = [_Source(kind, kind, 1, W if kind == "swa" else None)]
+        srcs += [_Source(sc.name, sc.follows, sc.group, W if sc.follows == "swa" else None)
+                 for sc in spec.sidecars if kind in spec.sidecar_kinds(sc)]
+        self.sources = {s.comp: s for s in srcs}
+        dev, P = batch.device, spec.page_size
+        counts = [0] * batch.B
+        kpos, kwin, dst_pre, dst_new = [], [], {s.comp: [] for s in srcs}, {s.comp: [] for s in srcs}
+        for i, seg in enumerate(batch.segs):
+            start, end = seg.start, seg.start + batch.n[i]
+            kp, kw = [], []
+            for s in srcs:
+                pages = batch.pages[i].get(s.follows)
+                g = s.group
+                lo = 0 if s.window is None else max(0, start - s.window + 1)
+                pp = torch.arange(lo + (g - 1 - lo) % g, start, g, device=dev)
+                npos = torch.arange(start + (g - 1 - start) % g, end, g, device=dev)
+                ppg = pages[pp // P] if batch.pools is not None else pp
+                if batch.pools is not None and s.window is not None and bool((ppg < 0).any()):
+                    bad = sorted(set((pp[ppg < 0] // P).tolist()))
+                    raise MissingSwaPage(f"{s.comp}: a sliding-window layer needs positions {lo}..{start - 1} "
+                                         f"(window {s.window}), but the SWA page of page position(s) {bad} is -1")
+                npg = pages[npos // P] if batch.pools is not None else npos
+                s.pre.append((ppg, (pp % P) // g))
+                s.new.append((batch.offset[i] + npos - start, npg, (npos % P) // g))
+                c = counts[i]
+                dst_pre[s.comp].append(torch.arange(c, c + pp.numel(), device=dev))
+                c += pp.numel()
+                dst_new[s.comp].append(torch.arange(c, c + npos.numel(), device=dev))
+                counts[i] = c + npos.numel()
+                kp += [pp, npos]
+                kw.append(torch.full((pp.numel() + npos.numel(),), s.window is not None, device=dev))
+            kpos.append(torch.cat(kp))
+            kwin.append(torch.cat(kw))
+        self.K = K = max(counts)
+        for s in srcs:  # flat destinations in the padded [B * K] key rows
+            s.dst_pre = torch.cat([i * K + d for i, d in enumerate(dst_pre[s.comp])])
+            s.dst_new = torch.cat([i * K + d for i, d in enumerate(dst_new[s.comp])])
+            s.pre_pages = torch.cat([p for p, _ in s.pre])
+            s.pre_rows = torch.cat([r for _, r in s.pre])
+            s.new_sel = torch.cat([x for x, _, _ in s.new])
+            s.new_pages = torch.cat([p for _, p, _ in s.new])
+            s.new_rows = torch.cat([r for _, _, r in s.new])
+        kp_pad = torch.full((batch.B, K), -1, dtype=torch.int64, device=dev)
+        win_pad = torch.zeros((batch.B, K), dtype=torch.bool, device=dev)
+        for i in range(batch.B):
+            kp_pad[i, : counts[i]] = kpos[i]
+            win_pad[i, : counts[i]] = kwin[i]
+        qp = batch.qpos[:, :, None]  # [B, Q, 1]
+        allow = (kp_pad[:, None, :] >= 0) & (kp_pad[:, None, :] <= qp)
+        if W:
+            allow &= ~win_pad[:, None, :] | (kp_pad[:, None, :] > qp - W)
+        self.mask = allow[:, None]
+
+    def source(self, comp) -> _Source:
+        return self.sources[comp]
+
+    def gather_and_write(self, rows: dict, layers: dict, pools) -> torch.Tensor:
+        """[B, K, 2, D] float32 keys/values: prefix rows read from each source's pool layer,
+        new rows (`rows[comp]`: [k, 2, D]) placed after them and written to the pool (where
+        the page is kept: not -1)."""
+        any_rows = next(iter(rows.values()))
+        B = self.mask.shape[0]
+        out = torch.zeros((B * self.K,) + tuple(any_rows.shape[1:]), dtype=torch.float32, device=any_rows.device)
+        for comp, s in self.sources.items():
+            new = rows[comp]
+            if pools is not None:
+                view = pools.layer_view("L1", comp, layers[comp])
+                if s.pre_pages.numel():
+                    out[s.dst_pre] = view[s.pre_pages, :, s.pre_rows].float()
+                stored = new.to(view.dtype)
+                keep = s.new_pages >= 0
+                if bool(keep.all()):
+                    view[s.new_pages, :, s.new_rows] = stored
+                elif bool(keep.any()):
+                    view[s.new_pages[keep], :, s.new_rows[keep]] = stored[keep]
+                new = stored  # what a later read gets back
+            out[s.dst_new] = new.float()
+        return out.reshape(B, self.K, *any_rows.shape[1:])
+
+
+class _Batch:
+    """The token layout of one batched forward: the segments' new tokens concatenated (N), the
+    padded query layout [B, Q] and, per attention kind, its `_Keys` (built once per forward)."""
+
+    def __init__(self, model, segments, pools):
+        spec = model.spec
+        self.model, self.segs, self.pools = model, list(segments), pools
+        self.device = dev = model.device
+        P = spec.page_size
+        toks = [torch.as_tensor(s.tokens, dtype=torch.int64).reshape(-1).to(dev) for s in self.segs]
+        self.n = [t.numel() for t in toks]
+        self.B, self.Q = len(toks), max(self.n)
+        offs = np.concatenate([[0], np.cumsum(self.n)]).tolist()
+        self.offset = offs[:-1]
+        self.last = torch.tensor([o - 1 for o in offs[1:]], device=dev)
+        self.pages = []
+        for seg, n in zip(self.segs, self.n):
+            self._check(seg, n)
+            self.pages.append(self._page_tables(seg, n) if pools is not None else {})
+        self.tokens = torch.cat(toks)
+        self.pos = torch.cat([torch.arange(s.start, s.start + n, device=dev) for s, n in zip(self.segs, self.n)])
+        # padded query rows: segment i's token j at row i*Q + j; a pad row repeats the last position
+        self.q_dst = torch.cat([i * self.Q + torch.arange(n, device=dev) for i, n in enumerate(self.n)])
+        qpos = torch.stack([torch.full((self.Q,), s.start + n - 1, device=dev) for s, n in zip(self.segs, self.n)])
+        self.qpos = qpos.reshape(-1).index_copy(0, self.q_dst, self.pos).reshape(self.B, self.Q)
+        self._keys: dict = {}
+        if spec.n_rec:
+            self._state_plan(P)
+
+    def _check(self, seg, n) -> None:
+        if n == 0:
+            raise ValueError("forward: no new tokens")
+        if seg.start < 0:
+            raise ValueError(f"forward: start must be >= 0, got {seg.start}")
+        if self.pools is None and seg.start:
+            raise ValueError("forward without pools computes from position 0 only")
+
+    def _page_tables(self, seg, n) -> dict:
+        spec, dev = self.model.spec, self.device
+        P = spec.page_size
+        end = seg.start + n
+        need = -(-end // P)
+        full = _pages_tensor(seg.full_pages, dev)
+        swa = _pages_tensor(seg.swa_pages, dev)
+        uses_full = spec.n_full or any(sc.follows == "full" for sc in spec.sidecars)
+        if uses_full and full.numel() < need:
+            raise ValueError(f"forward: {need} FULL pages cover positions 0..{end - 1}, got {full.numel()}")
+        if uses_full and bool((full[:need] < 0).any()):
+            raise ValueError("forward: a FULL page covering positions 0..{} is -1".format(end - 1))
+        if spec.n_swa and swa.numel() < need:
+            raise ValueError(f"forward: {need} SWA page entries (-1 allowed) cover positions "
+                             f"0..{end - 1}, got {swa.numel()}")
+        if spec.n_rec and seg.state_slot is None:
+            raise ValueError("forward: rec layers need a state_slot")
+        new_pp = torch.arange(seg.start // P, need, device=dev)
+        for name, pages, used in (("FULL", full, uses_full), ("SWA", swa, spec.n_swa)):
+            phys = pages[new_pp] if used else pages[:0]
+            phys = phys[phys >= 0]
+            if phys.numel() != torch.unique(phys).numel():
+                raise ValueError(f"forward: two page positions of the new tokens share one {name} "
+                                 f"page ({phys.tolist()}); pass -1 (SWA) for pages not kept")
+        return {"full": full, "swa": swa}
+
+    def _state_plan(self, P) -> None:
+        """Which segments resume a stored state, and which padded rows of the state trajectory
+        go to which slots (the final state, and `saves`)."""
+        dev = self.device
+        resume, slots, rows, dst = [], [], [], []
+        for i, (seg, n) in enumerate(zip(self.segs, self.n)):
+            slot = -1 if seg.state_slot is None else int(seg.state_slot)
+            slots.append(slot)
+            if self.pools is None or slot < 0:
+                continue
+            if seg.start > 0:
+                resume.append(i)
+            for pos, to in tuple(seg.saves) + ((seg.start + n, slot),):
+                if not seg.start < pos <= seg.start + n:
+                    raise ValueError(f"forward: a state save at {pos} is outside {seg.start + 1}..{seg.start + n}")
+                rows.append(i * self.Q + pos - seg.start - 1)
+                dst.append(int(to))
+        self.resume = torch.tensor(resume, dtype=torch.int64, device=dev)
+        self.slots = torch.tensor(slots, dtype=torch.int64, device=dev)
+        self.save_rows = torch.tensor(rows, dtype=torch.int64, device=dev)
+        self.save_slots = torch.tensor(dst, dtype=torch.int64, device=dev)
+
+    def keys(self, kind) -> _Keys:
+        if kind not in self._keys:
+            self._keys[kind] = _Keys(self, kind)
+        return self._keys[kind]
+
+    def pad(self, x, fill: float = 0.0) -> torch.Tensor:
+        """[N, ...] -> [B * Q, ...] (padded rows = fill)."""
+        out = torch.full((self.B * self.Q,) + tuple(x.shape[1:]), fill, dtype=x.dtype, device=x.device)
+        out[self.q_dst] = x
+        return out
+
+    def unpad(self, x) -> torch.Tensor:
+        return x[self.q_dst]
+
+    def pad_queries(self, q) -> torch.Tensor:
+        """q [N, h, d] -> [B, h, Q, d]."""
+        return self.pad(q).reshape(self.B, self.Q, *q.shape[1:]).transpose(1, 2)
+
+
+__all__ = ["HybridSpec", "SyntheticHybridModel", "MissingSwaPage", "Segment"]

@@ -5,7 +5,11 @@ plain otherwise) three pools:
 
 - ``full``: KV of every full-attention layer, one page = ``page_size`` tokens;
 - ``swa``: KV of every sliding-window layer, same page geometry;
-- ``state``: the recurrent state of every rec layer, one slot = one request's state.
+- ``state``: the recurrent state of every rec layer, one slot = one request's state;
+- one pool per sidecar (`spec.SidecarSpec`, named as the core names it), sized and indexed like
+  the pool it follows: page i of sidecar ``c4_kv`` (following FULL) belongs to FULL page i, so
+  the core's FULL -> sidecar index translation is the identity (``slots_of`` gives a sidecar
+  its source's indices); a page holds ``page_size / group`` compressed rows per attached layer.
 
 Index i of a pool is index i of the core's pool of the same component and tier (the core's
 `PagePool` hands out 0, 1, 2, ...): FULL page ``slots_of(...)["full"][j]`` is
@@ -17,7 +21,8 @@ Layouts (``layout=``), for a KV pool with ``Lc`` layers of that kind and ``D = h
   (cheap page transfers, SGLang HiCache's ``page_first``);
 - ``layer_first``: ``[Lc, pages, 2, page_size, D]`` -- a layer is contiguous (SGLang's device
   layout, ``layer_first``).
-The state pool is ``[slots, Lr, state_dim]`` or ``[Lr, slots, state_dim]`` accordingly.
+The state pool is ``[slots, Lr, state_dim]`` or ``[Lr, slots, state_dim]`` accordingly, a
+sidecar pool ``[pages, Ls, 2, page_size / group, D]`` or ``[Ls, pages, ...]``.
 """
 from __future__ import annotations
 
@@ -34,12 +39,14 @@ LAYOUTS = ("page_first", "layer_first")
 _ALIASES = {"mamba": "state", "full": "full", "swa": "swa", "state": "state"}
 
 
-def component_name(component: str) -> str:
-    try:
+def component_name(component: str, sidecars=()) -> str:
+    """The pool of a core component name ("mamba" is the state pool; a sidecar is its own)."""
+    if component in _ALIASES:
         return _ALIASES[component]
-    except KeyError:
-        raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba; "
-                       "sidecar pools are not built yet)") from None
+    if component in sidecars:
+        return component
+    raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba"
+                   + "".join(f", {s}" for s in sidecars) + ")")
 
 
 def _as_index(idx) -> torch.Tensor:
@@ -80,15 +87,20 @@ class KVPools:
         self.pinned = torch.cuda.is_available()
         self.tier_device = {"L1": self.device, "L2": torch.device("cpu")}
         sizes = {"full": full_pages, "swa": swa_pages, "state": state_slots}
-        self._t: dict = {}
         P, D = spec.page_size, spec.kv_width
+        geometry = {"full": (spec.n_full, (2, P, D)), "swa": (spec.n_swa, (2, P, D)),
+                    "state": (spec.n_rec, (spec.state_dim,))}
+        for sc in spec.sidecars:
+            sizes[sc.name] = sizes[sc.follows]
+            geometry[sc.name] = (spec.sidecar_layers(sc), (2, P // sc.group, D))
+        self.sidecars = tuple(sc.name for sc in spec.sidecars)
+        self._t: dict = {}
         for comp, size in sizes.items():
             per_tier = size if isinstance(size, dict) else {t: size for t in TIERS}
             bad = set(per_tier) - set(TIERS)
             if bad:
                 raise ValueError(f"{comp}: unknown tiers {sorted(bad)}")
-            layers = {"full": spec.n_full, "swa": spec.n_swa, "state": spec.n_rec}[comp]
-            inner = (spec.state_dim,) if comp == "state" else (2, P, D)
+            layers, inner = geometry[comp]
             dt = state_dtype if comp == "state" else dtype
             for tier in TIERS:
                 n = int(per_tier.get(tier, 0))
@@ -106,14 +118,15 @@ class KVPools:
         return 0 if self.layout == "page_first" else 1
 
     def tensor(self, tier: str, component: str) -> torch.Tensor:
-        return self._t[tier, component_name(component)]
+        return self._t[tier, component_name(component, self.sidecars)]
 
     def size(self, tier: str, component: str) -> int:
         return self.tensor(tier, component).shape[self.page_dim]
 
     def layer_view(self, tier: str, component: str, layer: int) -> torch.Tensor:
         """One layer of a pool (a view): ``[pages, 2, P, D]`` for KV, ``[slots, state_dim]``
-        for state. `layer` counts within the component's layers (spec.group_index)."""
+        for state, ``[pages, 2, P / group, D]`` for a sidecar. `layer` counts within the
+        component's layers (spec.group_index; a sidecar's: spec.attached)."""
         t = self.tensor(tier, component)
         return t[:, layer] if self.layout == "page_first" else t[layer]
 

@@ -5,9 +5,33 @@ Pure Python (no torch), so the pools, the model and the future executor agree on
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 KINDS = ("full", "swa", "rec")
+
+
+@dataclass(frozen=True)
+class SidecarSpec:
+    """A sidecar pool of the synthetic model (DeepSeek-V4-style compressed KV): no vote, no tree
+    slot, indexed by the pages of ``follows`` ("full" or "swa", the core's index translation).
+    It holds one compressed row (a K and a V of ``kv_width``) per ``group`` tokens: the row of
+    the group ending at position p is computed from the layer's input at p (a causal model's
+    summary of the group). A layer it is attached to attends over its own keys plus the rows of
+    every complete group at or before the query (within the window when it follows "swa")."""
+
+    name: str
+    follows: str
+    group: int
+
+    @classmethod
+    def from_config(cls, sc, page_size: int) -> "SidecarSpec":
+        """From a `cache_core.config.SidecarConfig`: the group is the compression ratio its name
+        starts with (``c4_...``: 4, ``c128_...``: 128; otherwise one row per page), reduced to a
+        divisor of the page size (gcd), so a page holds whole groups."""
+        m = re.match(r"^c(\d+)_", sc.name)
+        ratio = int(m.group(1)) if m else page_size
+        return cls(sc.name, sc.follows, math.gcd(ratio, page_size))
 
 
 @dataclass(frozen=True)
@@ -31,6 +55,7 @@ class HybridSpec:
     page_size: int
     mlp_mult: int = 2
     rope_base: float = 10000.0
+    sidecars: tuple = ()  # SidecarSpec, ...
 
     def __post_init__(self):
         kinds = tuple(self.kinds)
@@ -48,6 +73,15 @@ class HybridSpec:
             raise ValueError(f"HybridSpec: head_dim must be even (rotary embedding), got {self.head_dim}")
         if "swa" in kinds and (not isinstance(self.window, int) or self.window < 1):
             raise ValueError(f"HybridSpec: swa layers need window >= 1 tokens, got {self.window!r}")
+        object.__setattr__(self, "sidecars", tuple(self.sidecars))
+        for sc in self.sidecars:
+            if sc.follows not in ("full", "swa") or self.page_size % sc.group:
+                raise ValueError(f"HybridSpec: sidecar {sc.name!r} must follow full or swa with a group "
+                                 f"dividing the page size {self.page_size}, got {sc.follows!r}, {sc.group}")
+            if sc.follows == "swa" and not self.n_swa:
+                raise ValueError(f"HybridSpec: sidecar {sc.name!r} follows swa but no layer is swa")
+            if not self.n_full + self.n_swa:
+                raise ValueError(f"HybridSpec: sidecar {sc.name!r} needs an attention layer")
 
     # -- derived -----------------------------------------------------------------------------
     @property
@@ -83,6 +117,26 @@ class HybridSpec:
             seen[k] += 1
         return tuple(out)
 
+    def sidecar_kinds(self, sc) -> tuple:
+        """The layer kinds a sidecar is attached to: those of the kind it follows, or every
+        attention layer when the model has none of that kind (DeepSeek-V4: FULL keeps no KV of
+        its own, its compressed KV rides on the sliding-window layers)."""
+        return (sc.follows,) if self.count(sc.follows) else tuple(k for k in ("full", "swa") if self.count(k))
+
+    def sidecar_layers(self, sc) -> int:
+        """Layers of the sidecar's pool (its attached layers)."""
+        return sum(self.count(k) for k in self.sidecar_kinds(sc))
+
+    def attached(self, layer: int) -> tuple:
+        """((SidecarSpec, index of `layer` in that sidecar's pool), ...) for one layer."""
+        kind = self.kinds[layer]
+        out = []
+        for sc in self.sidecars:
+            kinds = self.sidecar_kinds(sc)
+            if kind in kinds:
+                out.append((sc, sum(k in kinds for k in self.kinds[:layer])))
+        return tuple(out)
+
     @property
     def window_pages(self) -> int:
         """Pages a window spans, as the core counts them (ceil(window / page_size))."""
@@ -93,7 +147,8 @@ class HybridSpec:
     def from_preset(cls, preset, max_layers: int | None = None, *, hidden: int | None = None,
                     num_heads: int | None = None, head_dim: int | None = None,
                     state_dim: int | None = None, vocab: int | None = None,
-                    window: int | None = None, page_size: int = 64, mlp_mult: int = 2) -> "HybridSpec":
+                    window: int | None = None, page_size: int = 64, mlp_mult: int = 2,
+                    sidecars=None) -> "HybridSpec":
         """A spec with the layer mix of a `scenarios.presets.ModelPreset`.
 
         Layer counts: ``full_layers``, ``swa_layers`` and ``recurrent_layers``. A preset whose
@@ -113,7 +168,8 @@ class HybridSpec:
         MLA / DeepSeek-V4 rows are not reproduced), ``hidden`` = hidden_size, ``vocab`` =
         vocab_size, ``window`` = swa_window_tokens. ``state_dim`` defaults to ``hidden``; pass
         the preset's ``ssm_state_elements_per_layer`` to match its state bytes. Pass small
-        values for CPU tests."""
+        values for CPU tests. ``sidecars``: the `SidecarConfig`s the cache names (default: the
+        preset's), each a `SidecarSpec`."""
         rec = preset.recurrent_layers or (1 if preset.state_layers else 0)
         counts = {"full": preset.full_layers, "swa": preset.swa_layers, "rec": rec}
         counts = scale_counts(counts, max_layers)
@@ -125,7 +181,9 @@ class HybridSpec:
                    window=(window or preset.swa_window_tokens) if counts["swa"] else window,
                    state_dim=state_dim or hidden or preset.hidden_size,
                    vocab=vocab or preset.vocab_size,
-                   page_size=page_size, mlp_mult=mlp_mult)
+                   page_size=page_size, mlp_mult=mlp_mult,
+                   sidecars=tuple(SidecarSpec.from_config(s, page_size)
+                                  for s in (preset.sidecars if sidecars is None else sidecars)))
 
 
 def scale_counts(counts: dict, max_layers: int | None) -> dict:
@@ -165,4 +223,4 @@ def interleave(full: int, swa: int, rec: int) -> tuple:
     return tuple("full" if f else ("swa" if next(is_swa) else "rec") for f in is_full)
 
 
-__all__ = ["HybridSpec", "KINDS", "interleave", "scale_counts"]
+__all__ = ["HybridSpec", "SidecarSpec", "KINDS", "interleave", "scale_counts"]
