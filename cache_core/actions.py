@@ -68,3 +68,6 @@ class Transfer:
     keys: object = None
     sidecars: tuple = ()
     ssd_pages: int = 0  # prefetch: pages only the L3 store's SSD tier holds (read from disk first)
+    # store: component payloads the node holds on L2 that go to L3 with its FULL pages (the
+    # core records them in L3 at the ack): ((component, page key, L2 slot), ...)
+    payloads: tuple = ()

@@ -38,7 +38,7 @@ from .components.full import FullComponent
 from .eviction import EvictionQueue
 from .records import LockHandle, MatchResult
 from .store import L3_MODELS, make_store
-from .tiers_hybrid import backup_components, demote_components, store_keys
+from .tiers_hybrid import backup_components, demote_components, store_payloads
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
@@ -288,7 +288,7 @@ class Hierarchy:
 
     # -- transfers ----------------------------------------------------------------------------------
     def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
-              node=None, ssd_pages: int = 0) -> Transfer:
+              node=None, ssd_pages: int = 0, payloads: tuple = ()) -> Transfer:
         """Record a transfer. With `node`, the transfer covers that node's token range: every
         node covering the range (the node, or the pieces a later split makes of it) is held
         in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
@@ -297,7 +297,8 @@ class Hierarchy:
         nbytes = (tokens * cfg.kv_bytes_per_token if component == "full" else
                   tokens * cfg.swa_bytes_per_token if component == "swa" else cfg.state_bytes)
         t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
-                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component), ssd_pages)
+                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component), ssd_pages,
+                     payloads)
         link = f"{src_tier}->{dst_tier}"
         if component == "full":
             self.tokens_moved[link] += tokens
@@ -419,16 +420,17 @@ class Hierarchy:
                 self._drop(node)
             return
         storage = self.storage
-        extra = store_keys(self.cache, node) if self.cache.voters else []
+        payloads = tuple(store_payloads(self.cache, node)) if self.cache.voters else ()
 
-        def done(ok, pieces, keys=node.pkeys, extra=extra, node=node):
+        def done(ok, pieces, keys=node.pkeys, extra=[(c, k) for c, k, _ in payloads], node=node):
             if ok:
                 storage.put(keys)
                 storage.put_many(extra)
             if remove:
                 self._drop(node)
 
-        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node)
+        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
+                   payloads=payloads)
 
     def _drop(self, node) -> None:
         """Remove an L2-evicted host-only leaf (if it still is one)."""

@@ -164,19 +164,22 @@ def demote_components(cache, node) -> None:
         cache.mamba.drop_l1(node)
 
 
-def store_keys(cache, node) -> list:
-    """L3 keys of the component payloads a node holds on L2."""
-    keys = []
+def store_payloads(cache, node) -> list:
+    """The component payloads a node holds on L2, as (component, L3 page key, L2 slot): its
+    SWA pages and its checkpoint (under the key of the page it ends), which a FULL store of
+    the node carries along (`Transfer.payloads`)."""
+    out = []
     pk = node.pkeys
     if pk is None:
-        return keys
+        return out
     swa = node.comp[SWA] if cache.swa is not None else None
     if swa is not None and swa.host is not None:
-        keys += [("swa", int(k)) for k in pk[swa.host >= 0]]
+        have = swa.host >= 0
+        out += [("swa", int(k), int(h)) for k, h in zip(pk[have], swa.host[have])]
     mp = node.comp[MAMBA] if cache.mamba is not None else None
     if mp is not None and mp.host >= 0 and len(pk):
-        keys.append(("mamba", int(pk[-1])))
-    return keys
+        out.append(("mamba", int(pk[-1]), int(mp.host)))
+    return out
 
 
 def storage_boundary(cache, keys, run_pages: int, swa_state) -> int:

@@ -3,8 +3,12 @@
 - "load" (L2 -> L1) and "backup" (L1 -> L2): one batched gather/scatter per transfer between
   the tiers' pools (`KVPools.copy_pages`; a side CUDA stream with an event on a GPU), for FULL
   and SWA pages and MAMBA state slots alike;
+- sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
+  the same pages of the sidecars that follow FULL (SWA), stored under their own names;
 - "store" (L2 -> L3): the L2 pages are read and put into the `PageStore` under
-  ``page_key(component, page key)``;
+  ``page_key(component, page key)``; a FULL store also puts the component payloads it
+  carries (`Transfer.payloads`: the node's L2 SWA pages and checkpoint, which the core
+  records in L3 with it, e.g. at ``l3_write: on_l2_evict``), checksummed alike;
 - "prefetch" (L3 -> L2): the pages are read from the store; any missing or corrupt page fails
   the whole transfer (acknowledged ``ok=False``: the core frees the destination and the
   request recomputes those tokens), never wrong data;
@@ -77,24 +81,35 @@ class TorchDataPlane:
         self.pools.copy_state(a.tier, [int(a.src)], [int(a.dst)])
         self.copies += 1
 
+    def _pools_of(self, component: str) -> list:
+        """A core component's pool and the sidecar pools that follow its indices."""
+        return [component] + [sc.name for sc in self.pools.spec.sidecars if sc.follows == component]
+
     def _execute(self, t) -> bool:
-        comp = t.component
         if t.kind in ("load", "backup"):
-            h = self.pools.copy_pages(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
-            h.synchronize()
+            for comp in self._pools_of(t.component):
+                h = self.pools.copy_pages(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
+                h.synchronize()
             return True
         if self.store is None:
             raise RuntimeError(f"transfer {t.id} ({t.kind}) needs an L3 page store")
-        keys = [page_key(comp, int(k)) for k in np.asarray(t.keys).reshape(-1)]
+        keys = [int(k) for k in np.asarray(t.keys).reshape(-1)]
         if t.kind == "store":
-            pages = self.pools.read_pages("L2", comp, _idx(t.src))
-            self.store.put(keys, pages)
+            parts = {t.component: (keys, _idx(t.src))}
+            for comp, key, slot in t.payloads:  # the node's SWA pages and checkpoint ride along
+                ks, idx = parts.setdefault(comp, ([], []))
+                ks.append(int(key))
+                idx.append(int(slot))
+            for comp, (ks, idx) in parts.items():
+                for c in self._pools_of(comp):
+                    self.store.put([page_key(c, k) for k in ks], self.pools.read_pages("L2", c, idx))
             return True
         if t.kind == "prefetch":
-            got = self.store.get(keys)
-            if any(g is None for g in got):
+            got = {c: self.store.get([page_key(c, k) for k in keys]) for c in self._pools_of(t.component)}
+            if any(g is None for pages in got.values() for g in pages):
                 return False  # a missing or corrupt page: a miss, never wrong data
-            self.pools.write_pages("L2", comp, _idx(t.dst), got)
+            for c, pages in got.items():
+                self.pools.write_pages("L2", c, _idx(t.dst), pages)
             return True
         raise ValueError(f"transfer {t.id}: unknown kind {t.kind!r}")
 

@@ -30,6 +30,8 @@ import time
 import numpy as np
 import torch
 
+from cache_core.engine_types import DONE
+
 from .model import Segment
 
 
@@ -58,7 +60,7 @@ class TorchExecutor:
         self.snapshots: dict = {}  # snapshot slot -> (position, request) written during a forward
         self.busy_s = 0.0
         self.steps = 0
-        self.batch_sizes: list = []  # segments (requests) of each step's one forward
+        self.batches: list = []  # (prefill chunks, decodes) of each step, all in one forward
 
     # -- page tables ---------------------------------------------------------------------------
     def _tokens(self, r, a: int, b: int) -> torch.Tensor:
@@ -127,27 +129,33 @@ class TorchExecutor:
         if self.cache.mamba is None:
             return ()
         lo, hi = r.match.cached_tokens, r.seq.length // self.P * self.P
-        targets = [(hi, int(r.states[0]))] if hi > lo else []
+        private = int(r.states[0])
+        if start == lo:  # a new admission: what an earlier one (retracted since) wrote is void
+            for slot in [s for s, (_, _, x) in self.snapshots.items() if x is r]:
+                del self.snapshots[slot]
+        targets = [(hi, private)] if hi > lo else []
         every, snaps = self.cache.mamba.every, [int(x) for x in r.states[1:]]
         if every and hi > lo:
             q = (hi - 1) // every * every
             while q > lo and snaps:
-                slot = snaps.pop()
-                targets.append((q, slot))
-                self.snapshots[slot] = (q, r)
+                targets.append((q, snaps.pop()))
                 q -= every
-        return tuple((q, slot) for q, slot in targets if start < q <= end)
+        out = tuple((q, slot) for q, slot in targets if start < q <= end)
+        for q, slot in out:
+            if slot != private:
+                self.snapshots[slot] = (q, private, r)
+        return out
 
     def snapshot_taken(self, a) -> bool:
         """A MAMBA `CopyState` the core emits at insert for an every-K snapshot (its private
         slot -> a snapshot slot at position q): True when this executor already wrote the state
         of position q into that slot during the request's forward (the private slot by then
         holds a later state), so the data plane must not copy it again."""
-        got = self.snapshots.pop(int(a.dst), None)
-        if got is None:
+        got = self.snapshots.get(int(a.dst))
+        if got is None or got[2].phase != DONE or (got[0], got[1]) != (a.at_tokens, int(a.src)):
             return False
-        q, r = got
-        return q == a.at_tokens and r.states is not None and int(r.states[0]) == int(a.src)
+        del self.snapshots[int(a.dst)]
+        return True
 
     def _segment(self, r, start: int, n: int) -> Segment:
         end = start + n
@@ -187,7 +195,7 @@ class TorchExecutor:
         dt = time.perf_counter() - t0
         self.busy_s += dt
         self.steps += 1
-        self.batch_sizes.append(len(work))
+        self.batches.append((len(step.prefill), len(step.decode)))
         return dt
 
     def _record(self, work, logits) -> None:

@@ -226,6 +226,11 @@ class SyntheticHybridModel:
         return out, torch.stack(logits)
 
 
+def _stride(lo: int, hi: int, g: int, dev) -> torch.Tensor:
+    """Positions p in [lo, hi) with p % g == g - 1 (the last position of each group of g)."""
+    return torch.arange(min(lo + (g - 1 - lo) % g, hi), hi, g, device=dev)
+
+
 @dataclass
 class Segment:
     """One request's part of a batched forward: its new ``tokens`` at positions ``start ..``,
@@ -273,8 +278,8 @@ class _Keys:
                 pages = batch.pages[i].get(s.follows)
                 g = s.group
                 lo = 0 if s.window is None else max(0, start - s.window + 1)
-                pp = torch.arange(lo + (g - 1 - lo) % g, start, g, device=dev)
-                npos = torch.arange(start + (g - 1 - start) % g, end, g, device=dev)
+                pp = _stride(lo, start, g, dev)
+                npos = _stride(start, end, g, dev)
                 ppg = pages[pp // P] if batch.pools is not None else pp
                 if batch.pools is not None and s.window is not None and bool((ppg < 0).any()):
                     bad = sorted(set((pp[ppg < 0] // P).tolist()))
