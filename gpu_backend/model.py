@@ -34,12 +34,14 @@ def _randn(gen, *shape, scale):
     return torch.randn(*shape, generator=gen, dtype=torch.float32) * scale
 
 
-def _pages_tensor(pages, device) -> torch.Tensor:
+def _pages_array(pages) -> np.ndarray:
+    """A page table as an int64 numpy array (the batch's index math runs on the host; the
+    device gets each finished index tensor in one copy)."""
     if pages is None:
-        return torch.empty(0, dtype=torch.int64, device=device)
+        return np.empty(0, dtype=np.int64)
     if isinstance(pages, torch.Tensor):
-        return pages.to(device=device, dtype=torch.int64).reshape(-1)
-    return torch.as_tensor(np.asarray(pages, dtype=np.int64).reshape(-1), device=device)
+        pages = pages.cpu().numpy()
+    return np.asarray(pages, dtype=np.int64).reshape(-1)
 
 
 class SyntheticHybridModel:
@@ -226,9 +228,9 @@ class SyntheticHybridModel:
         return out, torch.stack(logits)
 
 
-def _stride(lo: int, hi: int, g: int, dev) -> torch.Tensor:
+def _stride(lo: int, hi: int, g: int) -> np.ndarray:
     """Positions p in [lo, hi) with p % g == g - 1 (the last position of each group of g)."""
-    return torch.arange(min(lo + (g - 1 - lo) % g, hi), hi, g, device=dev)
+    return np.arange(min(lo + (g - 1 - lo) % g, hi), hi, g, dtype=np.int64)
 
 
 @dataclass
@@ -247,13 +249,29 @@ class Segment:
 
 
 class _Source:
-    """Keys of one pool for one attention kind, over the whole batch: rows at positions
-    p = g-1 (mod g) (g = 1: every position) of the pool `comp`, addressed by `pages`."""
+    """Keys of one pool for one attention kind over the whole batch: rows at the positions p
+    with p % group == group - 1 (group 1: every position) of pool `comp`, addressed by the
+    pages of `follows`; only the last `window` positions when windowed."""
 
     def __init__(self, comp, follows, group, window):
         self.comp, self.follows, self.group, self.window = comp, follows, group, window
-        self.pre = []  # per segment: (pages [m], rows [m], positions [m])
-        self.new = []  # per segment: (new-token indices [k], pages [k], rows [k], positions [k])
+        self._parts: dict = {}
+
+    def add(self, name: str, values) -> None:
+        self._parts.setdefault(name, []).append(values)
+
+    def finish(self, K: int, dev) -> None:
+        """Index tensors on the device: prefix rows to gather (pages, rows in page, padded
+        destination seg*K + slot), new rows (token index, pages, rows, destination)."""
+        cat = {k: np.concatenate(v) for k, v in self._parts.items()}
+        put = lambda a: torch.as_tensor(a).to(dev)  # noqa: E731
+        self.pre_pages, self.pre_rows = put(cat["pre_pages"]), put(cat["pre_rows"])
+        self.dst_pre = put(cat["pre_seg"] * K + cat["pre_slot"])
+        self.new_sel, self.new_pages, self.new_rows = put(cat["new_sel"]), put(cat["new_pages"]), put(cat["new_rows"])
+        self.dst_new = put(cat["new_seg"] * K + cat["new_slot"])
+        keep = cat["new_pages"] >= 0  # SWA: -1 = a page not kept (not written)
+        self.keep = None if keep.all() else put(np.flatnonzero(keep))
+        self._parts = {}
 
 
 class _Keys:
@@ -268,54 +286,54 @@ class _Keys:
         srcs += [_Source(sc.name, sc.follows, sc.group, W if sc.follows == "swa" else None)
                  for sc in spec.sidecars if kind in spec.sidecar_kinds(sc)]
         self.sources = {s.comp: s for s in srcs}
-        dev, P = batch.device, spec.page_size
-        counts = [0] * batch.B
-        kpos, kwin, dst_pre, dst_new = [], [], {s.comp: [] for s in srcs}, {s.comp: [] for s in srcs}
+        kpos, kwin = [], []
         for i, seg in enumerate(batch.segs):
-            start, end = seg.start, seg.start + batch.n[i]
-            kp, kw = [], []
+            pos, win = [], []
             for s in srcs:
-                pages = batch.pages[i].get(s.follows)
-                g = s.group
-                lo = 0 if s.window is None else max(0, start - s.window + 1)
-                pp = _stride(lo, start, g, dev)
-                npos = _stride(start, end, g, dev)
-                ppg = pages[pp // P] if batch.pools is not None else pp
-                if batch.pools is not None and s.window is not None and bool((ppg < 0).any()):
-                    bad = sorted(set((pp[ppg < 0] // P).tolist()))
-                    raise MissingSwaPage(f"{s.comp}: a sliding-window layer needs positions {lo}..{start - 1} "
-                                         f"(window {s.window}), but the SWA page of page position(s) {bad} is -1")
-                npg = pages[npos // P] if batch.pools is not None else npos
-                s.pre.append((ppg, (pp % P) // g))
-                s.new.append((batch.offset[i] + npos - start, npg, (npos % P) // g))
-                c = counts[i]
-                dst_pre[s.comp].append(torch.arange(c, c + pp.numel(), device=dev))
-                c += pp.numel()
-                dst_new[s.comp].append(torch.arange(c, c + npos.numel(), device=dev))
-                counts[i] = c + npos.numel()
-                kp += [pp, npos]
-                kw.append(torch.full((pp.numel() + npos.numel(),), s.window is not None, device=dev))
-            kpos.append(torch.cat(kp))
-            kwin.append(torch.cat(kw))
-        self.K = K = max(counts)
-        for s in srcs:  # flat destinations in the padded [B * K] key rows
-            s.dst_pre = torch.cat([i * K + d for i, d in enumerate(dst_pre[s.comp])])
-            s.dst_new = torch.cat([i * K + d for i, d in enumerate(dst_new[s.comp])])
-            s.pre_pages = torch.cat([p for p, _ in s.pre])
-            s.pre_rows = torch.cat([r for _, r in s.pre])
-            s.new_sel = torch.cat([x for x, _, _ in s.new])
-            s.new_pages = torch.cat([p for _, p, _ in s.new])
-            s.new_rows = torch.cat([r for _, _, r in s.new])
-        kp_pad = torch.full((batch.B, K), -1, dtype=torch.int64, device=dev)
-        win_pad = torch.zeros((batch.B, K), dtype=torch.bool, device=dev)
+                p = self._place(batch, i, s, len(np.concatenate(pos)) if pos else 0)
+                pos.append(p)
+                win.append(np.full(len(p), s.window is not None))
+            kpos.append(np.concatenate(pos))
+            kwin.append(np.concatenate(win))
+        self.K = K = max(len(k) for k in kpos)
+        for s in srcs:
+            s.finish(K, batch.device)
+        kp = np.full((batch.B, K), -1, dtype=np.int64)
+        wn = np.zeros((batch.B, K), dtype=bool)
         for i in range(batch.B):
-            kp_pad[i, : counts[i]] = kpos[i]
-            win_pad[i, : counts[i]] = kwin[i]
+            kp[i, : len(kpos[i])] = kpos[i]
+            wn[i, : len(kwin[i])] = kwin[i]
+        kp, wn = torch.as_tensor(kp).to(batch.device)[:, None, :], torch.as_tensor(wn).to(batch.device)[:, None, :]
         qp = batch.qpos[:, :, None]  # [B, Q, 1]
-        allow = (kp_pad[:, None, :] >= 0) & (kp_pad[:, None, :] <= qp)
+        allow = (kp >= 0) & (kp <= qp)
         if W:
-            allow &= ~win_pad[:, None, :] | (kp_pad[:, None, :] > qp - W)
+            allow &= ~wn | (kp > qp - W)
         self.mask = allow[:, None]
+
+    @staticmethod
+    def _place(batch, i: int, s: _Source, slot: int) -> np.ndarray:
+        """Segment i's keys from source s, from key slot `slot` on: its prefix rows (read from
+        the pool), then its new rows. Returns their positions."""
+        seg, P, g = batch.segs[i], batch.P, s.group
+        start, end = seg.start, seg.start + batch.n[i]
+        lo = 0 if s.window is None else max(0, start - s.window + 1)
+        pre, new = _stride(lo, start, g), _stride(start, end, g)
+        pages = batch.pages[i].get(s.follows, np.empty(0, dtype=np.int64))
+        pre_pg = pages[pre // P] if len(pre) else pre
+        if s.window is not None and (pre_pg < 0).any():
+            bad = sorted(set((pre[pre_pg < 0] // P).tolist()))
+            raise MissingSwaPage(f"{s.comp}: a sliding-window layer needs positions {lo}..{start - 1} "
+                                 f"(window {s.window}), but the SWA page of page position(s) {bad} is -1")
+        s.add("pre_pages", pre_pg)
+        s.add("pre_rows", pre % P // g)
+        s.add("pre_seg", np.full(len(pre), i))
+        s.add("pre_slot", np.arange(slot, slot + len(pre)))
+        s.add("new_sel", batch.offset[i] + new - start)
+        s.add("new_pages", pages[new // P] if len(pages) else new)  # no pools: nothing is written
+        s.add("new_rows", new % P // g)
+        s.add("new_seg", np.full(len(new), i))
+        s.add("new_slot", np.arange(slot + len(pre), slot + len(pre) + len(new)))
+        return np.concatenate([pre, new])
 
     def source(self, comp) -> _Source:
         return self.sources[comp]
@@ -334,11 +352,10 @@ class _Keys:
                 if s.pre_pages.numel():
                     out[s.dst_pre] = view[s.pre_pages, :, s.pre_rows].float()
                 stored = new.to(view.dtype)
-                keep = s.new_pages >= 0
-                if bool(keep.all()):
+                if s.keep is None:
                     view[s.new_pages, :, s.new_rows] = stored
-                elif bool(keep.any()):
-                    view[s.new_pages[keep], :, s.new_rows[keep]] = stored[keep]
+                elif s.keep.numel():
+                    view[s.new_pages[s.keep], :, s.new_rows[s.keep]] = stored[s.keep]
                 new = stored  # what a later read gets back
             out[s.dst_new] = new.float()
         return out.reshape(B, self.K, *any_rows.shape[1:])
@@ -346,32 +363,36 @@ class _Keys:
 
 class _Batch:
     """The token layout of one batched forward: the segments' new tokens concatenated (N), the
-    padded query layout [B, Q] and, per attention kind, its `_Keys` (built once per forward)."""
+    padded query layout [B, Q] and, per attention kind, its `_Keys` (built once per forward).
+    Index math runs in numpy on the host; each index tensor goes to the device once."""
 
     def __init__(self, model, segments, pools):
         spec = model.spec
         self.model, self.segs, self.pools = model, list(segments), pools
         self.device = dev = model.device
-        P = spec.page_size
-        toks = [torch.as_tensor(s.tokens, dtype=torch.int64).reshape(-1).to(dev) for s in self.segs]
+        self.P = spec.page_size
+        toks = [torch.as_tensor(s.tokens, dtype=torch.int64).reshape(-1) for s in self.segs]
         self.n = [t.numel() for t in toks]
         self.B, self.Q = len(toks), max(self.n)
-        offs = np.concatenate([[0], np.cumsum(self.n)]).tolist()
-        self.offset = offs[:-1]
-        self.last = torch.tensor([o - 1 for o in offs[1:]], device=dev)
+        offs = np.concatenate([[0], np.cumsum(self.n)]).astype(np.int64)
+        self.offset = offs[:-1].tolist()
+        self.last = torch.as_tensor(offs[1:] - 1).to(dev)
         self.pages = []
         for seg, n in zip(self.segs, self.n):
             self._check(seg, n)
             self.pages.append(self._page_tables(seg, n) if pools is not None else {})
-        self.tokens = torch.cat(toks)
-        self.pos = torch.cat([torch.arange(s.start, s.start + n, device=dev) for s, n in zip(self.segs, self.n)])
+        self.tokens = torch.cat(toks).to(dev)
+        pos = np.concatenate([np.arange(s.start, s.start + n) for s, n in zip(self.segs, self.n)])
+        self.pos = torch.as_tensor(pos).to(dev)
         # padded query rows: segment i's token j at row i*Q + j; a pad row repeats the last position
-        self.q_dst = torch.cat([i * self.Q + torch.arange(n, device=dev) for i, n in enumerate(self.n)])
-        qpos = torch.stack([torch.full((self.Q,), s.start + n - 1, device=dev) for s, n in zip(self.segs, self.n)])
-        self.qpos = qpos.reshape(-1).index_copy(0, self.q_dst, self.pos).reshape(self.B, self.Q)
+        q_dst = np.concatenate([i * self.Q + np.arange(n) for i, n in enumerate(self.n)])
+        qpos = np.repeat([s.start + n - 1 for s, n in zip(self.segs, self.n)], self.Q)
+        qpos[q_dst] = pos
+        self.q_dst = torch.as_tensor(q_dst).to(dev)
+        self.qpos = torch.as_tensor(qpos.reshape(self.B, self.Q)).to(dev)
         self._keys: dict = {}
         if spec.n_rec:
-            self._state_plan(P)
+            self._state_plan()
 
     def _check(self, seg, n) -> None:
         if n == 0:
@@ -382,32 +403,29 @@ class _Batch:
             raise ValueError("forward without pools computes from position 0 only")
 
     def _page_tables(self, seg, n) -> dict:
-        spec, dev = self.model.spec, self.device
-        P = spec.page_size
+        spec, P = self.model.spec, self.P
         end = seg.start + n
         need = -(-end // P)
-        full = _pages_tensor(seg.full_pages, dev)
-        swa = _pages_tensor(seg.swa_pages, dev)
+        full, swa = _pages_array(seg.full_pages), _pages_array(seg.swa_pages)
         uses_full = spec.n_full or any(sc.follows == "full" for sc in spec.sidecars)
-        if uses_full and full.numel() < need:
-            raise ValueError(f"forward: {need} FULL pages cover positions 0..{end - 1}, got {full.numel()}")
-        if uses_full and bool((full[:need] < 0).any()):
+        if uses_full and len(full) < need:
+            raise ValueError(f"forward: {need} FULL pages cover positions 0..{end - 1}, got {len(full)}")
+        if uses_full and (full[:need] < 0).any():
             raise ValueError("forward: a FULL page covering positions 0..{} is -1".format(end - 1))
-        if spec.n_swa and swa.numel() < need:
+        if spec.n_swa and len(swa) < need:
             raise ValueError(f"forward: {need} SWA page entries (-1 allowed) cover positions "
-                             f"0..{end - 1}, got {swa.numel()}")
+                             f"0..{end - 1}, got {len(swa)}")
         if spec.n_rec and seg.state_slot is None:
             raise ValueError("forward: rec layers need a state_slot")
-        new_pp = torch.arange(seg.start // P, need, device=dev)
         for name, pages, used in (("FULL", full, uses_full), ("SWA", swa, spec.n_swa)):
-            phys = pages[new_pp] if used else pages[:0]
+            phys = pages[seg.start // P: need] if used else pages[:0]
             phys = phys[phys >= 0]
-            if phys.numel() != torch.unique(phys).numel():
+            if len(phys) != len(np.unique(phys)):
                 raise ValueError(f"forward: two page positions of the new tokens share one {name} "
                                  f"page ({phys.tolist()}); pass -1 (SWA) for pages not kept")
         return {"full": full, "swa": swa}
 
-    def _state_plan(self, P) -> None:
+    def _state_plan(self) -> None:
         """Which segments resume a stored state, and which padded rows of the state trajectory
         go to which slots (the final state, and `saves`)."""
         dev = self.device
