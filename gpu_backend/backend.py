@@ -10,7 +10,7 @@ from .dataplane import TorchDataPlane
 from .executor import TorchExecutor
 from .model import SyntheticHybridModel
 from .pools import KVPools
-from .spec import HybridSpec
+from .spec import HybridSpec, preset_counts
 from .store import LocalDirStore
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -21,12 +21,17 @@ class TorchOptions:
     """The `torch:` section of a scenario (sizes of the synthetic model; small on CPU)."""
 
     device: str = "cpu"
+    # layers of the synthetic model, the preset's mix scaled down (`spec.scale_counts`); with
+    # fewer layers than the preset, measured step and copy times are multiplied by preset
+    # layers / these layers (`layer_scale`) before they advance the measured/realtime clock
     layers: int = 4
-    hidden: int = 64
-    num_heads: int = 4
-    head_dim: int = 16
-    state_dim: int = 32
-    vocab: int = 4096
+    # widths; None = the preset's (hidden_size, KV heads, head_dim, hidden, vocab_size): the
+    # real dimensions, for a GPU; the small defaults suit a CPU
+    hidden: int | None = 64
+    num_heads: int | None = 4
+    head_dim: int | None = 16
+    state_dim: int | None = 32
+    vocab: int | None = 4096
     dtype: str = "float32"
     layout: str = "page_first"
     store: str = "local"  # the L3 page store: "local" (a directory) or "mooncake" (Mooncake Store)
@@ -71,7 +76,8 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     tiers, auto_ack=False). Pools mirror the cache's pools per tier; MAMBA gets one scratch
     state slot and SWA a ring of scratch pages per running request beyond the core's
     (`chunk_tokens`: the longest prefill of one forward). `pace`: (data plane, executor)
-    that time transfers and steps on the engine's clock (None: their measured durations)."""
+    that time transfers and steps on the engine's clock (None: their measured durations, times
+    preset layers / model layers when `opts.layers` reduced the model)."""
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
@@ -98,9 +104,11 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
         store = make_store(opts)
-    plane = TorchDataPlane(env, pools, store, pace=pace[0])
+    scale = sum(preset_counts(preset).values()) / spec.num_layers
+    plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale)
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
-                       swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1])
+                       swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1],
+                       layer_scale=scale)
     plane.already_taken = ex.snapshot_taken
     return model, pools, plane, ex
 

@@ -18,7 +18,9 @@
 
 Every transfer is carried out at once (on a GPU the copy is waited for) and its duration
 measured (`copy_s`); when it is reported done on the engine's clock is the `pace`'s choice:
-without one, its measured duration after it started (`torch.clock: measured` or `realtime`);
+without one, its measured duration after it started (`torch.clock: measured` or `realtime`;
+times ``layer_scale``, the preset's layers over the model's when `torch.layers` reduced them:
+KV bytes scale with the layers);
 with one (a data plane such as the simulator's modelled links, `torch.clock: modelled`), when
 that data plane reports the same transfer done, so the engine's decisions do not depend on how
 long the copy took on this machine.
@@ -45,8 +47,9 @@ def _idx(x) -> list:
 class TorchDataPlane:
     """Executes Transfer and CopyState actions on `pools` and `store` (module docstring)."""
 
-    def __init__(self, env, pools, store=None, pace=None):
+    def __init__(self, env, pools, store=None, pace=None, layer_scale: float = 1.0):
         self.env = env
+        self.layer_scale = layer_scale  # without a pace: a copy lasts its measured time x this
         self.pools = pools
         self.store = store
         self.pace = pace  # None: done after the measured duration; else a data plane that times it
@@ -69,7 +72,7 @@ class TorchDataPlane:
         if self.pace is not None:
             self.pace.submit(t, lambda tid, _ok, ok=ok: on_done(tid, ok))
             return
-        ev = self.env.timeout(dt)
+        ev = self.env.timeout(dt * self.layer_scale)
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
 
     def copy_state(self, a) -> None:

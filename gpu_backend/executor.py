@@ -37,8 +37,9 @@ from .model import Segment
 
 class TorchExecutor:
     def __init__(self, env, model, pools, cache, *, scratch_base: int = 0, swa_scratch_base: int = 0,
-                 swa_scratch_pages: int = 0, record_logits: bool = False, pace=None):
+                 swa_scratch_pages: int = 0, record_logits: bool = False, pace=None, layer_scale: float = 1.0):
         self.env = env
+        self.layer_scale = layer_scale  # without a pace: a step lasts its measured time x this
         self.pace = pace  # None: a step lasts its measured time; else an executor that times it
         self.model = model
         self.pools = pools
@@ -173,7 +174,7 @@ class TorchExecutor:
         if self.pace is not None:  # the paced time first; the forward runs in settle
             yield from self.pace.execute(step)
             return
-        yield self.env.timeout(self._run(step))
+        yield self.env.timeout(self._run(step) * self.layer_scale)
 
     def settle(self, step) -> None:
         """The step's time has passed and its loads have landed (the engine calls this just

@@ -170,9 +170,7 @@ class HybridSpec:
         the preset's ``ssm_state_elements_per_layer`` to match its state bytes. Pass small
         values for CPU tests. ``sidecars``: the `SidecarConfig`s the cache names (default: the
         preset's), each a `SidecarSpec`."""
-        rec = preset.recurrent_layers or (1 if preset.state_layers else 0)
-        counts = {"full": preset.full_layers, "swa": preset.swa_layers, "rec": rec}
-        counts = scale_counts(counts, max_layers)
+        counts = scale_counts(preset_counts(preset), max_layers)
         kinds = interleave(counts["full"], counts["swa"], counts["rec"])
         return cls(kinds=kinds,
                    hidden=hidden or preset.hidden_size,
@@ -184,6 +182,12 @@ class HybridSpec:
                    page_size=page_size, mlp_mult=mlp_mult,
                    sidecars=tuple(SidecarSpec.from_config(s, page_size)
                                   for s in (preset.sidecars if sidecars is None else sidecars)))
+
+
+def preset_counts(preset) -> dict:
+    """{kind: layers} of a preset as the synthetic model reproduces it (before any reduction)."""
+    rec = preset.recurrent_layers or (1 if preset.state_layers else 0)
+    return {"full": preset.full_layers, "swa": preset.swa_layers, "rec": rec}
 
 
 def scale_counts(counts: dict, max_layers: int | None) -> dict:
@@ -223,4 +227,4 @@ def interleave(full: int, swa: int, rec: int) -> tuple:
     return tuple("full" if f else ("swa" if next(is_swa) else "rec") for f in is_full)
 
 
-__all__ = ["HybridSpec", "SidecarSpec", "KINDS", "interleave", "scale_counts"]
+__all__ = ["HybridSpec", "SidecarSpec", "KINDS", "interleave", "preset_counts", "scale_counts"]

@@ -81,10 +81,13 @@ SCHEMA = {
     },
     "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
         "device": ("cpu", "str", "cpu or cuda"),
-        "layers": (4, "int1", "an integer >= 1 (layers of the reduced model, the preset's mix)"),
-        "hidden": (64, "int1", "an integer >= 1"), "num_heads": (4, "int1", "an integer >= 1"),
-        "head_dim": (16, "int1", "an integer >= 1"), "state_dim": (32, "int1", "an integer >= 1"),
-        "vocab": (4096, "int1", "an integer >= 1"),
+        "layers": (4, "int1", "an integer >= 1 (layers of the reduced model, the preset's mix; measured "
+                   "times are scaled by the preset's layers / these)"),
+        "hidden": (64, "int1_or_none", "an integer >= 1 or null (the preset's)"),
+        "num_heads": (4, "int1_or_none", "an integer >= 1 or null (the preset's KV heads)"),
+        "head_dim": (16, "int1_or_none", "an integer >= 1 or null (the preset's)"),
+        "state_dim": (32, "int1_or_none", "an integer >= 1 or null (the hidden size)"),
+        "vocab": (4096, "int1_or_none", "an integer >= 1 or null (the preset's)"),
         "dtype": ("float32", ("choice", ("float32", "bfloat16", "float16")), "float32, bfloat16 or float16"),
         "layout": ("page_first", ("choice", ("page_first", "layer_first")), "page_first or layer_first"),
         "store": ("local", ("choice", ("local", "mooncake")), "local (a directory) or mooncake (Mooncake Store)"),

@@ -131,14 +131,15 @@ def test_sim_and_torch_make_the_same_cache_decisions(tiers):
 def test_measured_clocks_advance_by_the_measured_step_times(clock):
     """One request, no tiers: on the measured and the real-time clock the run ends exactly when
     the sum of the steps' measured durations says (the real-time one on SimPy's real-time
-    environment)."""
+    environment), scaled by the preset's layers over the reduced model's (64 / 3)."""
     import simpy.rt
 
     sc = scenario("qwen3-32b", clients=1, rounds=1, length=96, sets=[f"torch.clock={clock}"])
     eng, env, cost, _ = simulate(sc, backend="torch")
     (r,) = eng.finished
     assert isinstance(env, simpy.rt.RealtimeEnvironment) == (clock == "realtime")
-    assert eng.executor.steps == 6 and r.finish_s == eng.executor.busy_s > 0  # 2 chunks + 4 decode steps
+    assert eng.executor.steps == 6 and eng.executor.busy_s > 0  # 2 chunks + 4 decode steps
+    assert eng.executor.layer_scale == 64 / 3 and r.finish_s == pytest.approx(eng.executor.busy_s * 64 / 3, rel=1e-9)
     assert cost == f"torch cpu float32, {clock} clock"
 
 

@@ -166,3 +166,20 @@ def test_component_payloads_go_to_l3_with_the_full_store_on_l2_evict(kind):
     assert sum(r.cached_storage for r in real.finished) > 0
     assert request_rows(sim) == request_rows(real)
     assert worst_logit_error(real) <= 1e-4
+
+
+def test_null_widths_are_the_preset_s():
+    """`torch.hidden: null` (and heads, head_dim, vocab): the preset's real dimensions (for a
+    GPU); `torch.layers` keeps the preset's mix (the measured clock then scales times by 48 / 3:
+    tests/test_torch_backend.py::test_measured_clocks_advance_by_the_measured_step_times)."""
+    from gpu_backend.backend import TorchOptions
+    from gpu_backend.spec import HybridSpec, preset_counts
+
+    sc = scenario("qwen3-next-80b", sets=[f"torch.{k}=null" for k in ("hidden", "num_heads", "head_dim", "vocab")])
+    opts = TorchOptions(**sc.doc["torch"])
+    spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
+                                  head_dim=opts.head_dim, vocab=opts.vocab, page_size=16)
+    m = sc.model
+    assert (spec.hidden, spec.num_heads, spec.head_dim, spec.vocab) == (m.hidden_size, m.num_kv_heads, m.head_dim,
+                                                                        m.vocab_size)
+    assert spec.kinds == ("rec", "rec", "full") and sum(preset_counts(m).values()) == 48
