@@ -2,11 +2,13 @@
 
 Modules:
 - `gpu_backend.spec.HybridSpec`: the synthetic model's geometry, ``from_preset`` for a preset's
-  layer mix (no torch needed);
-- `gpu_backend.pools.KVPools`: FULL / SWA KV pages and recurrent state slots per tier (L1
-  device, L2 host), indexed exactly like the core's pools; batched page copies, state copies;
-- `gpu_backend.model.SyntheticHybridModel`: full, sliding-window and recurrent layers with
-  random seeded weights over paged KV; one ``forward`` for prefill chunks and decode;
+  layer mix and sidecars (no torch needed);
+- `gpu_backend.pools.KVPools`: FULL / SWA KV pages, recurrent state slots and sidecar pages per
+  tier (L1 device, L2 host), indexed exactly like the core's pools; batched page copies, state
+  copies;
+- `gpu_backend.model.SyntheticHybridModel`: full, sliding-window and recurrent layers (and
+  compressed sidecar rows) with random seeded weights over paged KV; ``forward_batch`` runs
+  many requests' prefill chunks and decodes as one batched forward (``forward``: one request);
 - `gpu_backend.store`: the L3 `PageStore` interface and `LocalDirStore` (Mooncake Store in
   `store_mooncake`);
 - `gpu_backend.dataplane` / `gpu_backend.executor`: the engine's data plane (Transfer and

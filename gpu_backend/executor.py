@@ -1,10 +1,11 @@
 """The torch step executor: runs a `Step` of the engine on the synthetic model over real pools.
 
-For every prefill entry (request, new tokens, context) and every decode request, one
-`SyntheticHybridModel.forward` over the request's page table:
+A step (its prefill entries: request, new tokens, context; and its decode requests) is ONE
+`SyntheticHybridModel.forward_batch` call, one `Segment` per request over its page table:
 
 - FULL: the pages of its cached prefix (`RadixCache.slots_of` up to its lock) followed by the
-  pages it owns (allocated per chunk and per decode page by the engine);
+  pages it owns (allocated per chunk and per decode page by the engine); sidecars that follow
+  FULL (SWA) use the same indices (the pools' index translation is the core's);
 - SWA: the prefix's SWA pages (-1 where tombstoned), then the request's own SWA pages: the
   core gives it ``min(pages, window_pages + 1)`` pages and, at insert, page i holds position
   page ``w_lo/P + i`` with ``w_lo = max(prefix, end - window_pages*P)``, so positions from
@@ -12,16 +13,19 @@ For every prefill entry (request, new tokens, context) and every decode request,
   later chunks of the same request read) go to a private ring of scratch pages beyond the
   core's pool (window + one chunk + 2 pages per running request);
 - MAMBA: the request's state runs in a scratch slot (one per running request, beyond the core's
-  slots); the core's private slot (where the reused checkpoint was copied) seeds it, and the
-  state after the token ending the request's last whole page (the position the core will
-  checkpoint) is copied back into the private slot.
+  slots); the core's private slot (where the reused checkpoint was copied) seeds it; the states
+  at the positions the core will checkpoint are written during the forward (`Segment.saves`):
+  the end of the request's last whole page into its private slot, and with
+  ``mamba_every_tokens`` each every-K snapshot into its snapshot slot (the core's insert-time
+  CopyState for a snapshot is then skipped by the data plane: `snapshot_taken`).
 
 Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV in the cache is
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
 The step's wall time is measured (CUDA-synchronised, `busy_s`); the engine's clock advances by
-it, or, with a `pace` (an executor such as the simulator's cost model, `torch.clock:
-modelled`), by the time that executor gives the same step; then the forwards run in `settle`,
-at the step's end, after any L2 -> L1 loads the engine overlapped with it have landed.
+it times `layer_scale` (the preset's layers over the model's), or, with a `pace` (an executor
+such as the simulator's cost model, `torch.clock: modelled`), by the time that executor gives
+the same step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
+the engine overlapped with it have landed.
 """
 from __future__ import annotations
 

@@ -10,7 +10,13 @@ mixer is one of
   ``a_t = sigmoid(W_a x_t + b_a)``, ``s_t = a_t * s_{t-1} + (1 - a_t) * (W_u x_t)``,
   output ``W_o (s_t * silu(W_g x_t))``; the state before position 0 is zero.
 
-One API for prefill chunks and decode: `SyntheticHybridModel.forward` (see its docstring).
+Sidecars (`spec.SidecarSpec`, DeepSeek-V4-style compressed KV): an attention layer a sidecar is
+attached to also attends over the sidecar's compressed rows (one K/V row per group of tokens,
+projected from the layer input at the group's last position, kept in the sidecar's pool at the
+pages of the component it follows).
+
+One API for prefill chunks and decode: `SyntheticHybridModel.forward_batch` runs many requests
+(`Segment`s) as one batched forward, `forward` one request (see their docstrings).
 Weights come from a seeded CPU ``torch.Generator`` and are then moved to ``device`` /
 ``dtype``, so the same seed gives the same model on every device.
 """
