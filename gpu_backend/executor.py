@@ -50,7 +50,7 @@ class TorchExecutor:
         self.cache = cache
         self.P = cache.page_size
         self.scratch_base = scratch_base  # first state slot the executor may use as scratch
-        self._scratch: dict = {}  # id(request) -> scratch slot
+        self._scratch: dict = {}  # id(request) -> (scratch slot - scratch_base, request)
         self._free_scratch: list = []
         # SWA pages of positions before a request's kept window, while it computes: a ring of
         # `swa_scratch_pages` pages per running request beyond the core's SWA pages
@@ -62,7 +62,7 @@ class TorchExecutor:
         self.prompts: dict = {}  # rid -> its prompt (model token ids), with record_logits
         self.positions: dict = {}  # rid -> [(position, logits of that token), ...] of every forward
         self.sequences: dict = {}  # rid -> prompt + output[:-1] (model token ids), with record_logits
-        self.snapshots: dict = {}  # snapshot slot -> (position, request) written during a forward
+        self.snapshots: dict = {}  # snapshot slot -> (position, private slot, request): written in a forward
         self.busy_s = 0.0
         self.steps = 0
         self.batches: list = []  # (prefill chunks, decodes) of each step, all in one forward
@@ -98,32 +98,47 @@ class TorchExecutor:
                 out[q] = scratch[q % S]
         return out
 
+    @staticmethod
+    def _claim(table: dict, free: list, r) -> int:
+        """r's index in `table` (id(r) -> (index, r)): its own, else a free one, else the next
+        new one. With none free, requests retracted since they took one (the engine released
+        them: ``started`` is False) give theirs back first: a retracted request starts over."""
+        got = table.get(id(r))
+        if got is not None:
+            return got[0]
+        if not free:
+            for k, (i, x) in list(table.items()):
+                if not x.started:
+                    del table[k]
+                    free.append(i)
+        i = free.pop() if free else len(table)
+        table[id(r)] = (i, r)
+        return i
+
     def _swa_block(self, r) -> list:
-        b = self._swa.get(id(r))
-        if b is None:
-            b = self._free_swa.pop() if self._free_swa else len(self._swa)
-            self._swa[id(r)] = b
+        b = self._claim(self._swa, self._free_swa, r)
         return list(range(self.swa_scratch_base + b * self.swa_scratch_pages,
                           self.swa_scratch_base + (b + 1) * self.swa_scratch_pages))
 
     def _state(self, r, start: int) -> int | None:
         if self.cache.mamba is None:
             return None
-        s = self._scratch.get(id(r))
-        if s is None:
-            s = self._free_scratch.pop() if self._free_scratch else self.scratch_base + len(self._scratch)
-            self._scratch[id(r)] = s
+        s = self.scratch_base + self._claim(self._scratch, self._free_scratch, r)
         if start == r.match.cached_tokens and start > 0:  # first compute of this admission:
             self.pools.copy_state("L1", [int(r.states[0])], [s])  # seed with the reused checkpoint
         return s
 
+    @property
+    def scratch_in_use(self) -> int:
+        """Scratch state slots and SWA scratch rings held by requests (finished ones hold none)."""
+        return len(self._scratch) + len(self._swa)
+
     def release(self, r) -> None:
-        s = self._scratch.pop(id(r), None)
-        if s is not None:
-            self._free_scratch.append(s)
-        b = self._swa.pop(id(r), None)
-        if b is not None:
-            self._free_swa.append(b)
+        """r finished: its scratch state slot and SWA scratch ring are free again."""
+        for table, free in ((self._scratch, self._free_scratch), (self._swa, self._free_swa)):
+            got = table.pop(id(r), None)
+            if got is not None:
+                free.append(got[0])
 
     # -- one step: one batched forward ------------------------------------------------------
     def _saves(self, r, start: int, end: int) -> tuple:

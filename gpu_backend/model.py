@@ -137,8 +137,8 @@ class SyntheticHybridModel:
         inputs, LM head) as one matrix; attention is one ``scaled_dot_product_attention`` per
         layer over a padded batch: each segment's queries against its keys (prefix KV gathered
         from the paged pool, then its new tokens' KV; sidecar rows alike) under a per-segment
-        causal / window mask; the recurrence advances all segments' states together, one
-        vector step per token position. Returns per segment the logits of its last token
+        causal / window mask; the recurrence advances all segments' states together (a
+        chunked scan). Returns per segment the logits of its last token
         ``[vocab]`` (``logits="last"``: all an engine needs) or of all its tokens ``[n, vocab]``
         (``"all"``)."""
         if logits not in ("last", "all"):
@@ -163,21 +163,20 @@ class SyntheticHybridModel:
     def _attention(self, lw, h, b, layer, kind, gi):
         spec = self.spec
         nh, hd, D = spec.num_heads, spec.head_dim, spec.kv_width
+        keys = b.keys(kind)
         q, k, v = (h @ lw["w_qkv"]).chunk(3, dim=-1)
         q = self._rope(q.reshape(-1, nh, hd), b.pos)
         k = self._rope(k.reshape(-1, nh, hd), b.pos)
-        rows = {kind: torch.stack([k.reshape(-1, D), v.reshape(-1, D)], 1)}  # [N, 2, D]
-        for sc, _ in spec.attached(layer):
-            src = b.keys(kind).source(sc.name)
-            hs = h[src.new_sel]
-            kc, vc = (hs @ lw["w_" + sc.name]).chunk(2, dim=-1)
-            kc = self._rope(kc.reshape(-1, nh, hd), b.pos[src.new_sel]).reshape(-1, D)
-            rows[sc.name] = torch.stack([kc, vc], 1)
-        layers = {kind: gi, **{sc.name: i for sc, i in spec.attached(layer)}}
-        kv = b.keys(kind).gather_and_write(rows, layers, b.pools)  # [B, K, 2, D] float32
-        out = F.scaled_dot_product_attention(b.pad_queries(q.float()), kv[:, :, 0].reshape(b.B, -1, nh, hd)
-                                             .transpose(1, 2), kv[:, :, 1].reshape(b.B, -1, nh, hd).transpose(1, 2),
-                                             attn_mask=b.keys(kind).mask)
+        rows = {kind: torch.stack([k.reshape(-1, D), v], 1)}  # new rows [N, 2, D] per pool
+        layers = {kind: gi}
+        for sc, idx in spec.attached(layer):  # compressed rows at the new group ends
+            sel = keys.source(sc.name).new_sel
+            kc, vc = (h[sel] @ lw["w_" + sc.name]).chunk(2, dim=-1)
+            rows[sc.name] = torch.stack([self._rope(kc.reshape(-1, nh, hd), b.pos[sel]).reshape(-1, D), vc], 1)
+            layers[sc.name] = idx
+        kv = keys.gather_and_write(rows, layers, b.pools)  # [B, K, 2, D] float32
+        k_all, v_all = (kv[:, :, i].reshape(b.B, -1, nh, hd).transpose(1, 2) for i in (0, 1))
+        out = F.scaled_dot_product_attention(b.pad_queries(q.float()), k_all, v_all, attn_mask=keys.mask)
         return b.unpad(out.transpose(1, 2).reshape(b.B * b.Q, D)).to(h.dtype) @ lw["w_out"]
 
     def _recurrence(self, lw, h, b, gi):

@@ -183,3 +183,17 @@ def test_null_widths_are_the_preset_s():
     assert (spec.hidden, spec.num_heads, spec.head_dim, spec.vocab) == (m.hidden_size, m.num_kv_heads, m.head_dim,
                                                                         m.vocab_size)
     assert spec.kinds == ("rec", "rec", "full") and sum(preset_counts(m).values()) == 48
+
+
+def test_retracted_requests_start_over_with_exact_logits():
+    """Decode outgrows a small L1 (new_token_ratio 0): the engine retracts requests while others
+    run; the executor's scratch state slots and SWA rings of a retracted request are reclaimed
+    (none is left at the end), its recomputation is exact and the decisions the simulator's."""
+    sc = scenario(MODELS["full+swa+mamba"], l1=384, rounds=2, length=48,
+                  sets=["workload.output_length=64", "engine.new_token_ratio=0"])
+    sim, *_ = simulate(sc)
+    eng, *_ = simulate(sc, backend="torch", record_logits=True)
+    assert eng.counters["retractions"] == sim.counters["retractions"] == 3
+    assert request_rows(sim) == request_rows(eng)
+    assert worst_logit_error(eng) <= 1e-4
+    assert eng.executor.scratch_in_use == 0
