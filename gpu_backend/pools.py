@@ -45,8 +45,8 @@ def component_name(component: str, sidecars=()) -> str:
         return _ALIASES[component]
     if component in sidecars:
         return component
-    raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba"
-                   + "".join(f", {s}" for s in sidecars) + ")")
+    raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba; "
+                   f"sidecars: {', '.join(sidecars) or 'none'})")
 
 
 def _as_index(idx) -> torch.Tensor:
