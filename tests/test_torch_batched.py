@@ -62,9 +62,10 @@ def worst_logit_error(eng) -> float:
     return worst
 
 
-@pytest.mark.parametrize("kind", list(MODELS))
-def test_batched_prefill_and_decode_logits_equal_no_cache(kind):
-    eng, *_ = simulate(scenario(MODELS[kind]), backend="torch", record_logits=True)
+@pytest.mark.parametrize("kind,layout", [(k, "page_first") for k in MODELS] +
+                         [("full+swa+mamba", "layer_first"), ("sidecars", "layer_first")])
+def test_batched_prefill_and_decode_logits_equal_no_cache(kind, layout):
+    eng, *_ = simulate(scenario(MODELS[kind], sets=[f"torch.layout={layout}"]), backend="torch", record_logits=True)
     ex = eng.executor
     assert len(eng.finished) == 12
     assert sum(r.cached_tokens for r in eng.finished) > 0  # prefixes were reused
