@@ -45,19 +45,14 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     same on SimPy's real-time environment: idle gaps are slept)."""
     import simpy
 
-    from scenarios.presets import transfer_shards
-    from sim.simulator import build
-
     t0 = time.perf_counter()
-    tiered = sc.cache.tiers is not None
-    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=not tiered)
     if backend == "torch":
+        cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None)
         env, eng, cost = _torch_engine(sc, cache, device, record_logits, store)
     elif backend == "sim":
         env = simpy.Environment()
-        cost = make_cost(sc)
-        eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
-                    layers=sc.model.num_layers)
+        eng, cost = sim_engine(env, sc)
+        cache = eng.cache
     else:
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     source, total = _source(env, eng, sc.workload)
@@ -72,6 +67,18 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     eng.check_finished(total)
     invariants.check(cache)
     return eng, env, cost, time.perf_counter() - t0
+
+
+def sim_engine(env, sc):
+    """One engine of scenario `sc` on the simulated plug-ins (links, cost model): (engine, cost)."""
+    from scenarios.presets import transfer_shards
+    from sim.simulator import build
+
+    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None)
+    cost = make_cost(sc)
+    eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
+                layers=sc.model.num_layers)
+    return eng, cost
 
 
 def _torch_engine(sc, cache, device, record_logits, store=None):
@@ -260,7 +267,14 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
     summary.json, tree.json (and the per-round plots and report.html) to out_dir, which then
     holds exactly this run (`outputs.result_dir`: written beside it, renamed into place at
     the end; checked before simulating). Returns the summary (plus wall time under the key
-    "_wall_s", not written to summary.json so that runs compare byte for byte)."""
+    "_wall_s", not written to summary.json so that runs compare byte for byte). A scenario
+    with a `fleet:` section runs as a fleet (`fleet_run.run_fleet`)."""
+    if sc.fleet is not None:
+        from .fleet_run import run_fleet
+
+        if backend != "sim":
+            raise ValueError(f"a fleet scenario runs on the sim backend only, not {backend!r}")
+        return run_fleet(sc, out_dir, command=command, progress=progress, plots=plots)
     with result_dir(out_dir) as out:
         eng, env, cost, wall = simulate(sc, progress=progress, backend=backend, device=device)
         _status(progress, f"writing the results to {out_dir}")
@@ -311,4 +325,4 @@ def _status(enabled: bool, text: str) -> None:
         sys.stderr.write(f"radixsim: {text}\n")
 
 
-__all__ = ["run_scenario", "simulate", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]
+__all__ = ["run_scenario", "simulate", "sim_engine", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]

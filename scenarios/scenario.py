@@ -122,6 +122,7 @@ class Scenario:
     cost_table: str | None
     source: str
     warnings: tuple = ()  # legal but odd settings (tier sizes), one line each, for the command to show once
+    fleet: object = None  # scenarios.fleet.FleetSpec of a `fleet:` section (None: one engine)
 
     @property
     def seed(self) -> int:
@@ -131,6 +132,7 @@ class Scenario:
 def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     """Validate and resolve a raw scenario mapping (ScenarioError on any problem)."""
     doc = _validate(raw, SCHEMA, where)
+    fleet = doc.pop("fleet")  # None: one engine (config.yaml as before)
     model = _preset(doc, "model", presets.resolve_model, where)
     hw = _preset(doc, "hardware", presets.resolve_hardware, where)
     tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
@@ -276,8 +278,14 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         table = str(beside)
     doc["tp"] = tp
     warnings = tuple(tier_warnings(l1, c["l2_tokens"], l3, l3_given)) if tiers is not None else ()
+    spec = None
+    if fleet is not None:
+        from .fleet import resolve_fleet
+
+        spec = resolve_fleet(raw, fleet, where, resolve)
+        doc["fleet"] = spec.doc
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
-                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings)
+                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec)
 
 
 @dataclass(frozen=True)

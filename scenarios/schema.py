@@ -14,7 +14,8 @@ from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
 from .workloads import READY_QUEUE_POLICIES
 
-REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
+REPLAY_ONLY_POLICIES = ("belady",)
+FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check (their readers do)  # needs every future request up front
 
 
 class ScenarioError(ValueError):
@@ -103,6 +104,7 @@ SCHEMA = {
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
+    "fleet": (None, "fleet", "null or a mapping: engines, groups, router, ... (scenarios/fleet.py, docs/fleet.md)"),
 }
 
 
@@ -156,6 +158,7 @@ def _ok(check, v) -> bool:
         "rate": lambda: (num and v > 0) or (isinstance(v, str) and v.lower() in ("inf", "infinity")),
         "bool": lambda: isinstance(v, bool),
         "mapping": lambda: isinstance(v, dict),
+        "fleet": lambda: v is None or isinstance(v, dict),
         "pos": lambda: num and v > 0 and math.isfinite(v),
         "range": lambda: (isinstance(v, (list, tuple)) and len(v) == 2 and all(
             isinstance(x, numbers.Real) and not isinstance(x, bool) for x in v)),
@@ -211,7 +214,7 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
     parts = key.split(".")
     node, schema = raw, SCHEMA
     for i, part in enumerate(parts):
-        if isinstance(schema, tuple) and schema[1] == "mapping":  # free-form mapping (cost.efficiency)
+        if isinstance(schema, tuple) and schema[1] in FREE_FORM:  # free-form mapping (cost.efficiency, fleet)
             for p in parts[i:-1]:
                 node = node.setdefault(p, {})
             node[parts[-1]] = value
@@ -227,7 +230,7 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             return
         if i == len(parts) - 1:
             node[part] = value
-        elif isinstance(schema, tuple) and schema[1] == "mapping":
+        elif isinstance(schema, tuple) and schema[1] in FREE_FORM:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]

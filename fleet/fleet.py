@@ -1,0 +1,103 @@
+"""A fleet: many engines, each its own cache core, behind a router, in ONE SimPy environment.
+
+`Fleet` stands where a single engine stands for the clients (sim/simulator.py, sim/agent_clients.py,
+sim/program_clients.py): ``arrive``, ``close_input``, ``close_session``, ``listeners``, ``P``.
+Each arrival is routed (`fleet.routers`) and handed to that engine's ``arrive`` unchanged, so a
+fleet of one engine is the single-engine run exactly.
+
+A shared L3 (``fleet.shared_l3``): one store object (cache_core.store, the first engine's
+configuration: capacity, model) replaces each engine's own (``cache.hier.storage``, a public
+attribute; no cache_core change), and one pair of L3 links (the first engine's hardware numbers)
+replaces each engine's own, so capacity and bandwidth are shared and a page one engine stored
+is a storage hit for every other.
+"""
+from __future__ import annotations
+
+from cache_core.actions import L2, L3
+from cache_core.store import make_store
+
+from .routers import make_router
+
+
+class Fleet:
+    def __init__(self, engines: list, router, roles=None):
+        self.engines = engines
+        self.router = router
+        self.roles = roles or ["both"] * len(engines)
+        self.P = engines[0].P
+        self.listeners: list = []
+        self.engine_of: dict = {}  # rid -> engine index
+        self.arrived = 0
+        router.engines = engines
+        for i, e in enumerate(engines):
+            e.listeners.append(lambda r, i=i: self._finished(r, i))
+
+    def now(self) -> float:
+        return self.engines[0].clock.now()
+
+    def arrive(self, req) -> None:
+        self.arrived += 1
+        i = self.router.pick(req, self.now())
+        self.engine_of[req.rid] = i
+        self.router.routed(req, i, self.now())
+        self.engines[i].arrive(req)
+
+    def _finished(self, r, i: int) -> None:
+        self.router.finished(r, i, self.now())
+        for f in self.listeners:
+            f(r)
+
+    def close_input(self) -> None:
+        for e in self.engines:
+            e.close_input()
+
+    def close_session(self, session_id) -> None:
+        for e in self.engines:
+            e.close_session(session_id)
+
+    def check_finished(self, expected: int | None = None) -> None:
+        for e in self.engines:
+            e.check_finished()
+        done = sum(len(e.finished) for e in self.engines)
+        if expected is not None and done != expected:
+            from cache_core.engine import EngineStalled
+
+            raise EngineStalled(f"the fleet finished {done} of {expected} requests")
+
+
+def share_l3(engines: list, sc) -> object:
+    """One store and one pair of L3 links for every engine (see the module docstring)."""
+    from sim.links import Link
+
+    first = engines[0]
+    store = make_store(sc.cache.tiers, sc.cache.page_size)
+    env, hw = first.links.links[(L3, L2)].env, sc.hardware
+    down = Link(env, "L3->L2", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
+    up = Link(env, "L2->L3", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
+    for e in engines:
+        e.cache.hier.storage = store
+        e.links.links[(L3, L2)] = down
+        e.links.links[(L2, L3)] = up
+    return store
+
+
+def build_fleet(env, sc, make_engine):
+    """(Fleet, costs, shared store or None) of scenario `sc` with a `fleet:` section;
+    ``make_engine(env, engine_scenario) -> (engine, cost)`` builds each engine."""
+    spec = sc.fleet
+    built = [make_engine(env, esc) for esc in spec.engines]
+    engines = [e for e, _ in built]
+    store = share_l3(engines, spec.engines[0]) if spec.shared_l3 else None
+    router = make_router(spec.router, len(engines), page_size=engines[0].P, seed=sc.seed)
+    if hasattr(router, "capacity_pages"):
+        router.capacity_pages = [_capacity_pages(esc) for esc in spec.engines]
+    return Fleet(engines, router, list(spec.roles)), [c for _, c in built], store
+
+
+def _capacity_pages(sc) -> int | None:
+    """L1 + L2 pages of an engine (what a KV-event indexer can see it hold)."""
+    l2 = 0 if sc.cache.tiers is None else int(sc.doc["cache"]["l2_tokens"] or 0)
+    return (sc.cache.capacity_tokens + l2) // sc.cache.page_size
+
+
+__all__ = ["Fleet", "build_fleet", "share_l3"]

@@ -1,0 +1,60 @@
+"""The router contract and the accounting every router shares.
+
+A router sees what a real one sees at the moment a request arrives: the request (its tokens,
+page keys, session id) and its own bookkeeping of what it sent where and what has finished
+(`Router.outstanding`, `Router.outstanding_tokens`). Only the oracle is handed the engines
+themselves (`Router.engines`, set by the fleet) and reads their exact caches.
+
+Lifecycle: ``pick(req, now) -> engine index``; then the fleet calls ``routed(req, i, now)``
+and, when the request finishes on engine i, ``finished(req, i, now)``. Ties always go to the
+lowest engine index, so every router is deterministic (a seeded one draws from ``self.rng``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Router:
+    name = "base"
+
+    def __init__(self, n: int, *, page_size: int, seed: int = 0):
+        self.n = n
+        self.P = page_size
+        self.rng = np.random.default_rng(seed)
+        self.outstanding = [0] * n  # requests routed to each engine and not finished
+        self.outstanding_tokens = [0] * n  # their prompt + output tokens (queued + running work)
+        self.engines = None  # the oracle's view only
+
+    def pick(self, req, now: float) -> int:
+        raise NotImplementedError
+
+    def routed(self, req, i: int, now: float) -> None:
+        self.outstanding[i] += 1
+        self.outstanding_tokens[i] += req.prompt_tokens + req.output_length
+
+    def finished(self, req, i: int, now: float) -> None:
+        self.outstanding[i] -= 1
+        self.outstanding_tokens[i] -= req.prompt_tokens + req.output_length
+
+    def prompt_keys(self, req) -> list:
+        """The stable keys (cache_core.keys) of the prompt's whole pages."""
+        return req.seq.page_keys(self.P)[: req.prompt_tokens // self.P].tolist()
+
+
+def argmin(values) -> int:
+    """Index of the smallest value, the lowest index among equals."""
+    best = 0
+    for i, v in enumerate(values):
+        if v < values[best]:
+            best = i
+    return best
+
+
+def leading(keys: list, present) -> int:
+    """How many of `keys`, from the first, are in `present` (a prefix run of pages)."""
+    n = 0
+    for k in keys:
+        if k not in present:
+            break
+        n += 1
+    return n

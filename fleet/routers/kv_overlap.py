@@ -1,0 +1,70 @@
+"""KV-overlap scoring as Dynamo's KV router does (ai-dynamo/dynamo, lib/llm/src/kv_router/
+scheduler.rs, `DefaultWorkerSelector::select_worker`; docs/architecture/kv_cache_routing.md):
+
+    logit_i = overlap_score_weight x potential_prefill_blocks_i + potential_active_blocks_i
+
+with ``potential_prefill_blocks = (prompt tokens - overlap_blocks_i x block) / block`` and
+``potential_active_blocks`` the blocks of the requests the router has in flight on engine i
+plus this request's; the lowest logit wins (temperature 0; ties: the lowest index). Weight 1 by
+default (``--kv-overlap-score-weight``).
+
+Overlap comes from the engines' KV events as the router's indexer receives them: when a request
+finishes on engine i, the engine has stored its blocks (prompt + output, whole pages) and that
+"stored" event reaches the indexer ``staleness_s`` later. The core publishes no eviction events,
+so "removed" events are approximated: each engine's index keeps at most the engine's L1 + L2
+capacity in blocks, least recently stored first out (stated in docs/fleet.md)."""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from .base import Router, argmin, leading
+
+
+class KvOverlap(Router):
+    name = "kv_overlap"
+
+    def __init__(self, n, *, overlap_score_weight: float = 1.0, staleness_s: float = 0.0, **kw):
+        super().__init__(n, **kw)
+        self.weight = float(overlap_score_weight)
+        self.staleness_s = float(staleness_s)
+        self.index = [OrderedDict() for _ in range(n)]
+        self.capacity_pages = [None] * n  # set by the fleet from each engine's L1 (+ L2) size
+        self._events: list = []  # heap of (visible at, seq, engine, keys)
+        self._seq = 0
+        self.active_blocks = [0] * n
+
+    def _blocks(self, req) -> int:
+        return -(-(req.prompt_tokens + req.output_length) // self.P)
+
+    def _apply_events(self, now: float) -> None:
+        ev = self._events
+        while ev and ev[0][0] <= now:
+            _, _, i, keys = heapq.heappop(ev)
+            idx, cap = self.index[i], self.capacity_pages[i]
+            for k in reversed(keys):
+                idx[k] = None
+                idx.move_to_end(k)
+            while cap is not None and len(idx) > cap:
+                idx.popitem(last=False)
+
+    def pick(self, req, now):
+        self._apply_events(now)
+        keys = self.prompt_keys(req)
+        new = self._blocks(req)
+        logits = [self.weight * (req.prompt_tokens - leading(keys, self.index[i]) * self.P) / self.P
+                  + self.active_blocks[i] + new for i in range(self.n)]
+        return argmin(logits)
+
+    def routed(self, req, i, now):
+        super().routed(req, i, now)
+        self.active_blocks[i] += self._blocks(req)
+
+    def finished(self, req, i, now):
+        super().finished(req, i, now)
+        self.active_blocks[i] -= self._blocks(req)
+        if req.rejected:
+            return
+        self._seq += 1
+        keys = req.seq.page_keys(self.P).tolist()
+        heapq.heappush(self._events, (now + self.staleness_s, self._seq, i, keys))

@@ -1,0 +1,12 @@
+"""Least-load: the engine with the fewest queued + running tokens the router sent it (prompt
++ output of its unfinished requests); the lowest index among equals."""
+from __future__ import annotations
+
+from .base import Router, argmin
+
+
+class LeastLoad(Router):
+    name = "least_load"
+
+    def pick(self, req, now):
+        return argmin(self.outstanding_tokens)

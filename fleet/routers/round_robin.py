@@ -1,0 +1,17 @@
+"""Round-robin: request k goes to engine k mod N (sgl-router's ``round_robin``)."""
+from __future__ import annotations
+
+from .base import Router
+
+
+class RoundRobin(Router):
+    name = "round_robin"
+
+    def __init__(self, n, **kw):
+        super().__init__(n, **kw)
+        self._next = 0
+
+    def pick(self, req, now):
+        i = self._next
+        self._next = (i + 1) % self.n
+        return i

@@ -1,0 +1,192 @@
+"""`radixsim run` on a scenario with a `fleet:` section: every engine in one SimPy environment
+(fleet/), then the usual result files with an ``engine`` column, plus ``engines.csv`` (one row
+per engine) and ``fleet.json`` (load balance, hit by tier, TTFT/TPOT percentiles, SLO
+attainment and goodput, per engine and for the fleet; summary.json carries it as ``fleet``).
+
+A fleet of one engine writes what the single-engine run writes, byte for byte, apart from the
+``engine`` column (last in requests.csv and timeline.csv), summary.json's ``fleet`` key and
+config.yaml's ``fleet`` section (tests/test_fleet.py)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import results
+from .outputs import result_dir
+from .run import _plots, _progress, _source, _status, request_rows, sim_engine, summarise, timeline_rows
+
+ENGINE_COLUMNS = ["engine", "role", "requests", "prompt_tokens", "hit_rate", "hit_rate_device", "hit_rate_host",
+                  "hit_rate_storage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
+                  "slo_attainment", "goodput_rps", "busy_s", "utilisation"]
+
+
+def simulate_fleet(sc, *, progress: bool = False):
+    """Run fleet scenario `sc` to completion: (fleet, env, costs, shared store or None, wall s)."""
+    import simpy
+
+    from cache_core import invariants
+    from fleet.fleet import build_fleet
+
+    t0 = time.perf_counter()
+    env = simpy.Environment()
+    fleet, costs, store = build_fleet(env, sc, sim_engine)
+    source, total = _source(env, fleet, sc.workload)
+    bar = _progress(total, progress, sc.doc.get("name") or "fleet")
+    if bar is not None:
+        fleet.listeners.append(lambda r: bar.update())
+    env.process(source)
+    for e in fleet.engines:
+        env.process(e.loop())
+    env.run()
+    if bar is not None:
+        bar.close()
+    fleet.check_finished(total)
+    for e in fleet.engines:
+        invariants.check(e.cache)
+    return fleet, env, costs, store, time.perf_counter() - t0
+
+
+def fleet_rows(fleet) -> list:
+    """requests.csv rows of every engine, by rid, each with its ``engine``."""
+    rows = []
+    for i, e in enumerate(fleet.engines):
+        for row in request_rows(e):
+            row["engine"] = i
+            rows.append(row)
+    rows.sort(key=lambda r: r["rid"])
+    return rows
+
+
+def _pct(a, q):
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+def _tpot(r) -> float | None:
+    if r["rejected"] or r["ttft_s"] is None or r["output_tokens"] <= 1:
+        return None
+    return (r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1)
+
+
+def slo_metrics(rows, ttft_s: float, tpot_s: float, duration: float) -> dict:
+    """Latency percentiles, SLO attainment (share of requests with TTFT <= ttft_s and TPOT <=
+    tpot_s; rejected ones fail; one output token: TTFT only) and goodput (requests, and their
+    prompt + output tokens, meeting both per second of the run: DistServe's goodput)."""
+    ok = [r for r in rows if not r["rejected"] and r["ttft_s"] is not None]
+    ttft = [r["ttft_s"] for r in ok]
+    tpots = [t for t in (_tpot(r) for r in ok) if t is not None]
+    good = [r for r in ok if r["ttft_s"] <= ttft_s and (_tpot(r) is None or _tpot(r) <= tpot_s)]
+    per_s = (lambda x: x / duration) if duration > 0 else (lambda x: None)
+    return {"ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
+            "tpot_p50_s": _pct(tpots, 50), "tpot_p90_s": _pct(tpots, 90), "tpot_p99_s": _pct(tpots, 99),
+            "slo_attainment": results.rate(len(good), len(rows)), "goodput_rps": per_s(len(good)),
+            "goodput_tokens_per_s": per_s(sum(r["prompt_tokens"] + r["output_tokens"] for r in good))}
+
+
+def _sum_tree(values: list):
+    """Numbers summed, mappings key by key, anything else the first value (one value: itself)."""
+    if len(values) == 1:
+        return values[0]
+    if all(isinstance(v, dict) for v in values):
+        keys = list(dict.fromkeys(k for v in values for k in v))
+        return {k: _sum_tree([v[k] for v in values if k in v]) for k in keys}
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return sum(values)
+    return values[0]
+
+
+def _shared_stats(tree, stats: dict):
+    """`tree` with every key of the shared store's `stats` set to its value once (not summed)."""
+    if not isinstance(tree, dict):
+        return tree
+    return {k: stats[k] if k in stats else _shared_stats(v, stats) for k, v in tree.items()}
+
+
+def engine_table(fleet, rows, spec, duration: float) -> list:
+    out = []
+    for i, e in enumerate(fleet.engines):
+        mine = [r for r in rows if r["engine"] == i]
+        t = results.totals(mine, [])
+        m = slo_metrics(mine, spec.slo_ttft_s, spec.slo_tpot_s, duration)
+        busy = e.executor.busy_s
+        out.append({"engine": i, "role": fleet.roles[i], "requests": t["requests"],
+                    "prompt_tokens": t["total_prompt_tokens"], **{k: t[k] for k in ENGINE_COLUMNS[4:8]},
+                    **{k: m[k] for k in ENGINE_COLUMNS[8:15]}, "busy_s": busy,
+                    "utilisation": busy / duration if duration > 0 else None})
+    return out
+
+
+def _balance(values) -> dict:
+    a = np.asarray(values, dtype=float)
+    mean = float(a.mean()) if len(a) else 0.0
+    return {"max_over_mean": float(a.max() / mean) if mean > 0 else None,
+            "cv": float(a.std() / mean) if mean > 0 else None, "min": float(a.min()), "max": float(a.max())}
+
+
+def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
+    t = results.totals(rows, [])
+    router = fleet.router
+    stats = {k: v if not isinstance(v, list) else len(v) for k, v in
+             (("moves", getattr(router, "moves", None)), ("balanced_picks", getattr(router, "balanced_picks", None)),
+              ("imbalanced_picks", getattr(router, "imbalanced_picks", None))) if v is not None}
+    return {"engines": len(fleet.engines), "router": spec.router, "router_stats": stats,
+            "shared_l3": spec.shared_l3, "slo_ttft_s": spec.slo_ttft_s, "slo_tpot_s": spec.slo_tpot_s,
+            **{k: t[k] for k in ("requests", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage")},
+            **slo_metrics(rows, spec.slo_ttft_s, spec.slo_tpot_s, duration),
+            "load_balance": {"requests": _balance([e["requests"] for e in engines]),
+                             "prompt_tokens": _balance([e["prompt_tokens"] for e in engines]),
+                             "busy_s": _balance([e["busy_s"] for e in engines])},
+            "per_engine": engines}
+
+
+def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) -> tuple[dict, list]:
+    """The result files of a finished fleet run; (summary, rounds)."""
+    from cache_core.snapshot import snapshot
+
+    rows = fleet_rows(fleet)
+    results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + ["engine"])
+    rounds = results.round_table(rows)
+    if rounds:
+        results.write_rounds(out, rounds)
+    per = [summarise(e, [r for r in rows if r["engine"] == i], [], env.now) for i, e in enumerate(fleet.engines)]
+    summary = summarise(fleet.engines[0], rows, rounds, env.now)
+    for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "cache"):
+        if k in summary:
+            summary[k] = _sum_tree([p[k] for p in per])
+    if store is not None:
+        summary["cache"] = _shared_stats(summary["cache"], store.stats())
+    start = min((r["arrival_s"] for r in rows), default=0.0)
+    header, trows = None, []
+    for i, e in enumerate(fleet.engines):
+        h, tr = timeline_rows(e, summary["duration_s"] + start if rows else 0.0)
+        header = h + ["engine"]
+        trows += [row + [i] for row in tr]
+    results.write(out / "timeline.csv", trows, columns=header)
+    engines = engine_table(fleet, rows, sc.fleet, summary["duration_s"])
+    results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS)
+    fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
+    results.write(out / "fleet.json", fs)
+    summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
+    results.write_summary(out, summary)
+    doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(costs[0])}}
+    results.write_config(out, doc, seed=sc.seed, command=command)
+    results.write(out / "tree.json", snapshot(fleet.engines[0].cache))  # engine 0's cache at the end
+    return summary, rounds
+
+
+def run_fleet(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True) -> dict:
+    """Simulate fleet scenario `sc` and write its result directory (as `run.run_scenario`)."""
+    with result_dir(out_dir) as out:
+        fleet, env, costs, store, wall = simulate_fleet(sc, progress=progress)
+        _status(progress, f"writing the results to {out_dir}")
+        summary, rounds = write_fleet(out, sc, fleet, env, costs, store, command)
+        if plots:
+            _status(progress, "drawing the plots and report.html")
+            _plots(out, Path(os.path.abspath(out_dir)), bool(rounds))
+    summary["_wall_s"] = wall
+    return summary
+
+
+__all__ = ["run_fleet", "simulate_fleet", "fleet_rows", "slo_metrics", "ENGINE_COLUMNS"]

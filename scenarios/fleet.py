@@ -1,0 +1,161 @@
+"""The ``fleet:`` section of a scenario: many engines behind a router (docs/fleet.md).
+
+    fleet:
+      engines: 4                 # identical engines (the scenario's own model, hardware, cache, engine)
+      groups:                    # or: groups of engines, each overriding the scenario's keys
+        - {count: 2, hardware: h100x1, cache: {l1_tokens: 200000}}
+        - {count: 2}
+      router: round_robin        # or {kind: cache_aware, balance_abs_threshold: 64, ...}
+      shared_l3: false           # one L3 store (capacity and links) for every engine
+      slo_ttft_s: 2.0            # SLO targets for attainment and goodput
+      slo_tpot_s: 0.1
+      pd: null                   # P/D disaggregation: {kv_bytes_per_s, kv_latency_s, decode_router}
+      dp: 1                      # DP attention: ranks per engine, each with its own tree
+      dp_router: round_robin     # the engine's internal dispatcher
+
+A group may override ``model``, ``hardware``, ``tp``, ``cache`` and ``engine`` (nested as in
+the scenario) and names its ``role`` (``both``; with ``pd``: ``prefill`` or ``decode``). Each
+engine is resolved as a scenario of its own (`resolve_fleet`), so heterogeneous fleets work;
+the workload and seed are the fleet's. Router names are checked by the fleet package's registry.
+"""
+from __future__ import annotations
+
+import copy
+import numbers
+from dataclasses import dataclass
+
+from .schema import ScenarioError
+
+ROLES = ("both", "prefill", "decode")
+GROUP_KEYS = ("count", "role", "model", "hardware", "tp", "cache", "engine")
+FLEET_KEYS = ("engines", "groups", "router", "shared_l3", "slo_ttft_s", "slo_tpot_s", "pd", "dp", "dp_router")
+PD_KEYS = {"kv_bytes_per_s": 50e9, "kv_latency_s": 20e-6, "decode_router": "least_load"}
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    """A resolved fleet: one resolved `Scenario` per engine (in order), their roles, and the
+    router, SLO, P/D and DP settings (``doc``: the section as config.yaml records it)."""
+
+    engines: tuple
+    roles: tuple
+    router: dict
+    shared_l3: bool
+    slo_ttft_s: float
+    slo_tpot_s: float
+    pd: dict | None
+    dp: int
+    dp_router: dict
+    doc: dict
+
+
+def _router(v, key: str, where: str) -> dict:
+    if isinstance(v, str):
+        return {"kind": v}
+    if isinstance(v, dict) and isinstance(v.get("kind"), str):
+        return dict(v)
+    raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected a router name or a mapping {{kind: NAME, ...}}")
+
+
+def _number(v, key: str, where: str, lo_open: float = 0.0) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > lo_open:
+        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected a number > {lo_open:g}")
+    return float(v)
+
+
+def _count(v, key: str, where: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected an integer >= 1")
+    return int(v)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`over` onto a copy of `base`: mappings merge key by key (cache, engine), the rest replaces."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if k in ("cache", "engine") and isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _groups(f: dict, where: str) -> list:
+    groups = f.get("groups")
+    if groups is None:
+        return [{"count": _count(f.get("engines", 1), "engines", where)}]
+    if not isinstance(groups, list) or not groups or not all(isinstance(g, dict) for g in groups):
+        raise ScenarioError(f"{where}: fleet.groups: got {groups!r}; expected a list of mappings")
+    for i, g in enumerate(groups):
+        for k in g:
+            if k not in GROUP_KEYS:
+                raise ScenarioError(f"{where}: fleet.groups[{i}].{k}: unknown key; expected one of {', '.join(GROUP_KEYS)}")
+        _count(g.get("count", 1), f"groups[{i}].count", where)
+        if g.get("role", "both") not in ROLES:
+            raise ScenarioError(f"{where}: fleet.groups[{i}].role: got {g['role']!r}; expected one of {', '.join(ROLES)}")
+    total = sum(g.get("count", 1) for g in groups)
+    if "engines" in f and f["engines"] != total:
+        raise ScenarioError(f"{where}: fleet.engines: {f['engines']!r} differs from the groups' {total} engines; "
+                            "expected the same count or no fleet.engines")
+    return groups
+
+
+def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
+    """The `FleetSpec` of section `f` of scenario `raw` (`resolve`: scenario.resolve, for each engine)."""
+    if not isinstance(f, dict):
+        raise ScenarioError(f"{where}: fleet: got {f!r}; expected a mapping (docs/fleet.md)")
+    for k in f:
+        if k not in FLEET_KEYS:
+            raise ScenarioError(f"{where}: fleet.{k}: unknown key; expected one of {', '.join(FLEET_KEYS)}")
+    base = {k: v for k, v in raw.items() if k != "fleet"}
+    engines, roles = [], []
+    for g in _groups(f, where):
+        over = {k: v for k, v in g.items() if k not in ("count", "role")}
+        sc = resolve(_merge(base, over), where)
+        engines += [sc] * g.get("count", 1)
+        roles += [g.get("role", "both")] * g.get("count", 1)
+    pd = f.get("pd")
+    if pd is not None:
+        pd = _pd(pd, roles, where)
+    elif any(r != "both" for r in roles):
+        raise ScenarioError(f"{where}: fleet.groups: prefill/decode roles need fleet.pd; expected fleet.pd: {{}} too")
+    if len({sc.cache.page_size for sc in engines}) > 1:
+        raise ScenarioError(f"{where}: fleet.groups: engines differ in cache.page_size; expected one page size")
+    shared = f.get("shared_l3", False)
+    if not isinstance(shared, bool):
+        raise ScenarioError(f"{where}: fleet.shared_l3: got {shared!r}; expected true or false")
+    if shared and not all(sc.cache.tiers is not None and sc.cache.tiers.l3 for sc in engines):
+        raise ScenarioError(f"{where}: fleet.shared_l3: every engine needs an L3 tier; expected cache.l3_tokens set")
+    if shared and len({sc.model.name for sc in engines}) > 1:
+        raise ScenarioError(f"{where}: fleet.shared_l3: engines of different models cannot share KV pages; "
+                            "expected one model")
+    dp = _count(f.get("dp", 1), "dp", where)
+    router = _router(f.get("router", "round_robin"), "router", where)
+    dp_router = _router(f.get("dp_router", "round_robin"), "dp_router", where)
+    ttft = _number(f.get("slo_ttft_s", 2.0), "slo_ttft_s", where)
+    tpot = _number(f.get("slo_tpot_s", 0.1), "slo_tpot_s", where)
+    doc = {"engines": len(engines), "groups": f.get("groups"), "roles": roles, "router": router,
+           "shared_l3": shared, "slo_ttft_s": ttft, "slo_tpot_s": tpot, "pd": pd, "dp": dp, "dp_router": dp_router}
+    return FleetSpec(tuple(engines), tuple(roles), router, shared, ttft, tpot, pd, dp, dp_router, doc)
+
+
+def _pd(pd, roles, where: str) -> dict:
+    if not isinstance(pd, dict):
+        raise ScenarioError(f"{where}: fleet.pd: got {pd!r}; expected a mapping (kv_bytes_per_s, kv_latency_s, "
+                            "decode_router)")
+    for k in pd:
+        if k not in PD_KEYS:
+            raise ScenarioError(f"{where}: fleet.pd.{k}: unknown key; expected one of {', '.join(PD_KEYS)}")
+    out = {**PD_KEYS, **pd}
+    _number(out["kv_bytes_per_s"], "pd.kv_bytes_per_s", where)
+    if isinstance(out["kv_latency_s"], bool) or not isinstance(out["kv_latency_s"], numbers.Real) \
+            or out["kv_latency_s"] < 0:
+        raise ScenarioError(f"{where}: fleet.pd.kv_latency_s: got {out['kv_latency_s']!r}; expected seconds >= 0")
+    out["decode_router"] = _router(out["decode_router"], "pd.decode_router", where)
+    if "prefill" not in roles or "decode" not in roles or "both" in roles:
+        raise ScenarioError(f"{where}: fleet.groups: P/D needs groups of role prefill and decode (and no 'both'); "
+                            f"got roles {sorted(set(roles))}")
+    return out
+
+
+__all__ = ["FleetSpec", "resolve_fleet", "ROLES"]
