@@ -33,6 +33,7 @@ class KvOverlap(Router):
         self._events: list = []  # heap of (visible at, seq, engine, keys)
         self._seq = 0
         self.active_blocks = [0] * n
+        self._keys: dict = {}  # rid -> the page keys it will store (the engine drops its tokens at finish)
 
     def _blocks(self, req) -> int:
         return -(-(req.prompt_tokens + req.output_length) // self.P)
@@ -59,12 +60,13 @@ class KvOverlap(Router):
     def routed(self, req, i, now):
         super().routed(req, i, now)
         self.active_blocks[i] += self._blocks(req)
+        self._keys[req.rid] = req.seq.page_keys(self.P).tolist()
 
     def finished(self, req, i, now):
         super().finished(req, i, now)
         self.active_blocks[i] -= self._blocks(req)
+        keys = self._keys.pop(req.rid)
         if req.rejected:
             return
         self._seq += 1
-        keys = req.seq.page_keys(self.P).tolist()
         heapq.heappush(self._events, (now + self.staleness_s, self._seq, i, keys))

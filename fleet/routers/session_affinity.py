@@ -5,7 +5,7 @@ Each engine has ``vnodes`` points on a 64-bit ring (blake2b of seed, engine, poi
 goes to the first engine clockwise from its session's hash whose unfinished requests are below
 the bound ``ceil((1 + epsilon) * (all unfinished + 1) / N)``; so a session stays on its home
 engine and moves on only when that engine is at the bound (``moves`` records each such
-decision: rid, home engine, chosen engine). A request without a session hashes its rid."""
+decision: rid, home engine, chosen engine, the home's unfinished requests, the bound). A request without a session hashes its rid."""
 from __future__ import annotations
 
 import bisect
@@ -46,6 +46,6 @@ class SessionAffinity(Router):
             home = i if home is None else home
             if self.outstanding[i] < cap:
                 if i != home:
-                    self.moves.append((req.rid, home, i))
+                    self.moves.append((req.rid, home, i, self.outstanding[home], cap))
                 return i
         return home  # unreachable: some engine is always below the bound
