@@ -28,6 +28,7 @@ class Fleet:
         self.listeners: list = []
         self.engine_of: dict = {}  # rid -> engine index
         self.arrived = 0
+        self.completed = 0  # user requests finished (or rejected)
         router.engines = engines
         for i, e in enumerate(engines):
             e.listeners.append(lambda r, i=i: self._finished(r, i))
@@ -44,6 +45,11 @@ class Fleet:
 
     def _finished(self, r, i: int) -> None:
         self.router.finished(r, i, self.now())
+        self.complete(r)
+
+    def complete(self, r) -> None:
+        """User request r is done: the clients' listeners hear of it."""
+        self.completed += 1
         for f in self.listeners:
             f(r)
 
@@ -58,11 +64,11 @@ class Fleet:
     def check_finished(self, expected: int | None = None) -> None:
         for e in self.engines:
             e.check_finished()
-        done = sum(len(e.finished) for e in self.engines)
-        if expected is not None and done != expected:
+        n = self.arrived if expected is None else expected
+        if self.completed != n or self.arrived != n:
             from cache_core.engine import EngineStalled
 
-            raise EngineStalled(f"the fleet finished {done} of {expected} requests")
+            raise EngineStalled(f"the fleet finished {self.completed} of {n} requests")
 
 
 def share_l3(engines: list, sc) -> object:
@@ -88,10 +94,30 @@ def build_fleet(env, sc, make_engine):
     built = [make_engine(env, esc) for esc in spec.engines]
     engines = [e for e, _ in built]
     store = share_l3(engines, spec.engines[0]) if spec.shared_l3 else None
-    router = make_router(spec.router, len(engines), page_size=engines[0].P, seed=sc.seed)
+    groups = [[i for i, r in enumerate(spec.roles) if r == role] for role in ("prefill", "decode")]
+    front = groups[0] if spec.pd is not None else list(range(len(engines)))
+    router = _router(spec.router, "fleet.router", [spec.engines[i] for i in front], sc.seed)
+    if spec.pd is None:
+        return Fleet(engines, router, list(spec.roles)), [c for _, c in built], store
+    from scenarios.presets import bytes_per_token
+    from sim.links import Link
+
+    pd = spec.pd
+    decode_router = _router(pd["decode_router"], "fleet.pd.decode_router", [spec.engines[i] for i in groups[1]],
+                            sc.seed)
+    links = [Link(env, f"KV P{i}->D", pd["kv_bytes_per_s"], pd["kv_latency_s"]) for i in groups[0]]
+    from .pd import PDFleet
+
+    fleet = PDFleet(engines, router, list(spec.roles), decode_router, links,
+                    bytes_per_token(spec.engines[0].model, "full"))
+    return fleet, [c for _, c in built], store
+
+
+def _router(kind: dict, where: str, scs: list, seed: int):
+    router = make_router(kind, len(scs), page_size=scs[0].cache.page_size, seed=seed, where=where)
     if hasattr(router, "capacity_pages"):
-        router.capacity_pages = [_capacity_pages(esc) for esc in spec.engines]
-    return Fleet(engines, router, list(spec.roles)), [c for _, c in built], store
+        router.capacity_pages = [_capacity_pages(esc) for esc in scs]
+    return router
 
 
 def _capacity_pages(sc) -> int | None:

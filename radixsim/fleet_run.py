@@ -49,12 +49,40 @@ def simulate_fleet(sc, *, progress: bool = False):
     return fleet, env, costs, store, time.perf_counter() - t0
 
 
-def fleet_rows(fleet) -> list:
-    """requests.csv rows of every engine, by rid, each with its ``engine``."""
+PD_COLUMNS = ["decode_engine", "kv_transfer_s", "decode_queue_s", "decode_s", "decode_cached_tokens"]
+
+
+def fleet_rows(fleet, per_engine: list | None = None) -> list:
+    """requests.csv rows of the fleet, by rid, each with its ``engine`` (P/D: the prefill
+    engine's row with the decode side's columns, `pd_rows`). `per_engine`: each engine's
+    `request_rows`, when already made."""
+    per_engine = per_engine if per_engine is not None else [request_rows(e) for e in fleet.engines]
+    if hasattr(fleet, "decode"):
+        return pd_rows(fleet, per_engine)
     rows = []
-    for i, e in enumerate(fleet.engines):
-        for row in request_rows(e):
-            row["engine"] = i
+    for i, rs in enumerate(per_engine):
+        for row in rs:
+            rows.append({**row, "engine": i})
+    rows.sort(key=lambda r: r["rid"])
+    return rows
+
+
+def pd_rows(fleet, per_engine: list) -> list:
+    """One row per user request of a P/D fleet (fleet/pd.py): times until the first token from
+    its prefill engine, then the KV transfer, the decode queue and the decode."""
+    dec = {row["rid"]: row for i in fleet.decode for row in per_engine[i]}
+    rows = []
+    for i in fleet.prefill:
+        for row in per_engine[i]:
+            part = fleet.parts[row["rid"]]
+            row = {**row, "engine": i, "decode_engine": fleet.decode[part["d"]],
+                   "output_tokens": part["user"].output_length}
+            d = dec.get(row["rid"])
+            if d is not None:
+                kv = part["kv_done_s"]
+                row.update(finish_s=d["finish_s"], rejected=row["rejected"] or d["rejected"],
+                           kv_transfer_s=kv - row["first_token_s"], decode_queue_s=d["first_token_s"] - kv,
+                           decode_s=d["finish_s"] - d["first_token_s"], decode_cached_tokens=d["cached_tokens"])
             rows.append(row)
     rows.sort(key=lambda r: r["rid"])
     return rows
@@ -104,10 +132,10 @@ def _shared_stats(tree, stats: dict):
     return {k: stats[k] if k in stats else _shared_stats(v, stats) for k, v in tree.items()}
 
 
-def engine_table(fleet, rows, spec, duration: float) -> list:
+def engine_table(fleet, per_engine: list, spec, duration: float) -> list:
     out = []
     for i, e in enumerate(fleet.engines):
-        mine = [r for r in rows if r["engine"] == i]
+        mine = per_engine[i]
         t = results.totals(mine, [])
         m = slo_metrics(mine, spec.slo_ttft_s, spec.slo_tpot_s, duration)
         busy = e.executor.busy_s
@@ -141,16 +169,26 @@ def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
             "per_engine": engines}
 
 
+def pd_breakdown(rows) -> dict:
+    """Mean seconds of each part of a P/D request: TTFT = queue + load + compute on the
+    prefill engine; after it, KV transfer, decode queue, decode."""
+    ok = [r for r in rows if not r["rejected"] and r.get("kv_transfer_s") is not None]
+    parts = ("queue_s", "load_s", "compute_s", "kv_transfer_s", "decode_queue_s", "decode_s")
+    return {f"{k[:-2]}_mean_s": float(np.mean([r[k] for r in ok])) if ok else None for k in parts}
+
+
 def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) -> tuple[dict, list]:
     """The result files of a finished fleet run; (summary, rounds)."""
     from cache_core.snapshot import snapshot
 
-    rows = fleet_rows(fleet)
-    results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + ["engine"])
+    per_engine = [request_rows(e) for e in fleet.engines]
+    rows = fleet_rows(fleet, per_engine)
+    pd = hasattr(fleet, "decode")
+    results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + ["engine"] + (PD_COLUMNS if pd else []))
     rounds = results.round_table(rows)
     if rounds:
         results.write_rounds(out, rounds)
-    per = [summarise(e, [r for r in rows if r["engine"] == i], [], env.now) for i, e in enumerate(fleet.engines)]
+    per = [summarise(e, rs, [], env.now) for e, rs in zip(fleet.engines, per_engine)]
     summary = summarise(fleet.engines[0], rows, rounds, env.now)
     for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "cache"):
         if k in summary:
@@ -164,9 +202,11 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         header = h + ["engine"]
         trows += [row + [i] for row in tr]
     results.write(out / "timeline.csv", trows, columns=header)
-    engines = engine_table(fleet, rows, sc.fleet, summary["duration_s"])
+    engines = engine_table(fleet, per_engine, sc.fleet, summary["duration_s"])
     results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS)
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
+    if pd:
+        fs["pd"] = pd_breakdown(rows)
     results.write(out / "fleet.json", fs)
     summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
     results.write_summary(out, summary)
@@ -189,4 +229,4 @@ def run_fleet(sc, out_dir, *, command: str | None = None, progress: bool = True,
     return summary
 
 
-__all__ = ["run_fleet", "simulate_fleet", "fleet_rows", "slo_metrics", "ENGINE_COLUMNS"]
+__all__ = ["run_fleet", "simulate_fleet", "fleet_rows", "pd_rows", "pd_breakdown", "slo_metrics", "ENGINE_COLUMNS"]

@@ -143,3 +143,28 @@ def test_bad_fleet_sections_are_one_line_errors():
             scenario(bad)
     with pytest.raises(ValueError, match="unknown router 'nope'"):
         simulate_fleet(scenario({"engines": 2, "router": "nope"}))
+
+
+PD = {"groups": [{"count": 1, "role": "prefill"}, {"count": 2, "role": "decode"}],
+      "pd": {"kv_bytes_per_s": 25e9, "kv_latency_s": 1e-3}}
+
+
+def test_pd_decode_starts_no_earlier_than_its_kv_arrives_and_the_parts_add_up():
+    from radixsim.run import request_rows
+    from scenarios.presets import bytes_per_token
+
+    sc = scenario(PD)
+    f, env, costs, store, wall = simulate_fleet(sc)
+    rows = fleet_rows(f)
+    assert len(rows) == 24 and {r["engine"] for r in rows} == {0} and {r["decode_engine"] for r in rows} == {1, 2}
+    decoded = {row["rid"]: row for i in (1, 2) for row in request_rows(f.engines[i])}
+    assert sorted(decoded) == [r["rid"] for r in rows]
+    for r in rows:
+        part = f.parts[r["rid"]]
+        assert decoded[r["rid"]]["start_s"] >= part["kv_done_s"] > part["kv_sent_s"] == r["first_token_s"]
+        assert r["queue_s"] + r["load_s"] + r["compute_s"] == pytest.approx(r["ttft_s"], abs=1e-12)
+        assert r["ttft_s"] + r["kv_transfer_s"] + r["decode_queue_s"] + r["decode_s"] == \
+            pytest.approx(r["finish_s"] - r["arrival_s"], abs=1e-9)
+    first = f.parts[rows[0]["rid"]]  # alone on the prefill engine's link: latency + bytes / bandwidth
+    nbytes = 1024 * bytes_per_token(sc.fleet.engines[0].model, "full")
+    assert first["kv_done_s"] - first["kv_sent_s"] == pytest.approx(1e-3 + nbytes / 25e9, rel=1e-12)
