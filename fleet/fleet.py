@@ -20,16 +20,26 @@ from .routers import make_router
 
 
 class Fleet:
-    def __init__(self, engines: list, router, roles=None):
+    """The engines (with DP attention: every engine's ``dp`` ranks, engine-major) behind the
+    router. ``router`` picks an engine; with ``dp`` > 1 that engine's dispatcher (a router
+    over its ranks, SGLang's DP-attention load balancer) picks the rank. A router's
+    ``engines`` are lists: the ranks of each engine it routes to."""
+
+    def __init__(self, engines: list, router, roles=None, dp: int = 1, dispatchers=None):
         self.engines = engines
         self.router = router
         self.roles = roles or ["both"] * len(engines)
+        self.dp = dp
+        self.dispatchers = dispatchers  # one router per engine over its dp ranks (None: dp 1)
         self.P = engines[0].P
         self.listeners: list = []
-        self.engine_of: dict = {}  # rid -> engine index
+        self.engine_of: dict = {}  # rid -> index in engines (the rank, with DP attention)
         self.arrived = 0
         self.completed = 0  # user requests finished (or rejected)
-        router.engines = engines
+        units = [engines[u * dp:(u + 1) * dp] for u in range(len(engines) // dp)]
+        router.engines = units
+        for u, d in enumerate(dispatchers or []):
+            d.engines = [[e] for e in units[u]]
         for i, e in enumerate(engines):
             e.listeners.append(lambda r, i=i: self._finished(r, i))
 
@@ -38,13 +48,22 @@ class Fleet:
 
     def arrive(self, req) -> None:
         self.arrived += 1
-        i = self.router.pick(req, self.now())
+        now = self.now()
+        i = self.router.pick(req, now)
+        self.router.routed(req, i, now)
+        if self.dispatchers is not None:
+            d = self.dispatchers[i]
+            j = d.pick(req, now)
+            d.routed(req, j, now)
+            i = i * self.dp + j
         self.engine_of[req.rid] = i
-        self.router.routed(req, i, self.now())
         self.engines[i].arrive(req)
 
     def _finished(self, r, i: int) -> None:
-        self.router.finished(r, i, self.now())
+        u, j = divmod(i, self.dp)
+        self.router.finished(r, u, self.now())
+        if self.dispatchers is not None:
+            self.dispatchers[u].finished(r, j, self.now())
         self.complete(r)
 
     def complete(self, r) -> None:
@@ -89,34 +108,39 @@ def share_l3(engines: list, sc) -> object:
 
 def build_fleet(env, sc, make_engine):
     """(Fleet, costs, shared store or None) of scenario `sc` with a `fleet:` section;
-    ``make_engine(env, engine_scenario) -> (engine, cost)`` builds each engine."""
+    ``make_engine(env, engine_scenario) -> (engine, cost)`` builds each engine (each DP rank)."""
     spec = sc.fleet
     built = [make_engine(env, esc) for esc in spec.engines]
     engines = [e for e, _ in built]
+    costs = [c for _, c in built]
     store = share_l3(engines, spec.engines[0]) if spec.shared_l3 else None
     groups = [[i for i, r in enumerate(spec.roles) if r == role] for role in ("prefill", "decode")]
-    front = groups[0] if spec.pd is not None else list(range(len(engines)))
-    router = _router(spec.router, "fleet.router", [spec.engines[i] for i in front], sc.seed)
+    dp = spec.dp
+    front = groups[0] if spec.pd is not None else list(range(0, len(engines), dp))
+    router = _router(spec.router, "fleet.router", [spec.engines[i] for i in front], sc.seed, dp)
     if spec.pd is None:
-        return Fleet(engines, router, list(spec.roles)), [c for _, c in built], store
+        dispatchers = None if dp == 1 else [
+            _router(spec.dp_router, "fleet.dp_router", spec.engines[u:u + dp], sc.seed, 1) for u in front]
+        return Fleet(engines, router, list(spec.roles), dp, dispatchers), costs, store
     from scenarios.presets import bytes_per_token
     from sim.links import Link
 
-    pd = spec.pd
-    decode_router = _router(pd["decode_router"], "fleet.pd.decode_router", [spec.engines[i] for i in groups[1]],
-                            sc.seed)
-    links = [Link(env, f"KV P{i}->D", pd["kv_bytes_per_s"], pd["kv_latency_s"]) for i in groups[0]]
     from .pd import PDFleet
 
+    pd = spec.pd
+    decode_router = _router(pd["decode_router"], "fleet.pd.decode_router", [spec.engines[i] for i in groups[1]],
+                            sc.seed, 1)
+    links = [Link(env, f"KV P{i}->D", pd["kv_bytes_per_s"], pd["kv_latency_s"]) for i in groups[0]]
     fleet = PDFleet(engines, router, list(spec.roles), decode_router, links,
                     bytes_per_token(spec.engines[0].model, "full"))
-    return fleet, [c for _, c in built], store
+    return fleet, costs, store
 
 
-def _router(kind: dict, where: str, scs: list, seed: int):
+def _router(kind: dict, where: str, scs: list, seed: int, ranks: int):
+    """A router over engines whose first ranks' scenarios are `scs` (each of `ranks` ranks)."""
     router = make_router(kind, len(scs), page_size=scs[0].cache.page_size, seed=seed, where=where)
     if hasattr(router, "capacity_pages"):
-        router.capacity_pages = [_capacity_pages(esc) for esc in scs]
+        router.capacity_pages = [_capacity_pages(esc) * ranks for esc in scs]
     return router
 
 

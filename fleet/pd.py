@@ -39,8 +39,8 @@ class PDFleet(Fleet):
         self.kv_links = kv_links  # one per prefill engine, in self.prefill order
         self.kv_bytes_per_token = kv_bytes_per_token
         self.parts: dict = {}  # rid -> {"user": request, "p": engine, "d": engine, ...times}
-        router.engines = [engines[i] for i in self.prefill]
-        decode_router.engines = [engines[i] for i in self.decode]
+        router.engines = [[engines[i]] for i in self.prefill]
+        decode_router.engines = [[engines[i]] for i in self.decode]
 
     def arrive(self, req) -> None:
         self.arrived += 1

@@ -62,9 +62,14 @@ def fleet_rows(fleet, per_engine: list | None = None) -> list:
     rows = []
     for i, rs in enumerate(per_engine):
         for row in rs:
-            rows.append({**row, "engine": i})
+            rows.append({**row, **_where(fleet, i)})
     rows.sort(key=lambda r: r["rid"])
     return rows
+
+
+def _where(fleet, i: int) -> dict:
+    """The engine (and, with DP attention, the rank) of index i of fleet.engines."""
+    return {"engine": i} if fleet.dp == 1 else {"engine": i // fleet.dp, "dp_rank": i % fleet.dp}
 
 
 def pd_rows(fleet, per_engine: list) -> list:
@@ -139,7 +144,7 @@ def engine_table(fleet, per_engine: list, spec, duration: float) -> list:
         t = results.totals(mine, [])
         m = slo_metrics(mine, spec.slo_ttft_s, spec.slo_tpot_s, duration)
         busy = e.executor.busy_s
-        out.append({"engine": i, "role": fleet.roles[i], "requests": t["requests"],
+        out.append({**_where(fleet, i), "role": fleet.roles[i], "requests": t["requests"],
                     "prompt_tokens": t["total_prompt_tokens"], **{k: t[k] for k in ENGINE_COLUMNS[4:8]},
                     **{k: m[k] for k in ENGINE_COLUMNS[8:15]}, "busy_s": busy,
                     "utilisation": busy / duration if duration > 0 else None})
@@ -159,7 +164,7 @@ def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
     stats = {k: v if not isinstance(v, list) else len(v) for k, v in
              (("moves", getattr(router, "moves", None)), ("balanced_picks", getattr(router, "balanced_picks", None)),
               ("imbalanced_picks", getattr(router, "imbalanced_picks", None))) if v is not None}
-    return {"engines": len(fleet.engines), "router": spec.router, "router_stats": stats,
+    return {"engines": len(fleet.engines) // fleet.dp, "dp": fleet.dp, "router": spec.router, "router_stats": stats,
             "shared_l3": spec.shared_l3, "slo_ttft_s": spec.slo_ttft_s, "slo_tpot_s": spec.slo_tpot_s,
             **{k: t[k] for k in ("requests", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage")},
             **slo_metrics(rows, spec.slo_ttft_s, spec.slo_tpot_s, duration),
@@ -184,7 +189,8 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     per_engine = [request_rows(e) for e in fleet.engines]
     rows = fleet_rows(fleet, per_engine)
     pd = hasattr(fleet, "decode")
-    results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + ["engine"] + (PD_COLUMNS if pd else []))
+    extra = ["engine"] + (PD_COLUMNS if pd else []) + (["dp_rank"] if fleet.dp > 1 else [])
+    results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + extra)
     rounds = results.round_table(rows)
     if rounds:
         results.write_rounds(out, rounds)
@@ -203,7 +209,8 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         trows += [row + [i] for row in tr]
     results.write(out / "timeline.csv", trows, columns=header)
     engines = engine_table(fleet, per_engine, sc.fleet, summary["duration_s"])
-    results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS)
+    results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS[:1] + (["dp_rank"] if fleet.dp > 1 else [])
+                  + ENGINE_COLUMNS[1:])
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
     if pd:
         fs["pd"] = pd_breakdown(rows)

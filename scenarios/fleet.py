@@ -37,7 +37,7 @@ class FleetSpec:
     """A resolved fleet: one resolved `Scenario` per engine (in order), their roles, and the
     router, SLO, P/D and DP settings (``doc``: the section as config.yaml records it)."""
 
-    engines: tuple
+    engines: tuple  # engine-major: with DP attention each engine's dp ranks in a row
     roles: tuple
     router: dict
     shared_l3: bool
@@ -108,12 +108,17 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
         if k not in FLEET_KEYS:
             raise ScenarioError(f"{where}: fleet.{k}: unknown key; expected one of {', '.join(FLEET_KEYS)}")
     base = {k: v for k, v in raw.items() if k != "fleet"}
+    dp = _count(f.get("dp", 1), "dp", where)
     engines, roles = [], []
     for g in _groups(f, where):
-        over = {k: v for k, v in g.items() if k not in ("count", "role")}
-        sc = resolve(_merge(base, over), where)
-        engines += [sc] * g.get("count", 1)
-        roles += [g.get("role", "both")] * g.get("count", 1)
+        merged = _merge(base, {k: v for k, v in g.items() if k not in ("count", "role")})
+        sc = resolve(merged, where)
+        if dp > 1:
+            sc = resolve(_merge(merged, _rank_override(sc, dp)), where)
+        engines += [sc] * (g.get("count", 1) * dp)
+        roles += [g.get("role", "both")] * (g.get("count", 1) * dp)
+    if dp > 1 and f.get("pd") is not None:
+        raise ScenarioError(f"{where}: fleet.dp: DP attention with P/D is not built; expected dp: 1 with fleet.pd")
     pd = f.get("pd")
     if pd is not None:
         pd = _pd(pd, roles, where)
@@ -132,14 +137,26 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
     if shared and len({sc.model.name for sc in engines}) > 1:
         raise ScenarioError(f"{where}: fleet.shared_l3: engines of different models cannot share KV pages; "
                             "expected one model")
-    dp = _count(f.get("dp", 1), "dp", where)
     router = _router(f.get("router", "round_robin"), "router", where)
     dp_router = _router(f.get("dp_router", "round_robin"), "dp_router", where)
     ttft = _number(f.get("slo_ttft_s", 2.0), "slo_ttft_s", where)
     tpot = _number(f.get("slo_tpot_s", 0.1), "slo_tpot_s", where)
-    doc = {"engines": len(engines), "groups": f.get("groups"), "roles": roles, "router": router,
+    doc = {"engines": len(engines) // dp, "groups": f.get("groups"), "roles": roles, "router": router,
            "shared_l3": shared, "slo_ttft_s": ttft, "slo_tpot_s": tpot, "pd": pd, "dp": dp, "dp_router": dp_router}
     return FleetSpec(tuple(engines), tuple(roles), router, shared, ttft, tpot, pd, dp, dp_router, doc)
+
+
+def _rank_override(sc, dp: int) -> dict:
+    """One DP-attention rank of engine `sc`: its L1 (and L2) pool and running-request limit
+    split evenly over the `dp` ranks (each rank holds its own requests' KV in its own tree);
+    the step time stays the engine's cost model on the rank's own batch (an approximation:
+    docs/fleet.md)."""
+    P = sc.cache.page_size
+    c = sc.doc["cache"]
+    cache = {"l1_tokens": sc.cache.capacity_tokens // dp // P * P, "max_total_tokens": None}
+    if sc.cache.tiers is not None:
+        cache.update(l2_tokens=int(c["l2_tokens"]) // dp // P * P, hicache_ratio=None, hicache_size_gb=None)
+    return {"cache": cache, "engine": {"max_running_requests": max(1, sc.engine.max_running_requests // dp)}}
 
 
 def _pd(pd, roles, where: str) -> dict:

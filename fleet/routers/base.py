@@ -3,7 +3,8 @@
 A router sees what a real one sees at the moment a request arrives: the request (its tokens,
 page keys, session id) and its own bookkeeping of what it sent where and what has finished
 (`Router.outstanding`, `Router.outstanding_tokens`). Only the oracle is handed the engines
-themselves (`Router.engines`, set by the fleet) and reads their exact caches.
+themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one
+without DP attention) and reads their exact caches.
 
 Lifecycle: ``pick(req, now) -> engine index``; then the fleet calls ``routed(req, i, now)``
 and, when the request finishes on engine i, ``finished(req, i, now)``. Ties always go to the
