@@ -19,6 +19,7 @@ import html
 from pathlib import Path
 
 from . import figures
+from .fleet_figures import fleet_report_figures, is_fleet
 from .load import Run, flatten, load_runs
 from .metrics import evictions, hit_rate_by_tier, link_bytes, per_round, time_breakdown
 from .style import png_bytes
@@ -122,8 +123,9 @@ def report_figures(runs, comparisons=(), sweeps=()) -> list:
             by = "rid" if hw.requests is not None and sims[0].requests is not None else "round"
             fig, _ = figures.simhw_figure(sims[0], hw, by=by)
             out.append((f"simhw-{i + 1}", f"{sims[0].label} vs {hw.label} (TTFT by {by})", fig))
+    out += fleet_report_figures(runs)
     for i, r in enumerate(runs):
-        if r.timeline is not None and len(r.timeline):
+        if r.timeline is not None and len(r.timeline) and not is_fleet(r):  # a fleet's: per engine, above
             out.append((f"timeline-{i + 1}", f"Timeline of {r.label}", figures.timeline_figure(r)))
         if r.tree is not None:
             out.append((f"tree-{i + 1}", f"Radix tree of {r.label}", figures.tree_figure(r)))

@@ -185,3 +185,20 @@ def test_dp_attention_ranks_have_their_own_trees_behind_the_dispatcher():
         ranks[r["session_id"]].add(r["dp_rank"])
     assert all(len(x) == 1 for x in ranks.values())
     assert hit(spread) < hit(sticky) == hit(one)
+
+
+def test_report_includes_the_fleet_figures(tmp_path):
+    from analysis.load import load_runs
+    from analysis.report import report_figures
+
+    dirs = []
+    for name, fleet in (("rr", {"engines": 2}), ("oracle", {"engines": 2, "router": "oracle"}), ("pd", PD)):
+        run_scenario(scenario(fleet), tmp_path / name, progress=False, plots=False)
+        dirs.append(tmp_path / name)
+    names = [n for n, _, _ in report_figures(load_runs(dirs))]
+    assert [n for n in names if n.startswith("fleet")] == ["fleet-load-1", "fleet-load-2", "fleet-load-3",
+                                                          "fleet-pd-3", "fleet-routers"]
+    assert not [n for n in names if n.startswith("timeline")]  # per engine, not one mixed timeline
+    engines = (tmp_path / "pd" / "engines.csv").read_text().splitlines()
+    assert [line.split(",")[:3] for line in engines[1:]] == [["0", "prefill", "24"], ["1", "decode", "12"],
+                                                            ["2", "decode", "12"]]
