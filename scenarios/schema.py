@@ -216,7 +216,9 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
     for i, part in enumerate(parts):
         if isinstance(schema, tuple) and schema[1] in FREE_FORM:  # free-form mapping (cost.efficiency, fleet)
             for p in parts[i:-1]:
-                node = node.setdefault(p, {})
+                if not isinstance(node.get(p), dict):  # a value there (fleet.router: NAME) becomes a mapping
+                    node[p] = {}
+                node = node[p]
             node[parts[-1]] = value
             return
         if schema is SCHEMA["workload"]:

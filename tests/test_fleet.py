@@ -202,3 +202,11 @@ def test_report_includes_the_fleet_figures(tmp_path):
     engines = (tmp_path / "pd" / "engines.csv").read_text().splitlines()
     assert [line.split(",")[:3] for line in engines[1:]] == [["0", "prefill", "24"], ["1", "decode", "12"],
                                                             ["2", "decode", "12"]]
+
+
+def test_set_a_router_parameter_over_a_router_name():
+    raw = {**copy.deepcopy(SMALL), "fleet": {"engines": 2, "router": "session_affinity"}}
+    sc = resolve(apply_sets(raw, ["fleet.router.kind=oracle", "fleet.router.cache_threshold=0.5"]), "test")
+    assert sc.fleet.router == {"kind": "oracle", "cache_threshold": 0.5}
+    with pytest.raises(ScenarioError, match="fleet.router: got {'epsilon': 0}; expected a router name"):
+        resolve(apply_sets(raw, ["fleet.router.epsilon=0"]), "test")

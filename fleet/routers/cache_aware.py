@@ -51,12 +51,20 @@ class CacheAware(Router):
             i = argmin(loads)
         else:
             self.balanced_picks += 1
-            runs = [leading(keys, t) for t in self.trees]
+            runs = self.matched_tokens(req, keys)
             best = max(range(self.n), key=lambda j: (runs[j], -j))
-            rate = runs[best] * self.P / req.prompt_tokens if req.prompt_tokens else 0.0
-            i = best if rate > self.cache_threshold else argmin([len(t) for t in self.trees])
+            rate = runs[best] / req.prompt_tokens if req.prompt_tokens else 0.0
+            i = best if rate > self.cache_threshold else self.emptiest()
         self._insert(self.trees[i], keys)
         return i
+
+    def matched_tokens(self, req, keys) -> list:
+        """Per engine: prompt tokens its approximate tree matches."""
+        return [leading(keys, t) * self.P for t in self.trees]
+
+    def emptiest(self) -> int:
+        """The engine with the smallest approximate tree (sgl-router's `get_smallest_tenant`)."""
+        return argmin([len(t) for t in self.trees])
 
     @staticmethod
     def _insert(tree, keys) -> None:

@@ -1,14 +1,31 @@
-"""The oracle: asks every engine's exact cache (device + host + storage hits of the request
-now; an engine with DP ranks: its best rank) and picks the longest; among equals the least outstanding tokens, then the lowest index.
-An upper bound for routing by reuse (as Belady is for eviction); no real router knows this."""
+"""The oracle: the cache-aware rule (`cache_aware.py`, SGLang's router) with each engine's
+EXACT cache in place of the approximate tree: the prefix match of an engine is what its cache
+holds of the request now on device and host (an engine with DP ranks: its best rank; a shared
+L3 offers every engine the same storage run, so storage does not tell engines apart), and a
+request that matches no engine well enough goes to the engine with the fewest outstanding
+tokens. A reference with perfect knowledge of the caches, which no real router has; it is not
+a proven upper bound (an online routing rule has none; Belady's bound for eviction is offline),
+and docs/fleet.md reports where a router came close to or above it."""
 from __future__ import annotations
 
-from .base import Router
+from .base import argmin
+from .cache_aware import CacheAware
 
 
-class Oracle(Router):
+class Oracle(CacheAware):
     name = "oracle"
 
-    def pick(self, req, now):
-        hits = [max(e.cache.match(req.seq, req.limit).cached_tokens for e in ranks) for ranks in self.engines]
-        return min(range(self.n), key=lambda i: (-hits[i], self.outstanding_tokens[i], i))
+    def matched_tokens(self, req, keys) -> list:
+        return [max(self._reuse(e, req) for e in ranks) for ranks in self.engines]
+
+    @staticmethod
+    def _reuse(engine, req) -> int:
+        m = engine.cache.match(req.seq, req.limit)
+        return m.device + m.host_tokens if engine.cache.hier is not None else m.cached_tokens
+
+    def emptiest(self) -> int:
+        return argmin(self.outstanding_tokens)
+
+    @staticmethod
+    def _insert(tree, keys) -> None:
+        """No approximate tree: the caches themselves are asked."""
