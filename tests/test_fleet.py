@@ -7,6 +7,7 @@ import collections
 import copy
 import json
 
+import numpy as np
 import pytest
 
 from fleet.routers import ROUTERS
@@ -210,3 +211,52 @@ def test_set_a_router_parameter_over_a_router_name():
     assert sc.fleet.router == {"kind": "oracle", "cache_threshold": 0.5}
     with pytest.raises(ScenarioError, match="fleet.router: got {'epsilon': 0}; expected a router name"):
         resolve(apply_sets(raw, ["fleet.router.epsilon=0"]), "test")
+
+
+class _Match:
+    def __init__(self, device):
+        self.cached_tokens = self.device = device
+        self.host_tokens = 0
+
+
+class _Cache:
+    hier = object()  # tiered: the oracle reads device + host
+
+    def __init__(self, device):
+        self.device = device
+
+    def match(self, seq, limit):
+        return _Match(self.device)
+
+
+class _Engine:
+    def __init__(self, device):
+        self.cache = _Cache(device)
+
+
+class _Seq:
+    def page_keys(self, page_size):
+        return np.arange(1000)
+
+
+class _Req:
+    def __init__(self, rid, prompt=10_000):
+        self.rid, self.prompt_tokens, self.output_length, self.seq, self.limit = rid, prompt, 10, _Seq(), None
+
+
+def test_the_oracle_spreads_requests_that_match_no_engine_well():
+    """Engine 0 holds a 2,048-token shared prefix of every 10,000-token prompt (20%, under the
+    0.3 threshold): requests go to the least loaded engine, not all to engine 0 (a greedy
+    most-hit-tokens oracle overloads it); a request matching 60% of engine 1 goes there."""
+    from fleet.routers import make_router
+
+    r = make_router({"kind": "oracle"}, 2, page_size=64)
+    r.engines = [[_Engine(2048)], [_Engine(0)]]
+    picks = []
+    for rid in range(4):
+        req = _Req(rid)
+        picks.append(r.pick(req, 0.0))
+        r.routed(req, picks[-1], 0.0)
+    assert picks == [0, 1, 0, 1]
+    r.engines = [[_Engine(2048)], [_Engine(6000)]]
+    assert r.pick(_Req(9), 0.0) == 1

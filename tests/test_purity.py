@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 CORE = pathlib.Path(__file__).resolve().parent.parent / "cache_core"
-FORBIDDEN = {"simpy", "torch", "matplotlib", "pandas", "sim", "gpu_backend", "analysis", "radixsim", "scenarios"}
+FORBIDDEN = {"simpy", "torch", "matplotlib", "pandas", "sim", "gpu_backend", "analysis", "radixsim", "scenarios", "fleet"}
 
 
 def test_cache_core_imports_only_stdlib_and_numpy():
