@@ -413,6 +413,11 @@ def _cmd_run(args) -> int:
           f"{s['hit_rate_storage']:.4f}), last 10 rounds {s['hit_rate_last10']}")
     print(f"simulated {s['duration_s']:,.1f} s: mean TTFT {s['ttft_mean_s']:.3f} s (p90 {s['ttft_p90_s']:.3f}), "
           f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.1f} s -> {out}")
+    f = s.get("fleet")
+    if f:
+        print(f"fleet: {f['engines']} engines, router {f['router']['kind']}: SLO attainment {f['slo_attainment']:.3f}, "
+              f"goodput {f['goodput_rps']:.2f} req/s, requests per engine max/mean "
+              f"{f['load_balance']['requests']['max_over_mean']:.2f} (engines.csv, fleet.json)")
     return 0
 
 

@@ -144,6 +144,9 @@ def test_bad_fleet_sections_are_one_line_errors():
             scenario(bad)
     with pytest.raises(ValueError, match="unknown router 'nope'"):
         simulate_fleet(scenario({"engines": 2, "router": "nope"}))
+    with pytest.raises(ValueError, match="fleet.router.bogus: unknown parameter of oracle; expected one of "
+                                         "cache_threshold, balance_abs_threshold, balance_rel_threshold"):
+        simulate_fleet(scenario({"engines": 2, "router": {"kind": "oracle", "bogus": 1}}))
 
 
 PD = {"groups": [{"count": 1, "role": "prefill"}, {"count": 2, "role": "decode"}],
@@ -260,3 +263,48 @@ def test_the_oracle_spreads_requests_that_match_no_engine_well():
     assert picks == [0, 1, 0, 1]
     r.engines = [[_Engine(2048)], [_Engine(6000)]]
     assert r.pick(_Req(9), 0.0) == 1
+
+
+def test_a_heterogeneous_fleet_resolves_each_group_with_its_own_presets():
+    groups = [{"count": 1, "hardware": "h100x1", "cache": {"l1_tokens": 100_000}},
+              {"count": 2, "engine": {"max_running_requests": 4}}]
+    f, rows = run({"groups": groups, "router": "least_load"})
+    assert [e.cache.config.capacity_tokens for e in f.engines] == [99_968, 200_000, 200_000]
+    assert [e.config.max_running_requests for e in f.engines] == [8, 4, 4]
+    assert [sc.hardware.name for sc in scenario({"groups": groups}).fleet.engines] == ["h100x1", "h200x1", "h200x1"]
+    assert len(rows) == 24 and {r["engine"] for r in rows} == {0, 1, 2}
+
+
+def test_slo_attainment_and_goodput_count_exactly():
+    from radixsim.fleet_run import slo_metrics
+
+    def row(ttft, out, finish, rejected=False):
+        return {"rejected": rejected, "ttft_s": ttft, "first_token_s": 1.0, "finish_s": finish,
+                "output_tokens": out, "prompt_tokens": 100}
+
+    rows = [row(0.5, 11, 1.5), row(0.5, 11, 3.0), row(3.0, 1, 1.0), row(0.2, 1, 1.0), row(None, 0, None, True)]
+    m = slo_metrics(rows, ttft_s=1.0, tpot_s=0.1, duration=10.0)  # TPOTs 0.05 and 0.2; the last is rejected
+    assert (m["slo_attainment"], m["goodput_rps"], m["goodput_tokens_per_s"]) == (0.4, 0.2, (111 + 101) / 10.0)
+    assert (m["tpot_p50_s"], m["ttft_p50_s"]) == (pytest.approx(0.125), 0.5)
+
+
+def test_kv_overlap_sees_a_stored_event_only_after_the_staleness_delay():
+    from cache_core.engine_types import EngineRequest
+    from cache_core.records import TokenSeq
+    from fleet.routers import make_router
+
+    def req(rid):
+        toks = np.arange(1, 257, dtype=np.int64)
+        return EngineRequest(rid=rid, session_id=None, prompt=toks[:256], output_length=1, arrival_s=0.0,
+                             seq=TokenSeq(toks))
+
+    r = make_router({"kind": "kv_overlap", "staleness_s": 0.5}, 2, page_size=64)
+    first = req(0)
+    r.routed(first, 1, 0.0)
+    r.finished(first, 1, 1.0)  # engine 1 stored 4 blocks at t = 1
+    assert r.pick(req(1), 1.4) == 0  # not seen yet: equal logits, the lowest index
+    assert r.pick(req(2), 1.5) == 1  # seen: 4 blocks fewer to prefill on engine 1
+    stale = run({"engines": 3, "router": {"kind": "kv_overlap", "staleness_s": 1e9}})[1]
+    blind = run({"engines": 3, "router": {"kind": "kv_overlap", "overlap_score_weight": 0}})[1]
+    fresh = run({"engines": 3, "router": "kv_overlap"})[1]
+    assert [r["engine"] for r in stale] == [r["engine"] for r in blind] != [r["engine"] for r in fresh]

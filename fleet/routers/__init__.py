@@ -1,6 +1,8 @@
 """The router registry: one small module per router (docs/fleet.md compares them)."""
 from __future__ import annotations
 
+import inspect
+
 from .cache_aware import CacheAware
 from .kv_overlap import KvOverlap
 from .least_load import LeastLoad
@@ -17,10 +19,24 @@ def make_router(spec: dict, n: int, *, page_size: int, seed: int = 0, where: str
     if kind not in ROUTERS:
         raise ValueError(f"{where}: unknown router {kind!r}; expected one of {', '.join(ROUTERS)}")
     params = {k: v for k, v in spec.items() if k != "kind"}
+    known = parameters(ROUTERS[kind])
+    for k in params:
+        if k not in known:
+            raise ValueError(f"{where}.{k}: unknown parameter of {kind}; expected one of {', '.join(known) or '(none)'}")
     try:
         return ROUTERS[kind](n, page_size=page_size, seed=seed, **params)
     except TypeError as e:
         raise ValueError(f"{where}: {kind}: {e}") from None
 
 
-__all__ = ["ROUTERS", "make_router"]
+def parameters(cls) -> list:
+    """The keyword parameters a router class takes (its own and its bases'), but the fleet's."""
+    names: list = []
+    for c in cls.__mro__:
+        if "__init__" in vars(c) and c is not object:
+            names += [p.name for p in inspect.signature(c.__init__).parameters.values()
+                      if p.kind is p.KEYWORD_ONLY and p.name not in ("page_size", "seed") and p.name not in names]
+    return names
+
+
+__all__ = ["ROUTERS", "make_router", "parameters"]
