@@ -89,10 +89,12 @@ def _groups(f: dict, where: str) -> list:
     for i, g in enumerate(groups):
         for k in g:
             if k not in GROUP_KEYS:
-                raise ScenarioError(f"{where}: fleet.groups[{i}].{k}: unknown key; expected one of {', '.join(GROUP_KEYS)}")
+                raise ScenarioError(f"{where}: fleet.groups[{i}].{k}: unknown key; expected one of "
+                                    f"{', '.join(GROUP_KEYS)}")
         _count(g.get("count", 1), f"groups[{i}].count", where)
         if g.get("role", "both") not in ROLES:
-            raise ScenarioError(f"{where}: fleet.groups[{i}].role: got {g['role']!r}; expected one of {', '.join(ROLES)}")
+            raise ScenarioError(f"{where}: fleet.groups[{i}].role: got {g['role']!r}; expected one of "
+                                f"{', '.join(ROLES)}")
     total = sum(g.get("count", 1) for g in groups)
     if "engines" in f and f["engines"] != total:
         raise ScenarioError(f"{where}: fleet.engines: {f['engines']!r} differs from the groups' {total} engines; "

@@ -22,7 +22,8 @@ def make_router(spec: dict, n: int, *, page_size: int, seed: int = 0, where: str
     known = parameters(ROUTERS[kind])
     for k in params:
         if k not in known:
-            raise ValueError(f"{where}.{k}: unknown parameter of {kind}; expected one of {', '.join(known) or '(none)'}")
+            raise ValueError(f"{where}.{k}: unknown parameter of {kind}; expected one of "
+                             f"{', '.join(known) or '(none)'}")
     try:
         return ROUTERS[kind](n, page_size=page_size, seed=seed, **params)
     except TypeError as e:

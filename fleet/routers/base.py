@@ -8,11 +8,9 @@ without DP attention) and reads their exact caches.
 
 Lifecycle: ``pick(req, now) -> engine index``; then the fleet calls ``routed(req, i, now)``
 and, when the request finishes on engine i, ``finished(req, i, now)``. Ties always go to the
-lowest engine index, so every router is deterministic (a seeded one draws from ``self.rng``).
+lowest engine index, so every router is deterministic (``seed`` places session_affinity's ring).
 """
 from __future__ import annotations
-
-import numpy as np
 
 
 class Router:
@@ -21,7 +19,6 @@ class Router:
     def __init__(self, n: int, *, page_size: int, seed: int = 0):
         self.n = n
         self.P = page_size
-        self.rng = np.random.default_rng(seed)
         self.outstanding = [0] * n  # requests routed to each engine and not finished
         self.outstanding_tokens = [0] * n  # their prompt + output tokens (queued + running work)
         self.engines = None  # the oracle's view only

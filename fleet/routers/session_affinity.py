@@ -5,7 +5,8 @@ Each engine has ``vnodes`` points on a 64-bit ring (blake2b of seed, engine, poi
 goes to the first engine clockwise from its session's hash whose unfinished requests are below
 the bound ``ceil((1 + epsilon) * (all unfinished + 1) / N)``; so a session stays on its home
 engine and moves on only when that engine is at the bound (``moves`` records each such
-decision: rid, home engine, chosen engine, the home's unfinished requests, the bound). A request without a session hashes its rid."""
+decision: rid, home engine, chosen engine, the home's unfinished requests, the bound). A
+request without a session hashes its rid."""
 from __future__ import annotations
 
 import bisect
