@@ -118,13 +118,17 @@ def slo_metrics(rows, ttft_s: float, tpot_s: float, duration: float) -> dict:
             "goodput_tokens_per_s": per_s(sum(r["prompt_tokens"] + r["output_tokens"] for r in good))}
 
 
-def _sum_tree(values: list):
-    """Numbers summed, mappings key by key, anything else the first value (one value: itself)."""
-    if len(values) == 1:
+NOT_SUMMED = ("page_size", "simulated_end_s")  # the same for every engine of a fleet: kept once
+
+
+def _sum_tree(values: list, key: str | None = None):
+    """Numbers summed (but `NOT_SUMMED` keys), mappings key by key, anything else the first
+    value (one value: itself)."""
+    if len(values) == 1 or key in NOT_SUMMED:
         return values[0]
     if all(isinstance(v, dict) for v in values):
         keys = list(dict.fromkeys(k for v in values for k in v))
-        return {k: _sum_tree([v[k] for v in values if k in v]) for k in keys}
+        return {k: _sum_tree([v[k] for v in values if k in v], k) for k in keys}
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return sum(values)
     return values[0]

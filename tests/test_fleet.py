@@ -308,3 +308,13 @@ def test_kv_overlap_sees_a_stored_event_only_after_the_staleness_delay():
     blind = run({"engines": 3, "router": {"kind": "kv_overlap", "overlap_score_weight": 0}})[1]
     fresh = run({"engines": 3, "router": "kv_overlap"})[1]
     assert [r["engine"] for r in stale] == [r["engine"] for r in blind] != [r["engine"] for r in fresh]
+
+
+def test_the_fleet_summary_sums_engine_counters_but_not_settings(tmp_path):
+    run_scenario(scenario({"engines": 2}), tmp_path / "two", progress=False, plots=False)
+    s = json.loads((tmp_path / "two" / "summary.json").read_text())
+    per = json.loads((tmp_path / "two" / "fleet.json").read_text())["per_engine"]
+    assert s["cache"]["page_size"] == 64 and s["cache"]["full"]["capacity_tokens"] == 400_000
+    last = max(float(line.split(",")[6]) for line in (tmp_path / "two" / "requests.csv").read_text().splitlines()[1:])
+    assert last <= s["engine"]["simulated_end_s"] < last + 0.5  # the run's end (last backups too), not a sum of two
+    assert s["engine"]["busy_s"] == pytest.approx(sum(e["busy_s"] for e in per), rel=1e-12)
