@@ -1010,7 +1010,9 @@ _GPUS = {
     "b200": dict(_HOPPER_NODE, gpu_name=("NVIDIA B200 SXM 180GB", None), hbm_bytes_per_gpu=(
         179 * GB, f"{_HS} B200: hbm_bytes 180 G (1,440 GB / 8); docs.vultr.com shows 179 GB visible, used"),
         hbm_bytes_per_s=(8e12, f"{_HS} B200: hbm_bandwidth 8 TB/s"),
-        bf16_flops=(2250e12, f"{_HS} B200: bf16_dense_flops 2250 T (HGX, 1000 W)"),
+        bf16_flops=(2250e12, f"{_HS} B200: bf16_dense_flops 2250 T (HGX, 1000 W); sim/operators.py times B200 "
+                    "kernels on the H100-fitted efficiency curves at this peak (an assumption: no B200 GEMM profile "
+                    "is fitted; docs/sources/hardware.md, Conflicts and gaps)"),
         fp8_flops=(4500e12, f"{_HS} B200: fp8_dense_flops 4500 T"),
         nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
         pcie_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); the "

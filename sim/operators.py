@@ -66,7 +66,7 @@ P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, 
 
 Device fits: GPUs whose name contains "A100" use the ``a100`` fit, every other GPU (H100,
 H800, H200, B200) the ``h100`` fit (Hopper-class kernels; B200 is an assumption, Vidur did
-not profile it). Efficiencies are fractions of the preset's own peak and bandwidth, so an
+not profile it: B200 times are the H100 curves at B200's peaks, docs/sources/hardware.md). Efficiencies are fractions of the preset's own peak and bandwidth, so an
 A100-40GB uses the A100-80GB efficiencies at its lower bandwidth.
 
 Not modelled: EP with ep < tp (experts also TP-sharded) or across nodes (RDMA), DP attention,
