@@ -212,6 +212,10 @@ def test_scenario_ep_size_and_kernel_factor():
     one, two = make_cost(resolve(base)).cost([(2048, 4096)]), make_cost(sc).cost([(2048, 4096)])
     assert two.compute_s == pytest.approx(2.5 * one.compute_s, **EXACT)
     assert (two.allreduce_s, two.overhead_s, two.memory_s) == (one.allreduce_s, one.overhead_s, one.memory_s)
+    roof = {"cost": {"kind": "roofline"}}  # the roofline scales its compute term the same way
+    factor = {"model": {"base": "qwen3-235b-a22b", "kernel_factor": 2.5}}
+    one, two = (make_cost(resolve({**base, **roof, **b})).cost([(2048, 4096)]) for b in ({}, factor))
+    assert two.compute_s == pytest.approx(2.5 * one.compute_s, **EXACT) and two.memory_s == one.memory_s
     for bad in (0, -1, "x", True):
         with pytest.raises(ScenarioError, match=r"model\.kernel_factor: got .*; expected a number > 0"):
             resolve({**base, "model": {"base": "qwen3-235b-a22b", "kernel_factor": bad}})
