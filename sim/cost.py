@@ -100,7 +100,8 @@ INT4/MXFP4 experts, which H200 upcasts to bf16). Attention and state updates run
 all-reduce is not overlapped with compute (SGLang's TP all-reduces sit between layers).
 
 Assumptions (also in the docstrings where they bite):
-- pure tensor parallelism (no expert or data-parallel attention); tp divides heads evenly;
+- pure tensor parallelism (no expert or data-parallel attention; sim/operators.py prices expert
+  parallelism, `engine.ep_size`); tp divides heads evenly;
 - no speculative decoding (no MTP layers); DeepSeek-V4's hyper-connections and compressor
   rings are not costed (small next to the listed terms);
 - each request's new tokens follow its cached tokens contiguously (one chunk per request);
