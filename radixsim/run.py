@@ -29,8 +29,10 @@ def make_cost(sc):
 
     if sc.cost_table:
         return TableCostModel.from_file(sc.cost_table, hw=sc.hardware)
-    kind = OperatorCostModel if sc.doc["cost"]["kind"] == "operators" else RooflineCostModel
-    return kind(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
+    if sc.doc["cost"]["kind"] == "operators":
+        return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
+                                 ep=sc.doc["engine"]["ep_size"])
+    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
 
 
 def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,

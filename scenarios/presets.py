@@ -148,6 +148,9 @@ class ModelPreset:
     hidden_size: int
     vocab_size: int
     max_context_tokens: int
+    # multiplies the operator (kernel) time of a step: one documented number per model for
+    # day-0 kernels (issue 15 item 3); 1.0 = the fitted kernels as they are
+    kernel_factor: float = 1.0
     sources: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -189,6 +192,8 @@ class ModelPreset:
             raise ValueError(f"{n}: DeepSeek-V4 rows need qk_rope_head_dim and kv_scale_bytes")
         if self.active_params > self.total_params:
             raise ValueError(f"{n}: active_params > total_params")
+        if not (_is_number(self.kernel_factor) and 0 < self.kernel_factor < math.inf):
+            raise ValueError(f"{n}: kernel_factor must be a finite number > 0, got {self.kernel_factor!r}")
         self._check_bytes()
         self._check_sidecars()
         _check_sources(self, [f"sidecar:{s.name}" for s in self.sidecars])
@@ -305,6 +310,8 @@ def _model(section: str, src: dict, **kw) -> ModelPreset:
     sources = dict(src)
     sources.setdefault("conv_state_dtype_bytes", _RULES["conv_state_dtype_bytes"])
     sources.setdefault("ssm_state_dtype_bytes", _RULES["ssm_state_dtype_bytes"])
+    sources.setdefault("kernel_factor", "assumption: 1.0, no day-0 kernel factor (no published measurement "
+                                        "gives one for this model; docs/figure4.md)")
     if kw.get("kv_dtype") == "bf16":
         sources.setdefault("kv_dtype_bytes", _RULES["kv_bf16"])
     probe = {f.name: f.default for f in dataclasses.fields(ModelPreset)
@@ -1003,7 +1010,9 @@ _GPUS = {
     "b200": dict(_HOPPER_NODE, gpu_name=("NVIDIA B200 SXM 180GB", None), hbm_bytes_per_gpu=(
         179 * GB, f"{_HS} B200: hbm_bytes 180 G (1,440 GB / 8); docs.vultr.com shows 179 GB visible, used"),
         hbm_bytes_per_s=(8e12, f"{_HS} B200: hbm_bandwidth 8 TB/s"),
-        bf16_flops=(2250e12, f"{_HS} B200: bf16_dense_flops 2250 T (HGX, 1000 W)"),
+        bf16_flops=(2250e12, f"{_HS} B200: bf16_dense_flops 2250 T (HGX, 1000 W); sim/operators.py times B200 "
+                    "kernels on the H100-fitted efficiency curves at this peak (an assumption: no B200 GEMM profile "
+                    "is fitted; docs/sources/hardware.md, Conflicts and gaps)"),
         fp8_flops=(4500e12, f"{_HS} B200: fp8_dense_flops 4500 T"),
         nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
         pcie_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); the "
@@ -1046,7 +1055,7 @@ def get_hardware(name: str) -> HardwarePreset:
 # the bf16 presets ignore them) and per KV element of `model.kv_dtype`
 WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-MODEL_OVERRIDES = ("weight_dtype", "kv_dtype")
+MODEL_OVERRIDES = ("weight_dtype", "kv_dtype", "kernel_factor")
 HARDWARE_OVERRIDES = tuple(f.name for f in dataclasses.fields(HardwarePreset) if f.name not in ("name", "sources"))
 
 
@@ -1076,10 +1085,17 @@ def resolve_model(spec) -> tuple[ModelPreset, list]:
     """The model preset a scenario's ``model`` names, with its overrides applied, and the
     overridden keys. ``weight_dtype`` (bf16/fp8/fp4) sets ``weight_bytes`` = total_params x 2/1/0.5
     B; ``kv_dtype`` (bf16/fp8; GQA and MLA rows) sets ``kv_dtype_bytes`` 2/1 and recomputes the
-    FULL and SWA KV bytes per token from the row (sidecars and MAMBA state keep their dtypes)."""
+    FULL and SWA KV bytes per token from the row (sidecars and MAMBA state keep their dtypes);
+    ``kernel_factor`` (a number > 0) multiplies the model's kernel times (sim/operators.py)."""
     name, fields = _split_spec(spec, "model")
     m = get_model(name)
     src, kw = dict(m.sources), {}
+    if "kernel_factor" in fields:
+        v = _number_text(fields["kernel_factor"])
+        if not (_is_number(v) and 0 < v < math.inf):
+            raise ValueError(f"model.kernel_factor: got {fields['kernel_factor']!r}; expected a number > 0")
+        kw["kernel_factor"] = float(v)
+        src["kernel_factor"] = _overridden_source("model", "kernel_factor")
     if "weight_dtype" in fields:
         dt = _dtype(fields["weight_dtype"], WEIGHT_DTYPE_BYTES, "model.weight_dtype")
         kw.update(weight_dtype=dt, weight_bytes=int(m.total_params * WEIGHT_DTYPE_BYTES[dt]))

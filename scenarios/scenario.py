@@ -18,7 +18,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/store.py),
           l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
-           new_token_ratio, mixed_chunk, load_overlap (layerwise | none)
+           new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
+           expert parallelism, priced by sim/operators.py)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -265,6 +266,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     if doc["cost"]["kind"] == "operators" and unused:
         raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
                             "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")
+    _check_ep(e["ep_size"], tp, model, doc["cost"]["kind"], where)
     table = doc["cost"]["table"]
     if doc["cost"]["kind"] == "table" and not table:
         raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
@@ -286,6 +288,22 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         doc["fleet"] = spec.doc
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec)
+
+
+def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
+    """Expert parallelism as sim/operators.py models it: off (1), or every TP rank holding
+    whole experts (ep = tp) of an MoE model, on the operator cost model."""
+    if ep == 1:
+        return
+    from sim.cost import MOE_ROUTING
+
+    if ep != tp:
+        raise ScenarioError(f"{where}: engine.ep_size: {ep} with tp {tp}; expected 1 or {tp} (= tp)")
+    if model.name not in MOE_ROUTING:
+        raise ScenarioError(f"{where}: engine.ep_size: {ep}, but {model.name} has no routed experts; expected 1")
+    if cost_kind != "operators":
+        raise ScenarioError(f"{where}: engine.ep_size: {ep} is modelled by cost.kind operators only; expected 1 "
+                            f"with cost.kind {cost_kind}")
 
 
 @dataclass(frozen=True)

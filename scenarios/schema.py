@@ -66,6 +66,7 @@ SCHEMA = {
         "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
         "mixed_chunk": (False, "bool", "true or false"),
         "load_overlap": ("layerwise", ("choice", LOAD_OVERLAPS), "one of " + ", ".join(LOAD_OVERLAPS)),
+        "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
     },
     "workload": {
         "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),

@@ -83,6 +83,7 @@ Time:
     compute_s = sum over prefill and decode parts of
                 (linear_flops / linear_peak + (attention_flops + recurrent_flops) / bf16_peak
                  + indexer_flops / fp8_peak) / (tp x mfu)      (mfu_prefill or mfu_decode)
+                x kernel_factor                                  (the model preset's; 1.0 by default)
     memory_s  = (weight_bytes + kv_bytes + state_bytes) / (hbm_bytes_per_s x hbm_efficiency)
     allreduce_s = 2 (tp-1)/tp x allreduce_bytes / (nvlink_bytes_per_s x allreduce_efficiency)
                   + 2 x num_layers x allreduce_latency_s                   (0 when tp = 1)
@@ -91,6 +92,7 @@ Time:
         GPU sends and receives 2 (tp-1)/tp of the message)
     overhead_s = per_step_overhead_s + num_layers x per_layer_overhead_s
     total_s = max(compute_s, memory_s) + allreduce_s + overhead_s      (0 for an empty step)
+              (+ alltoall_s, the EP all-to-alls, in sim/operators.py)
 
 ``linear_peak`` is the fp8 peak when the preset's ``weight_dtype`` names fp8 (DeepSeek-V4:
 fp8 GEMMs; 4-bit experts there are computed in fp8), else the bf16 peak (bf16 weights, and
@@ -98,7 +100,8 @@ INT4/MXFP4 experts, which H200 upcasts to bf16). Attention and state updates run
 all-reduce is not overlapped with compute (SGLang's TP all-reduces sit between layers).
 
 Assumptions (also in the docstrings where they bite):
-- pure tensor parallelism (no expert or data-parallel attention); tp divides heads evenly;
+- pure tensor parallelism (no expert or data-parallel attention; sim/operators.py prices expert
+  parallelism, `engine.ep_size`); tp divides heads evenly;
 - no speculative decoding (no MTP layers); DeepSeek-V4's hyper-connections and compressor
   rings are not costed (small next to the listed terms);
 - each request's new tokens follow its cached tokens contiguously (one chunk per request);
@@ -365,6 +368,7 @@ class StepCost:
     memory_s: float
     allreduce_s: float
     overhead_s: float
+    alltoall_s: float = 0.0  # EP dispatch + combine (sim/operators.py)
 
     @property
     def flops(self) -> float:
@@ -379,7 +383,7 @@ class StepCost:
     def total_s(self) -> float:
         if self.prefill_tokens + self.decode_tokens == 0:
             return 0.0
-        return max(self.compute_s, self.memory_s) + self.allreduce_s + self.overhead_s
+        return max(self.compute_s, self.memory_s) + self.allreduce_s + self.alltoall_s + self.overhead_s
 
     @property
     def bound(self) -> str:
@@ -509,7 +513,7 @@ class RooflineCostModel:
         lin_p = 2.0 * m.active_params * n_prefill
         lin_d = 2.0 * m.active_params * n_decode
         compute_s = (peak_seconds(lin_p, p) / (tp * eff.mfu_prefill)
-                     + peak_seconds(lin_d, d) / (tp * eff.mfu_decode))
+                     + peak_seconds(lin_d, d) / (tp * eff.mfu_decode)) * m.kernel_factor
         weight_bytes = self.weight_read_bytes(tokens)
         kv_bytes = p["kv_bytes"] + d["kv_bytes"]
         state_bytes = p["state_bytes"] + d["state_bytes"]

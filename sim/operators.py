@@ -38,19 +38,39 @@ P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, 
   / (H x hbm_efficiency))``.
 - elementwise (norms, rope, activation, residual adds; replicated under TP):
   ``L x (kernels x t0_elem + T x hidden x bytes_per_token_hidden / H)`` (fitted, Vidur).
+- kernel factor: the operator times above (GEMMs, attention, state updates, elementwise) are
+  multiplied by the model preset's ``kernel_factor`` (1.0: the fitted kernels as they are; a
+  number only where a source gives a day-0 factor for the model; scenario key model.kernel_factor).
 - TP all-reduce, two per layer of T x hidden bf16 values (ring over NVLink):
   ``2 L x (2 (tp-1)/tp x msg / (nvlink x e_ar) + 2 (tp-1) x lat_step)`` (fitted, Vidur
-  ``network/<device>_dgx/all_reduce.csv``); 0 at tp = 1.
+  ``network/<device>_dgx/all_reduce.csv``); 0 at tp = 1. With expert parallelism one per layer:
+  SGLang scatters the tokens over the ranks for the MoE (a reduce-scatter after attention and an
+  all-gather before the next, together one all-reduce's ring traffic) and the combine returns
+  each rank's tokens, so the all-reduce after the MoE goes.
+- expert parallelism (``ep`` = SGLang's ``--ep-size``; 1 = off, else ep = tp): every rank holds
+  E/ep whole experts, so the grouped GEMM runs 1/ep of the padded rows through ep-times wider
+  experts (same FLOPs and bytes per rank), and every MoE layer adds a dispatch and a combine
+  all-to-all over NVLink. Each rank sends its T/ep tokens' hidden states to the top-k experts'
+  ranks, (ep-1)/ep of them remote: ``x = T/ep x hidden x top_k x (ep-1)/ep`` elements each way
+  (top_k: an upper bound, DeepEP sends a token once per rank); time per layer
+  ``x b_d / (nvlink e_d) + x 2 B / (nvlink e_c) + 2 lat_step``, b_d = 1 B (fp8 dispatch) for fp8
+  weights else 2, combine bf16 (DeepEP's benchmark setting). e_d = 153/160, e_c = 158/160:
+  DeepEP's intranode EP8 normal kernels on H800 reach 153 GB/s dispatching and 158 GB/s combining
+  of its ~160 GB/s NVLink (deepseek-ai/DeepEP docs/legacy.md, "Normal kernels with NVLink and
+  RDMA forwarding"). lat_step = the Vidur-fitted NVLink step latency above, one per collective
+  (DeepEP's low-latency EP8 dispatch, 77 us for 128 tokens x top-8 x 7,168 B = 7.3 MB at 98
+  GB/s, leaves <= 2 us of fixed cost, the same order).
 - overhead: ``per_step_overhead_s`` (CPU scheduler, ``Efficiency``) plus, unless the step
   runs as a CUDA graph, ``L x per_layer_overhead_s`` (launch gaps). A decode-only step of at
   most ``cuda_graph_max_bs`` requests is a graph replay (SGLang captures decode batches).
 
 Device fits: GPUs whose name contains "A100" use the ``a100`` fit, every other GPU (H100,
 H800, H200, B200) the ``h100`` fit (Hopper-class kernels; B200 is an assumption, Vidur did
-not profile it). Efficiencies are fractions of the preset's own peak and bandwidth, so an
+not profile it: B200 times are the H100 curves at B200's peaks, docs/sources/hardware.md). Efficiencies are fractions of the preset's own peak and bandwidth, so an
 A100-40GB uses the A100-80GB efficiencies at its lower bandwidth.
 
-Not modelled: expert parallelism (EP all-to-all; pure TP only), speculative decoding, FP8
+Not modelled: EP with ep < tp (experts also TP-sharded) or across nodes (RDMA), DP attention,
+overlap of the all-to-alls with compute (two-batch overlap), speculative decoding, FP8
 GEMM efficiency apart from bf16's (fp8 GEMMs use the bf16 curve at the fp8 peak), overlap of
 communication with compute, the LM head as a separate GEMM (inside shared params).
 """
@@ -81,6 +101,10 @@ MOE_IMBALANCE = 1.25
 # SGLang's default --cuda-graph-max-bs for large GPUs (server_args.py: 160 at TP<4 on >=80 GB
 # GPUs in 2025 releases); assumption: the same for every preset.
 CUDA_GRAPH_MAX_BS = 160
+# DeepEP intranode EP8 normal kernels on H800: 153 GB/s dispatch, 158 GB/s combine of ~160 GB/s
+# NVLink (deepseek-ai/DeepEP docs/legacy.md, Performance); fractions of the preset's NVLink.
+A2A_DISPATCH_EFFICIENCY = 153 / 160
+A2A_COMBINE_EFFICIENCY = 158 / 160
 # The sim/cost.py Efficiency fields this model reads (the rest are replaced by the fits).
 EFFICIENCY_FIELDS = ("hbm_efficiency", "per_step_overhead_s", "per_layer_overhead_s")
 
@@ -120,14 +144,18 @@ class OperatorCostModel(RooflineCostModel):
     per_layer_overhead_s; the MFUs and the all-reduce knobs are replaced by the fits."""
 
     def __init__(self, model: ModelPreset | str, hw: HardwarePreset | str, tp: int,
-                 eff: Efficiency | None = None, *, cuda_graph_max_bs: int = CUDA_GRAPH_MAX_BS):
+                 eff: Efficiency | None = None, *, cuda_graph_max_bs: int = CUDA_GRAPH_MAX_BS, ep: int = 1):
         super().__init__(model, hw, tp, eff)
         if isinstance(cuda_graph_max_bs, bool) or not isinstance(cuda_graph_max_bs, int) or cuda_graph_max_bs < 0:
             raise ValueError(f"cuda_graph_max_bs must be an integer >= 0, got {cuda_graph_max_bs!r}")
+        if isinstance(ep, bool) or ep != 1 and (ep != tp or MOE_ROUTING.get(self.model.name) is None):
+            raise ValueError(f"ep must be 1, or tp ({tp}) for an MoE model with routing, got {ep!r}")
+        self.ep = ep
         fit = device_fit(self.hw)
         self.gemm_fit, self.elem_fit, self.ar_fit = fit["gemm"], fit["elementwise"], fit["allreduce"]
         self.cuda_graph_max_bs = cuda_graph_max_bs
         m = self.model
+        self.dispatch_bytes = 1 if "fp8" in m.weight_dtype else ACTIVATION_DTYPE_BYTES
         routing = MOE_ROUTING.get(m.name)
         self.routing, self.expert_params, self.shared_params = None, 0.0, float(m.active_params)
         if routing is not None and m.active_params < m.total_params:  # else: all active params dense
@@ -142,7 +170,7 @@ class OperatorCostModel(RooflineCostModel):
             self.mla_decompress_nk = (m.num_q_heads * (nope + d_v) / tp, m.kv_lora_rank)
 
     def __repr__(self) -> str:
-        return f"OperatorCostModel({self.model.name!r}, {self.hw.name!r}, tp={self.tp})"
+        return f"OperatorCostModel({self.model.name!r}, {self.hw.name!r}, tp={self.tp}, ep={self.ep})"
 
     # --- operators ------------------------------------------------------------------------
 
@@ -186,7 +214,8 @@ class OperatorCostModel(RooflineCostModel):
         if self.routing:  # per layer, the touched experts run as one grouped GEMM pair
             rows, coverage = self.routed_rows(tokens)
             touched_bytes = self.routed_weight_bytes * coverage / (L * tp)
-            t += L * self.pair_s(rows, self.expert_params / (L * tp), touched_bytes, full_tiles=True)
+            ep = self.ep  # EP: 1/ep of the experts per rank, whole instead of 1/tp of each
+            t += L * self.pair_s(rows / ep, self.expert_params * ep / (L * tp), touched_bytes, full_tiles=True)
         return t
 
     def attention_s(self, w: dict, queries: int) -> float:
@@ -217,7 +246,23 @@ class OperatorCostModel(RooflineCostModel):
         msg = tokens * self.model.hidden_size * ACTIVATION_DTYPE_BYTES
         one = (2 * (tp - 1) / tp * msg / (self.hw.nvlink_bytes_per_s * f["e_ar"])
                + 2 * (tp - 1) * f["latency_per_step_s"])
-        return 2 * self.model.num_layers * one
+        return self.allreduces_per_layer * self.model.num_layers * one
+
+    @property
+    def allreduces_per_layer(self) -> int:
+        return 2 if self.ep == 1 else 1
+
+    def alltoall_s(self, tokens: int) -> float:
+        """The EP dispatch and combine of every MoE layer (0 without expert parallelism)."""
+        ep = self.ep
+        if ep == 1 or tokens <= 0:
+            return 0.0
+        elems = tokens / ep * self.model.hidden_size * self.routing.top_k * (ep - 1) / ep
+        nvlink = self.hw.nvlink_bytes_per_s
+        one = (elems * self.dispatch_bytes / (nvlink * A2A_DISPATCH_EFFICIENCY)
+               + elems * ACTIVATION_DTYPE_BYTES / (nvlink * A2A_COMBINE_EFFICIENCY)
+               + 2 * self.ar_fit["latency_per_step_s"])
+        return self.model.num_layers * one
 
     # --- step -----------------------------------------------------------------------------
 
@@ -241,6 +286,7 @@ class OperatorCostModel(RooflineCostModel):
             n, k = self.mla_decompress_nk
             op_s += self.model.full_layers * self.gemm_s(float(np.sum(new + cached)), n, k,
                                                          n * k * ACTIVATION_DTYPE_BYTES)
+        op_s *= self.model.kernel_factor
         graph = n_prefill == 0 and n_decode <= self.cuda_graph_max_bs
         overhead_s = self.eff.per_step_overhead_s + (0.0 if graph else self.model.num_layers
                                                      * self.eff.per_layer_overhead_s)
@@ -251,11 +297,11 @@ class OperatorCostModel(RooflineCostModel):
             indexer_flops=p["indexer_flops"] + d["indexer_flops"],
             recurrent_flops=p["recurrent_flops"] + d["recurrent_flops"],
             weight_bytes=weight_bytes, kv_bytes=kv_bytes, state_bytes=state_bytes,
-            allreduce_bytes=2.0 * self.model.num_layers * tokens * self.model.hidden_size
+            allreduce_bytes=self.allreduces_per_layer * self.model.num_layers * tokens * self.model.hidden_size
             * ACTIVATION_DTYPE_BYTES if self.tp > 1 else 0.0,
             compute_s=op_s, memory_s=(weight_bytes + kv_bytes + state_bytes) / self.hw.hbm_bytes_per_s,
-            allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s)
+            allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s, alltoall_s=self.alltoall_s(tokens))
 
 
-__all__ = ["CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
+__all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
            "OperatorCostModel", "device_fit", "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]

@@ -9,7 +9,7 @@ import pytest
 
 from scenarios.presets import get_hardware, get_model
 from sim.cost import Efficiency, RooflineCostModel
-from sim.operators import (CUDA_GRAPH_MAX_BS, FA_E_MAX, FA_L_HALF, MOE_IMBALANCE, OperatorCostModel,
+from sim.operators import (A2A_COMBINE_EFFICIENCY, A2A_DISPATCH_EFFICIENCY, CUDA_GRAPH_MAX_BS, FA_E_MAX, FA_L_HALF, MOE_IMBALANCE, OperatorCostModel,
                            load_fits, moe_block_m)
 
 EXACT = dict(rel=1e-12)
@@ -27,14 +27,16 @@ def pair(f, peak, hbm, hidden, m, params, wbytes, full_tiles=False):
             + gemm(f, peak, hbm, m, hidden, inner, wbytes / 2, full_tiles))
 
 
-def routed(f, peak, hbm, hidden, tokens, E, k, L, tp, routed_params, routed_bytes):
+def routed(f, peak, hbm, hidden, tokens, E, k, L, tp, routed_params, routed_bytes, ep=1):
     """One layer's grouped expert GEMM pair: rows per touched expert padded to blocks of 16
-    (tokens <= E) or 64, times the imbalance, whole-tile efficiency."""
+    (tokens <= E) or 64, times the imbalance, whole-tile efficiency. With EP (ep = tp) a rank
+    runs its E/ep whole experts: 1/ep of the rows, each expert unsharded."""
     cover = 1 - (1 - k / E) ** tokens
     touched = E * cover
     block = 16 if tokens <= E else 64
-    rows = touched * block * math.ceil(tokens * k / touched / block) * MOE_IMBALANCE
-    return pair(f, peak, hbm, hidden, rows, routed_params / E / (L * tp), routed_bytes * cover / (L * tp), True)
+    rows = touched * block * math.ceil(tokens * k / touched / block) * MOE_IMBALANCE / ep
+    per_expert = routed_params / E / L if ep > 1 else routed_params / E / (L * tp)
+    return pair(f, peak, hbm, hidden, rows, per_expert, routed_bytes * cover / (L * tp), True)
 
 
 def fa(keys_per_query):
@@ -147,6 +149,76 @@ def test_moe_qwen3_235b_h800_tp8():
     rf = RooflineCostModel("qwen3-235b-a22b", hw, tp)
     expect = (shared * 2 + routed_p * 2 * (1 - (1 - k / E) ** 64)) / tp
     assert rf.weight_read_bytes(64) == pytest.approx(expect, **EXACT)
+
+
+def test_moe_expert_parallel_qwen3_235b_h800_ep8():
+    """The same prefill with --ep-size 8: each rank runs 16 whole experts (1/8 of the padded
+    rows), one all-reduce per layer instead of two (tokens scattered for the MoE), and per layer
+    a dispatch + combine all-to-all of 2048/8 tokens x 4096 x top-8 x 7/8 bf16 values each way
+    over 200 GB/s NVLink at DeepEP's 153/160 and 158/160, plus one NVLink step latency each."""
+    hw, f = get_hardware("h800x8"), load_fits()["h100"]
+    g, el, ar = f["gemm"], f["elementwise"], f["allreduce"]
+    peak, hbm, nvlink = 989.4e12, 3.35e12, 200e9
+    L, hidden, tp, E, k = 94, 4096, 8, 128, 8
+    total, active = 235_092_836_352, 22_189_965_312
+    routed_p = (total - active) / (1 - k / E)
+    shared = total - routed_p
+    n = 2048
+    assert (A2A_DISPATCH_EFFICIENCY, A2A_COMBINE_EFFICIENCY) == (153 / 160, 158 / 160)
+    linear = L * pair(g, peak, hbm, hidden, n, shared / (L * tp), shared * 2 / (L * tp))
+    linear += L * routed(g, peak, hbm, hidden, n, E, k, L, tp, routed_p, routed_p * 2, ep=8)
+    keys = L * keys_full(n, 0)
+    kv = L * n * (4 * 256 * 2) / 4
+    attn = max(4 * 64 * 128 * keys / (tp * peak * fa(keys / (n * L))), kv / (hbm * 0.6)) + L * g["t0_s"]
+    elems = 256 * 4096 * 8 * 7 / 8  # 1,835,008 values each way per layer
+    a2a = L * (elems * 2 / (nvlink * 153 / 160) + elems * 2 / (nvlink * 158 / 160) + 2 * ar["latency_per_step_s"])
+    one_ar = allreduce(ar, L, n, hidden, tp, nvlink) / 2
+    expect = linear + attn + elementwise(el, L, n, hidden, hbm) + one_ar + a2a + 3e-3 + L * 10e-6
+    om = OperatorCostModel("qwen3-235b-a22b", hw, tp, ep=8)
+    c = om.cost([(n, 0)])
+    assert c.alltoall_s == pytest.approx(a2a, **EXACT)
+    assert c.allreduce_s == pytest.approx(one_ar, **EXACT)
+    assert c.allreduce_bytes == L * n * hidden * 2
+    assert c.total_s == pytest.approx(expect, **EXACT)
+    assert OperatorCostModel("qwen3-235b-a22b", hw, tp).cost([(n, 0)]).alltoall_s == 0.0
+    # fp8 weights dispatch fp8 (1 B) and combine bf16 (2 B): DeepSeek-V3 at EP8 on H200 (450 GB/s)
+    v3 = OperatorCostModel("deepseek-v3", "h200x8", 8, ep=8)
+    elems = 64 * 7168 * 8 * 7 / 8
+    assert v3.alltoall_s(512) == pytest.approx(61 * (elems / (450e9 * 153 / 160) + elems * 2 / (450e9 * 158 / 160)
+                                                      + 2 * ar["latency_per_step_s"]), **EXACT)
+    for bad in (2, 4, True):
+        with pytest.raises(ValueError, match="ep must be 1, or tp"):
+            OperatorCostModel("qwen3-235b-a22b", hw, tp, ep=bad)
+    with pytest.raises(ValueError, match="ep must be 1, or tp"):
+        OperatorCostModel("qwen3-8b", "a100-80gbx8", 8, ep=8)
+
+
+def test_scenario_ep_size_and_kernel_factor():
+    """engine.ep_size reaches the cost model (1 or tp, MoE, operators only);
+    model.kernel_factor multiplies the operator times and nothing else."""
+    from radixsim.run import make_cost
+    from scenarios.scenario import ScenarioError, load, resolve
+    base = {**load("quickstart"), "model": "qwen3-235b-a22b", "hardware": "h800x8", "tp": 8}
+    assert resolve(base).doc["engine"]["ep_size"] == 1
+    assert make_cost(resolve({**base, "engine": {"ep_size": 8}})).ep == 8
+    with pytest.raises(ScenarioError, match=r"engine\.ep_size: 4 with tp 8; expected 1 or 8 \(= tp\)"):
+        resolve({**base, "engine": {"ep_size": 4}})
+    with pytest.raises(ScenarioError, match=r"engine\.ep_size: 8, but Qwen3-8B has no routed experts; expected 1"):
+        resolve({**base, "model": "qwen3-8b", "engine": {"ep_size": 8}})
+    with pytest.raises(ScenarioError, match=r"engine\.ep_size: 8 is modelled by cost\.kind operators only"):
+        resolve({**base, "engine": {"ep_size": 8}, "cost": {"kind": "roofline"}})
+    sc = resolve({**base, "model": {"base": "qwen3-235b-a22b", "kernel_factor": 2.5}})
+    assert sc.model.kernel_factor == 2.5 and resolve(base).model.kernel_factor == 1.0
+    one, two = make_cost(resolve(base)).cost([(2048, 4096)]), make_cost(sc).cost([(2048, 4096)])
+    assert two.compute_s == pytest.approx(2.5 * one.compute_s, **EXACT)
+    assert (two.allreduce_s, two.overhead_s, two.memory_s) == (one.allreduce_s, one.overhead_s, one.memory_s)
+    roof = {"cost": {"kind": "roofline"}}  # the roofline scales its compute term the same way
+    factor = {"model": {"base": "qwen3-235b-a22b", "kernel_factor": 2.5}}
+    one, two = (make_cost(resolve({**base, **roof, **b})).cost([(2048, 4096)]) for b in ({}, factor))
+    assert two.compute_s == pytest.approx(2.5 * one.compute_s, **EXACT) and two.memory_s == one.memory_s
+    for bad in (0, -1, "x", True):
+        with pytest.raises(ScenarioError, match=r"model\.kernel_factor: got .*; expected a number > 0"):
+            resolve({**base, "model": {"base": "qwen3-235b-a22b", "kernel_factor": bad}})
 
 
 def test_mla_deepseek_v3_h200_tp8():
