@@ -1,8 +1,10 @@
 """The torch data plane: carries out the core's actions on real pools and a real page store.
 
-- "load" (L2 -> L1) and "backup" (L1 -> L2): one batched gather/scatter per transfer between
-  the tiers' pools (`KVPools.copy_pages`; a side CUDA stream with an event on a GPU), for FULL
-  and SWA pages and MAMBA state slots alike;
+- "load" (L2 -> L1) and "backup" (L1 -> L2): through persistent staging buffers
+  (`gpu_backend.staging.StagedCopier`: allocated once and reused; on a GPU a side CUDA stream,
+  DMA straight from/to the pinned host pool, an event per layer with ``layer_first`` pools),
+  for FULL and SWA pages and MAMBA state slots alike; `last_handle` is the latest one (its
+  `wait_layer(l)` is the per-layer wait of a layer-wise load);
 - sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
   the same pages of the sidecars that follow FULL (SWA), stored under their own names;
 - "store" (L2 -> L3): the L2 pages are read and put into the `PageStore` under
@@ -31,6 +33,7 @@ import time
 
 import numpy as np
 
+from .staging import StagedCopier
 from .store import page_key
 
 TIER_OF = {"L1": "L1", "L2": "L2"}
@@ -59,6 +62,8 @@ class TorchDataPlane:
         self.snapshots = 0  # every-K snapshot CopyStates the executor had carried out in its forward
         self.already_taken = None  # executor hook: CopyState -> True if nothing is left to copy
         self.copy_s = 0.0  # measured seconds of every transfer
+        self.staged = StagedCopier(pools)
+        self.last_handle = None
 
     def submit(self, t, on_done) -> None:
         t0 = time.perf_counter()
@@ -91,7 +96,7 @@ class TorchDataPlane:
     def _execute(self, t) -> bool:
         if t.kind in ("load", "backup"):
             for comp in self._pools_of(t.component):
-                h = self.pools.copy_pages(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
+                self.last_handle = h = self.staged.copy(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
                 h.synchronize()
             return True
         if self.store is None:

@@ -55,6 +55,9 @@ def _as_index(idx) -> torch.Tensor:
     return torch.as_tensor(np.asarray(idx, dtype=np.int64).reshape(-1))
 
 
+as_index = _as_index  # public name (gpu_backend/staging.py)
+
+
 @dataclass
 class CopyHandle:
     """What `copy_pages` returns: on CUDA the event recorded on the side stream after the copy
@@ -220,4 +223,4 @@ def _runs(idx: torch.Tensor):
     return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
-__all__ = ["KVPools", "CopyHandle", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]
+__all__ = ["KVPools", "CopyHandle", "as_index", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]
