@@ -1,12 +1,19 @@
-"""Measurements of the torch backend that the simulator can use: a fitted step-time table
+"""Measurements of the torch backend that the simulator can use: a per-operator table
+(`sim.optable`'s format, what `radixsim calibrate` writes), a fitted step-time table
 (`sim.cost.TableCostModel`'s format) and page-copy bandwidth.
 
+- `measure_operators(cost, ...)`: the operators the simulator's step-time model prices
+  (`sim.optable.OperatorTableCostModel`), each timed on this device at the shapes that model
+  asks for: the GEMMs of `sim.optable.gemm_shapes(cost)` by rows M, one attention layer
+  (scaled dot-product attention, the preset's heads per GPU, GQA) per (prefix, new) prefill
+  and per decode KV length, and host -> device copies of pinned memory by size;
 - `measure_table(model, ...)`: prefill seconds for (new tokens, cached tokens) pairs and decode
   seconds for (batch, mean context) pairs, each the median of `repeats` timed forwards over
   real pools (a cached prefix first written untimed). The torch executor runs a step's entries
   one forward each, so a decode step of b requests is timed as b single-token forwards.
 - `copy_bandwidth(pools, ...)`: bytes per second of batched, scattered page copies between
-  the tiers (`KVPools.copy_pages`) against one plain copy of the same bytes (the baseline).
+  the tiers through the data plane's staging buffers (`gpu_backend.staging.StagedCopier`)
+  against one plain copy of the same bytes (the baseline).
 
 Times are CUDA-synchronised on a GPU. Everything is deterministic except the timings.
 """
@@ -18,6 +25,7 @@ import time
 import torch
 
 from .pools import KVPools
+from .staging import StagedCopier
 
 
 def _sync(device) -> None:
@@ -80,8 +88,9 @@ def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int
     nbytes = pages * pools.page_bytes(component)
     dev = pools.device
     out = {"pages": pages, "bytes": nbytes, "page_bytes": pools.page_bytes(component)}
+    staged = StagedCopier(pools)
     for name, a, b, si, di in (("d2h", "L1", "L2", src, dst), ("h2d", "L2", "L1", dst, src)):
-        t = _timed(lambda: pools.copy_pages(a, b, component, si, di).synchronize(), repeats, dev)
+        t = _timed(lambda: staged.copy(a, b, component, si, di).synchronize(), repeats, dev)
         out[f"{name}_GBps"] = nbytes / t / 1e9
     flat = nbytes // 4
     big_dev = torch.empty(flat, dtype=torch.float32, device=dev)
@@ -94,4 +103,73 @@ def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int
     return out
 
 
-__all__ = ["measure_table", "prefill_seconds", "copy_bandwidth"]
+GEMM_ROWS = (1, 16, 64, 256, 1024, 4096)
+PREFIXES = (0, 512, 2048, 8192)
+NEW_TOKENS = (16, 128, 512, 2048)
+KV_LENGTHS = (128, 1024, 4096, 16384)
+COPY_BYTES = (1 << 20, 8 << 20, 64 << 20)
+QUICK = {"rows": (1, 16), "prefixes": (0, 64), "new": (16, 64), "kv": (64, 256), "copy_bytes": (1 << 16, 1 << 20),
+         "repeats": 1}
+
+
+def gemm_seconds(m: int, n: int, k: int, *, device, dtype, repeats: int = 3, weight=None) -> float:
+    """Median seconds of an (m x k) @ (k x n) GEMM (`weight`: a [k, n] tensor to reuse)."""
+    w = torch.randn(k, n, device=device, dtype=dtype) if weight is None else weight
+    x = torch.randn(m, k, device=device, dtype=dtype)
+    return _timed(lambda: x @ w, repeats, device)
+
+
+def attention_seconds(prefix: int, new: int, heads: dict, *, device, dtype, repeats: int = 3) -> float:
+    """Median seconds of one attention layer: `new` queries over `prefix + new` keys (causal
+    within the new tokens), `heads` as `sim.optable.attention_heads` gives them."""
+    F = torch.nn.functional
+    gen = torch.Generator().manual_seed(prefix * 1_000_003 + new)
+    hq, hk = heads["q_heads"], heads["kv_heads"]
+    q = torch.randn(1, hq, new, heads["head_dim"], generator=gen).to(device, dtype)
+    k = torch.randn(1, hk, prefix + new, heads["head_dim"], generator=gen).to(device, dtype)
+    v = torch.randn(1, hk, prefix + new, heads["v_head_dim"], generator=gen).to(device, dtype)
+    mask = None
+    if new > 1:
+        pos = torch.arange(prefix + new, device=device)
+        mask = pos[None, :] <= (prefix + torch.arange(new, device=device))[:, None]
+    gqa = hq != hk
+    return _timed(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa), repeats, device)
+
+
+def h2d_seconds(nbytes: int, *, device, repeats: int = 3) -> float:
+    """Median seconds of one host -> device copy of `nbytes` (pinned on CUDA; memcpy on CPU)."""
+    dev = torch.device(device)
+    pin = dev.type == "cuda"
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    return _timed(lambda: dst.copy_(host, non_blocking=pin), repeats, dev)
+
+
+def measure_operators(cost, *, device="cpu", dtype=torch.bfloat16, rows=GEMM_ROWS, prefixes=PREFIXES,
+                      new=NEW_TOKENS, kv=KV_LENGTHS, copy_bytes=COPY_BYTES, repeats: int = 3, progress=None) -> dict:
+    """The operator table (`sim.optable` format) of cost model `cost` (an `OperatorCostModel`:
+    its preset and TP name the shapes) timed on `device`. `progress(message)` is told each step."""
+    from sim.optable import FORMAT, attention_heads, gemm_shapes
+
+    say = progress or (lambda _m: None)
+    kw = {"device": device, "dtype": dtype, "repeats": repeats}
+    gemm = []
+    for n, k in gemm_shapes(cost):
+        say(f"GEMM N x K = {n} x {k}")
+        w = torch.randn(k, n, device=device, dtype=dtype)
+        gemm.append({"n": n, "k": k, "points": [[m, gemm_seconds(m, n, k, weight=w, **kw)] for m in rows]})
+        del w
+    heads = attention_heads(cost)
+    say(f"attention ({heads['q_heads']} query / {heads['kv_heads']} KV heads x {heads['head_dim']})")
+    prefill = [[c, n, attention_seconds(c, n, heads, **kw)] for c in prefixes for n in new]
+    decode = [[c, attention_seconds(c, 1, heads, **kw)] for c in kv]
+    say("copies")
+    copies = [[b, h2d_seconds(b, device=device, repeats=repeats)] for b in copy_bytes]
+    return {"format": FORMAT, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+            "model": cost.model.name, "tp": cost.tp, "heads": heads, "gemm": gemm,
+            "prefill_attention": prefill, "decode_attention": decode, "copy": copies}
+
+
+__all__ = ["measure_table", "measure_operators", "prefill_seconds", "copy_bandwidth", "gemm_seconds",
+           "attention_seconds", "h2d_seconds", "GEMM_ROWS", "PREFIXES", "NEW_TOKENS", "KV_LENGTHS", "COPY_BYTES",
+           "QUICK"]

@@ -241,15 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_parser(sub)
     sensitivity.add_parser(sub)
 
-    k = sub.add_parser("calibrate", help="measure the torch backend's step times into a cost table",
+    k = sub.add_parser("calibrate", help="time the operators the simulator prices into a cost table",
                        description=(
-                           "Time prefill (new tokens x cached tokens) and decode (batch x context) forwards of "
-                           "the scenario's torch model (its torch.* keys, the model preset's layer mix) on real "
-                           "pools, and write them as a cost table (JSON) for `cost: {kind: table, table: FILE}`, "
-                           "so the simulator prices steps as this machine runs them."))
+                           "Time, on this device, the operators the simulator's step-time model prices for the "
+                           "scenario's model and TP: GEMMs by shape (rows x N x K), one attention layer per "
+                           "(prefix, new) prefill and per decode KV length, and host->device copies by size; write "
+                           "them as an operator table (JSON) for `cost: {kind: table, table: FILE}` "
+                           "(sim/optable.py interpolates it). --kind steps instead times whole prefill and decode "
+                           "forwards of the scenario's reduced torch model (a step-time table)."))
     k.add_argument("scenario", help="scenario file or catalog name")
     k.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     k.add_argument("--device", default=None, help="cpu or cuda (default: the scenario's torch.device)")
+    k.add_argument("--kind", choices=["operators", "steps"], default="operators",
+                   help="operators (default): per-operator table; steps: step-time table of the torch model")
     k.add_argument("--quick", action="store_true", help="fewer points (a rough table in seconds)")
     k.add_argument("--out", required=True, help="the cost table to write (.json)")
 
@@ -492,9 +496,6 @@ def _cmd_calibrate(args) -> int:
     try:
         sc = from_file(args.scenario, args.sets)
         from gpu_backend.backend import DTYPES, TorchOptions
-        from gpu_backend.calibrate import measure_table
-        from gpu_backend.model import SyntheticHybridModel
-        from gpu_backend.spec import HybridSpec
     except ScenarioError as e:
         sys.stderr.write(f"radixsim calibrate: {e}\n")
         return EXIT_BAD_INPUT
@@ -502,20 +503,41 @@ def _cmd_calibrate(args) -> int:
         sys.stderr.write(f"radixsim calibrate: needs torch (pip install torch==2.13.0): {e}\n")
         return EXIT_BAD_INPUT
     opts = dataclasses.replace(TorchOptions(**sc.doc.get("torch", {})), device=_torch_device(args, sc))
+    t0 = time.perf_counter()
+    table = (_operator_table if args.kind == "operators" else _step_table)(sc, opts, DTYPES[opts.dtype], args.quick)
+    with open(args.out, "w") as f:
+        json.dump(table, f, indent=1)
+    points = (f"{sum(len(g['points']) for g in table['gemm'])} GEMM, {len(table['prefill_attention'])} prefill "
+              f"attention, {len(table['decode_attention'])} decode attention and {len(table['copy'])} copy"
+              if args.kind == "operators" else f"{len(table['prefill'])} prefill and {len(table['decode'])} decode")
+    print(f"{points} points on {opts.device} in {time.perf_counter() - t0:.1f} s -> {args.out} "
+          f"(use: --set cost.kind=table --set cost.table={args.out})")
+    return 0
+
+
+def _operator_table(sc, opts, dtype, quick: bool) -> dict:
+    from gpu_backend.calibrate import QUICK, measure_operators
+    from sim.cost import Efficiency
+    from sim.operators import OperatorCostModel
+
+    cost = OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency), ep=sc.doc["engine"]["ep_size"])
+    say = (lambda m: sys.stderr.write(f"radixsim calibrate: {m}\n")) if sys.stderr.isatty() else None
+    return measure_operators(cost, device=opts.device, dtype=dtype, progress=say, **(QUICK if quick else {}))
+
+
+def _step_table(sc, opts, dtype, quick: bool) -> dict:
+    from gpu_backend.calibrate import measure_table
+    from gpu_backend.model import SyntheticHybridModel
+    from gpu_backend.spec import HybridSpec
+
     window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
     spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
                                   head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
                                   page_size=sc.cache.page_size)
-    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     kw = dict(prefill_tokens=(16, 256), cached=(0, 1024), batches=(1, 8), contexts=(64, 1024), repeats=1) \
-        if args.quick else {}
-    t0 = time.perf_counter()
-    table = measure_table(model, **kw)
-    with open(args.out, "w") as f:
-        json.dump(table, f, indent=1)
-    print(f"{len(table['prefill'])} prefill and {len(table['decode'])} decode points on {opts.device} in "
-          f"{time.perf_counter() - t0:.1f} s -> {args.out} (use: --set cost.kind=table --set cost.table={args.out})")
-    return 0
+        if quick else {}
+    return measure_table(model, **kw)
 
 
 def _cmd_scenarios(args) -> int:

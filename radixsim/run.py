@@ -24,11 +24,13 @@ TIMELINE_MAX_ROWS = 2000
 def make_cost(sc):
     """The scenario's step-time model: operators (default) or roofline (with efficiency
     overrides), or a fitted table."""
-    from sim.cost import Efficiency, RooflineCostModel, TableCostModel
+    from sim.cost import Efficiency, RooflineCostModel
     from sim.operators import OperatorCostModel
+    from sim.optable import load_cost_table
 
     if sc.cost_table:
-        return TableCostModel.from_file(sc.cost_table, hw=sc.hardware)
+        return load_cost_table(sc.cost_table, sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
+                               ep=sc.doc["engine"]["ep_size"])
     if sc.doc["cost"]["kind"] == "operators":
         return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
                                  ep=sc.doc["engine"]["ep_size"])

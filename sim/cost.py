@@ -601,6 +601,9 @@ class _Surface:
         return max(0.0, v)
 
 
+Surface = _Surface  # public name: sim/optable.py interpolates its operator curves the same way
+
+
 def _table_rows(data, key: str, source: str) -> np.ndarray:
     cols = _COLUMNS[key]
     if key not in data:
@@ -703,6 +706,6 @@ class TableCostModel:
 
 __all__ = [
     "ACTIVATION_DTYPE_BYTES", "CostModel", "DSV4_INDEXER", "EFFICIENCY_SOURCES", "Efficiency",
-    "LINKS", "MOE_ROUTING", "NVLINK_LATENCY_S", "RooflineCostModel", "StepCost", "TableCostModel",
+    "LINKS", "MOE_ROUTING", "NVLINK_LATENCY_S", "RooflineCostModel", "StepCost", "Surface", "TableCostModel",
     "causal_keys", "compressed_rows", "parse_batch", "parse_contexts", "topk_rows", "transfer_time_s", "window_keys",
 ]

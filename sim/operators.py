@@ -228,10 +228,15 @@ class OperatorCostModel(RooflineCostModel):
         compute = (w["attention_flops"] / hw.bf16_flops + w["indexer_flops"] / hw.fp8_flops) / (tp * e_fa)
         t = max(compute, w["kv_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
         t += self.attn_layers * self.gemm_fit["t0_s"]
-        if w["recurrent_flops"] or w["state_bytes"]:
-            t += max(w["recurrent_flops"] / (tp * hw.bf16_flops * self.gemm_fit["e_max"]),
-                     w["state_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
-        return t
+        return t + self.recurrent_s(w)
+
+    def recurrent_s(self, w: dict) -> float:
+        """Recurrent-state time of one part (`request_work`'s dict); 0 without state layers."""
+        if not (w["recurrent_flops"] or w["state_bytes"]):
+            return 0.0
+        hw = self.hw
+        return max(w["recurrent_flops"] / (self.tp * hw.bf16_flops * self.gemm_fit["e_max"]),
+                   w["state_bytes"] / (hw.hbm_bytes_per_s * self.eff.hbm_efficiency))
 
     def elementwise_s(self, tokens: int) -> float:
         f = self.elem_fit

@@ -162,7 +162,7 @@ def test_calibrate_writes_a_table_the_simulator_prices_steps_with(tmp_path):
                                  "workload": {"num_clients": 2, "num_rounds": 2, "request_length": 64,
                                               "output_length": 2}}))
     table = tmp_path / "t.json"
-    assert main(["calibrate", str(p), "--quick", "--out", str(table)]) == 0
+    assert main(["calibrate", str(p), "--kind", "steps", "--quick", "--out", str(table)]) == 0
     model = TableCostModel.from_file(table)
     assert len(model.prefill_rows) == 4 and len(model.decode_rows) == 4
     assert model.prefill_time_s([(256, 0)]) > 0
