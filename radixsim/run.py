@@ -38,7 +38,7 @@ def make_cost(sc):
 
 
 def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,
-             record_logits: bool = False, store=None):
+             record_logits: bool = False, store=None, setup=None):
     """Run scenario `sc` to completion. Returns (engine, env, cost, wall seconds).
 
     backend "sim": the SimPy clock, modelled links, the cost model. backend "torch": the same
@@ -46,7 +46,8 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     step executor (gpu_backend/), on the clock `torch.clock` names: "modelled" (default: each
     step and transfer lasts what the simulator gives it, so the decisions are the simulator's
     on any machine load), "measured" (each lasts its measured duration) or "realtime" (the
-    same on SimPy's real-time environment: idle gaps are slept)."""
+    same on SimPy's real-time environment: idle gaps are slept). `setup(engine)`, if given,
+    is called once the engine is built, before the run (e.g. to record its steps)."""
     import simpy
 
     t0 = time.perf_counter()
@@ -59,6 +60,8 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         cache = eng.cache
     else:
         raise ValueError(f"backend {backend!r}: expected sim or torch")
+    if setup is not None:
+        setup(eng)
     source, total = _source(env, eng, sc.workload)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:

@@ -193,12 +193,24 @@ def add_parser(subparsers) -> None:
     v.add_argument("--out", default="validation-out", help="output directory (default validation-out)")
     v.add_argument("--smoke", action="store_true", help="each case at a tiny size (clients / 8, at most 3 rounds)")
     v.add_argument("--seed", type=int, default=0, help="workload seed (default 0, the same for every case)")
+    v.add_argument("--backend", choices=["published", "torch"], default="published",
+                   help="published (default): the cases of validation/; torch: the positional arguments are "
+                        "scenarios, each run on the torch backend (measured clock) and on the simulator "
+                        "(radixsim/validate_torch.py)")
+    v.add_argument("--table", default=None, help="--backend torch: also simulate priced by this cost table")
+    v.add_argument("--device", default=None, help="--backend torch: cpu or cuda")
+    v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="--backend torch: override a scenario key (repeatable)")
 
 
 def dispatch(args) -> int | None:
     """Run `radixsim validate`; None when `args` belong to another command."""
     if getattr(args, "command", None) != "validate":
         return None
+    if args.backend == "torch":
+        from . import validate_torch
+
+        return validate_torch.run(args)
     try:
         res = validate(args.cases, smoke=args.smoke, seed=args.seed, progress=sys.stderr.isatty())
         print(table(res))

@@ -1,0 +1,172 @@
+"""`radixsim validate --backend torch`: the simulator against the torch backend on this machine.
+
+Each scenario runs three times from the same seed: on the torch backend with the measured
+clock (`torch.clock: measured`: every step and copy lasts what it took here), on the simulator
+with the scenario's own cost model, and, with `--table FILE`, on the simulator priced by that
+table (`cost: {kind: table, table: FILE}`: what `radixsim calibrate` writes, either kind).
+Compared per request (TTFT, matched by request id; whether the cache hits are the same) and per
+round (mean TTFT). The torch run's steps are also priced by each cost model, step by step, so
+the step-time error is reported apart from queueing (median and p90 of |predicted - measured|
+/ measured).
+
+Writes DIR/validate_torch_rounds.csv (one row per scenario and round), DIR/validate_torch_requests.csv
+and DIR/validate_torch.json (everything, with the step errors).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+EXIT_BAD_INPUT = 2
+ROUND_COLUMNS = ["scenario", "round", "requests", "torch_ttft_s", "sim_ttft_s", "sim_rel_err", "table_ttft_s",
+                 "table_rel_err"]
+REQUEST_COLUMNS = ["scenario", "rid", "round", "torch_ttft_s", "sim_ttft_s", "table_ttft_s", "torch_cached",
+                   "sim_cached", "table_cached"]
+
+
+def _rel(a, b):
+    return None if a is None or not b else abs(a - b) / b
+
+
+def record_steps(ex, log: list) -> list:
+    """Wrap executor `ex` (measured clock) so each step's (prefill batch, decode contexts,
+    measured seconds) is appended to `log` (returned)."""
+    run = ex.execute
+
+    def execute(step):
+        before = ex.busy_s
+        yield from run(step)
+        log.append((tuple(step.prefill_cost), tuple(step.decode_contexts), ex.busy_s - before))
+
+    ex.execute = execute
+    return log
+
+
+def step_errors(steps: list, cost) -> dict:
+    """Median and p90 relative error of `cost`'s step times against the measured ones."""
+    err = [abs(cost.step_time_s(p, d) - t) / t for p, d, t in steps if t > 0]
+    if not err:
+        return {"steps": 0, "median_rel_err": None, "p90_rel_err": None}
+    return {"steps": len(err), "median_rel_err": float(np.median(err)), "p90_rel_err": float(np.percentile(err, 90))}
+
+
+def _torch_run(name: str, sets: list, smoke: bool, device: str | None):
+    """(scenario, request rows, recorded steps) of the torch run on the measured clock."""
+    from scenarios.scenario import from_file
+
+    from .run import request_rows, simulate
+
+    sc = from_file(name, list(sets) + ["torch.clock=measured"], smoke_run=smoke)
+    steps: list = []
+    eng, *_ = simulate(sc, backend="torch", device=device, setup=lambda e: record_steps(e.executor, steps))
+    return sc, request_rows(eng), steps
+
+
+def compare(name: str, *, sets=(), table: str | None = None, smoke: bool = False, device: str | None = None) -> dict:
+    """One scenario on torch (measured clock), on the simulator, and on the simulator with `table`."""
+    from scenarios.scenario import from_file
+
+    from .results import round_table
+    from .run import make_cost, request_rows, simulate
+
+    sc, torch_rows, steps = _torch_run(name, sets, smoke, device)
+    runs = {"torch": torch_rows}
+    costs = {"sim": make_cost(from_file(name, list(sets), smoke_run=smoke))}
+    runs["sim"] = request_rows(simulate(from_file(name, list(sets), smoke_run=smoke))[0])
+    if table:
+        tsc = from_file(name, list(sets) + ["cost.kind=table", f"cost.table={table}"], smoke_run=smoke)
+        costs["table"] = make_cost(tsc)
+        runs["table"] = request_rows(simulate(tsc)[0])
+    label = sc.doc["name"]
+    by_rid = {k: {r["rid"]: r for r in rows} for k, rows in runs.items()}
+    requests = []
+    for rid, t in sorted(by_rid["torch"].items()):
+        row = {"scenario": label, "rid": rid, "round": t["round"], "torch_ttft_s": t["ttft_s"],
+               "torch_cached": t["cached_tokens"]}
+        for k in ("sim", "table"):
+            other = by_rid.get(k, {}).get(rid)
+            row[f"{k}_ttft_s"] = None if other is None else other["ttft_s"]
+            row[f"{k}_cached"] = None if other is None else other["cached_tokens"]
+        requests.append(row)
+    tables = {k: {r["round"]: r for r in round_table(rows)} for k, rows in runs.items()}
+    rounds = []
+    for rnd, t in sorted(tables["torch"].items()):
+        row = {"scenario": label, "round": rnd, "requests": t["requests"], "torch_ttft_s": t["ttft_mean_s"]}
+        for k in ("sim", "table"):
+            v = tables.get(k, {}).get(rnd, {}).get("ttft_mean_s")
+            row[f"{k}_ttft_s"], row[f"{k}_rel_err"] = v, _rel(v, t["ttft_mean_s"])
+        rounds.append(row)
+    summary = {}
+    for k in costs:
+        errs = [_rel(r[f"{k}_ttft_s"], r["torch_ttft_s"]) for r in requests]
+        errs = [e for e in errs if e is not None]
+        summary[k] = {"cost": _describe(costs[k]), "request_median_rel_err": statistics.median(errs) if errs else None,
+                      "same_hits": all(r[f"{k}_cached"] == r["torch_cached"] for r in requests),
+                      "step": step_errors(steps, costs[k])}
+    return {"scenario": label, "rounds": rounds, "requests": requests, "summary": summary}
+
+
+def _describe(cost) -> str:
+    if type(cost).__repr__ is not object.__repr__:
+        return repr(cost)
+    return f"{type(cost).__name__}({getattr(cost, 'source', '')!r})"
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table_text(results: list) -> str:
+    """The printed table: per scenario its rounds, then per cost model the summary line."""
+    head = f"{'scenario':<24} {'round':>5} {'torch TTFT':>11} {'sim TTFT':>10} {'err':>6} {'table TTFT':>11} {'err':>6}"
+    lines = [head, "-" * len(head)]
+    for res in results:
+        for r in res["rounds"]:
+            lines.append(f"{r['scenario']:<24} {r['round']:>5} {_fmt(r['torch_ttft_s'], '.4f'):>11} "
+                         f"{_fmt(r['sim_ttft_s'], '.4f'):>10} {_fmt(r['sim_rel_err'], '.0%'):>6} "
+                         f"{_fmt(r['table_ttft_s'], '.4f'):>11} {_fmt(r['table_rel_err'], '.0%'):>6}")
+        for k, s in res["summary"].items():
+            st = s["step"]
+            lines.append(f"    {k}: {s['cost']}: per request median TTFT error "
+                         f"{_fmt(s['request_median_rel_err'], '.0%')}, same hits {s['same_hits']}; step time error "
+                         f"median {_fmt(st['median_rel_err'], '.0%')}, p90 {_fmt(st['p90_rel_err'], '.0%')} "
+                         f"over {st['steps']} steps")
+    return "\n".join(lines)
+
+
+def write_outputs(out_dir, results: list) -> Path:
+    from .outputs import write
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    write(out / "validate_torch_rounds.csv", [r for res in results for r in res["rounds"]], columns=ROUND_COLUMNS)
+    write(out / "validate_torch_requests.csv", [r for res in results for r in res["requests"]],
+          columns=REQUEST_COLUMNS)
+    write(out / "validate_torch.json", {"scenarios": results})
+    return out
+
+
+def run(args) -> int:
+    """`radixsim validate --backend torch SCENARIO...` (arguments of `validate.add_parser`)."""
+    from scenarios.scenario import ScenarioError
+
+    if not args.cases:
+        sys.stderr.write("radixsim validate: --backend torch: expected one or more scenarios (a file or a "
+                         "catalog name)\n")
+        return EXIT_BAD_INPUT
+    try:
+        res = [compare(name, sets=args.sets, table=args.table, smoke=args.smoke, device=args.device)
+               for name in args.cases]
+    except (ScenarioError, ValueError, OSError) as e:
+        sys.stderr.write(f"radixsim validate: {e}\n")
+        return EXIT_BAD_INPUT
+    print(table_text(res))
+    print(f"wrote {write_outputs(args.out, res)}/validate_torch_rounds.csv, validate_torch_requests.csv, "
+          "validate_torch.json")
+    return 0
+
+
+__all__ = ["compare", "record_steps", "step_errors", "table_text", "write_outputs", "run"]

@@ -1,0 +1,57 @@
+"""`radixsim validate --backend torch`: the simulator (own cost model, and a calibrated table)
+against the torch backend on the measured clock, per round and per request."""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from radixsim.cli import main  # noqa: E402
+
+SCENARIO = {"seed": 5, "model": "qwen3-32b", "hardware": "h200x1",
+            "cache": {"page_size": 16, "l1_tokens": 4096},
+            "engine": {"max_running_requests": 2, "chunked_prefill_tokens": 64},
+            "workload": {"num_clients": 2, "num_rounds": 3, "request_length": 48, "output_length": 3,
+                         "max_parallel": 1, "request_rate": "inf"},
+            "torch": {"layers": 2, "hidden": 32, "num_heads": 2, "head_dim": 8, "vocab": 97}}
+
+
+@pytest.fixture(scope="module")
+def validated(tmp_path_factory):
+    import yaml
+
+    d = tmp_path_factory.mktemp("vt")
+    (d / "s.yaml").write_text(yaml.safe_dump(SCENARIO))
+    assert main(["calibrate", str(d / "s.yaml"), "--kind", "steps", "--quick", "--out", str(d / "t.json")]) == 0
+    assert main(["validate", "--backend", "torch", str(d / "s.yaml"), "--table", str(d / "t.json"),
+                 "--device", "cpu", "--out", str(d / "out")]) == 0
+    return d / "out"
+
+
+def test_rounds_and_requests_of_every_backend_are_written(validated, capsys):
+    with open(validated / "validate_torch_rounds.csv") as f:
+        rounds = list(csv.DictReader(f))
+    assert [(r["scenario"], r["round"], r["requests"]) for r in rounds] == [("s", "1", "2"), ("s", "2", "2"),
+                                                                            ("s", "3", "2")]
+    assert all(r["torch_ttft_s"] and r["sim_ttft_s"] and r["table_ttft_s"] for r in rounds)
+    with open(validated / "validate_torch_requests.csv") as f:
+        requests = list(csv.DictReader(f))
+    assert len(requests) == 6
+    assert all(r["torch_cached"] == r["sim_cached"] == r["table_cached"] for r in requests)
+    doc = json.loads((validated / "validate_torch.json").read_text())
+    summary = doc["scenarios"][0]["summary"]
+    assert sorted(summary) == ["sim", "table"]
+    assert summary["table"]["cost"] == f"TableCostModel({str(validated.parent / 't.json')!r})"
+    steps = {k: s["step"]["steps"] for k, s in summary.items()}
+    assert steps["sim"] == steps["table"] > 0
+    assert all(s["same_hits"] for s in summary.values())
+
+
+def test_validate_torch_without_scenarios_is_one_line(capsys):
+    assert main(["validate", "--backend", "torch"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("radixsim validate: --backend torch: expected one or more scenarios (a file or a catalog "
+                   "name)\n")
