@@ -66,6 +66,19 @@ def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
         return _timed(lambda: model.forward(toks[cached:], start=cached, **kw), repeats, model.device)
 
 
+def scenario_model(sc, opts):
+    """The synthetic model the torch backend runs for scenario `sc` with `TorchOptions` `opts`."""
+    from .backend import DTYPES
+    from .model import SyntheticHybridModel
+    from .spec import HybridSpec
+
+    window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
+    spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
+                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
+                                  page_size=sc.cache.page_size)
+    return SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+
+
 def measure_table(model, *, prefill_tokens=(16, 64, 256, 1024), cached=(0, 256, 1024, 4096),
                   batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3) -> dict:
     """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}."""
@@ -170,6 +183,6 @@ def measure_operators(cost, *, device="cpu", dtype=torch.bfloat16, rows=GEMM_ROW
             "prefill_attention": prefill, "decode_attention": decode, "copy": copies}
 
 
-__all__ = ["measure_table", "measure_operators", "prefill_seconds", "copy_bandwidth", "gemm_seconds",
+__all__ = ["measure_table", "measure_operators", "scenario_model", "prefill_seconds", "copy_bandwidth", "gemm_seconds",
            "attention_seconds", "h2d_seconds", "GEMM_ROWS", "PREFIXES", "NEW_TOKENS", "KV_LENGTHS", "COPY_BYTES",
            "QUICK"]

@@ -526,18 +526,11 @@ def _operator_table(sc, opts, dtype, quick: bool) -> dict:
 
 
 def _step_table(sc, opts, dtype, quick: bool) -> dict:
-    from gpu_backend.calibrate import measure_table
-    from gpu_backend.model import SyntheticHybridModel
-    from gpu_backend.spec import HybridSpec
+    from gpu_backend.calibrate import measure_table, scenario_model
 
-    window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
-    spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
-                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
-                                  page_size=sc.cache.page_size)
-    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     kw = dict(prefill_tokens=(16, 256), cached=(0, 1024), batches=(1, 8), contexts=(64, 1024), repeats=1) \
         if quick else {}
-    return measure_table(model, **kw)
+    return measure_table(scenario_model(sc, opts), **kw)
 
 
 def _cmd_scenarios(args) -> int:

@@ -65,7 +65,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     source, total = _source(env, eng, sc.workload)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
-        eng.listeners.append(lambda r: bar.update())
+        eng.listeners.append(progress_listener(bar, env))
     env.process(source)
     env.process(eng.loop())
     env.run()
@@ -156,6 +156,16 @@ def _progress(total, enabled: bool, desc: str):
     from tqdm import tqdm
 
     return tqdm(total=total, unit="req", desc=desc, file=sys.stderr, mininterval=0.5)
+
+
+def progress_listener(bar, env):
+    """An engine listener that counts a finished request on `bar` (tqdm: requests done / total
+    and the wall time) and shows the simulated time reached beside it."""
+    def done(_request) -> None:
+        bar.set_postfix_str(f"simulated {env.now:,.2f} s", refresh=False)
+        bar.update()
+
+    return done
 
 
 def request_rows(eng) -> list:
