@@ -55,7 +55,7 @@ def _as_index(idx) -> torch.Tensor:
     return torch.as_tensor(np.asarray(idx, dtype=np.int64).reshape(-1))
 
 
-as_index = _as_index  # public name (gpu_backend/staging.py)
+as_index = _as_index  # public names (gpu_backend/staging.py)
 
 
 @dataclass
@@ -223,4 +223,8 @@ def _runs(idx: torch.Tensor):
     return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
-__all__ = ["KVPools", "CopyHandle", "as_index", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]
+
+index_runs = _runs
+
+
+__all__ = ["KVPools", "CopyHandle", "as_index", "index_runs", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]

@@ -1,40 +1,42 @@
-"""Host <-> device page copies through persistent staging buffers, layer by layer on a side
-stream (the data plane's path for "load" L2 -> L1 and "backup" L1 -> L2).
+"""Host <-> device page copies through persistent staging buffers, on a side stream, layer by
+layer where the layout allows (the data plane's path for "load" L2 -> L1 and "backup" L1 -> L2).
 
-`StagedCopier(pools)` keeps, per component, one host staging buffer (pinned when CUDA is
-available) and, on a GPU, one device staging buffer, both ``[layers, capacity, *page]``:
-allocated at the first transfer and reused by every later one (grown, never shrunk, only
-when a transfer holds more pages than any before; `allocations` counts them). Either pool
-layout (``page_first``, ``layer_first``: `KVPools`) copies through the same buffers, so a
-layer's pages sit contiguously in the staging buffer whatever the pool layout.
+`StagedCopier(pools)` keeps, per component, staging buffers shaped like the pools (same
+layout, ``page_first`` or ``layer_first``): on a GPU one device buffer (the gather before a
+device -> host copy, the scatter after a host -> device copy run there) and, where the host pool
+is not pinned, one pinned host buffer (the CPU gathers into it so that one DMA moves the lot);
+on CPU one host buffer (gather, then scatter: the same steps, synchronous). Every buffer is
+allocated at the first transfer that needs it and reused by every later one (grown, never
+shrunk, when a transfer holds more pages than any before; `allocations` counts them).
 
-A transfer of n pages, per layer l (SGLang HiCache's layer-wise load: the forward of layer l
-waits only for layer l's pages, so later layers copy while earlier ones compute; the
-simulator's ``engine.load_overlap: layerwise`` model):
+A transfer runs in units: one per layer with ``layer_first`` pools (a layer's pages are
+contiguous, so layer l can be copied, and waited for, alone: SGLang HiCache's layer-wise load,
+the simulator's ``engine.load_overlap: layerwise``), one for all layers with ``page_first``
+(a page is contiguous across layers; one copy per run of consecutive pages). Per unit:
 
-- host -> device: gather layer l's pages on the host into the pinned buffer, then on the side
-  stream one H2D copy of that block and a scatter into the device pool; an event per layer;
-- device -> host: on the side stream a gather into the device buffer and one D2H copy into the
-  pinned buffer (an event per layer); the scatter into the host pool runs at
-  `StagedHandle.synchronize`.
+- host -> device: copy each run of consecutive source pages from the pinned host pool (or the
+  pinned staging buffer the CPU gathered into) into the device buffer, scatter into the device
+  pool, record an event;
+- device -> host: gather into the device buffer, copy each run of consecutive destination pages
+  into the pinned host pool (or into the pinned staging buffer, scattered on the CPU at
+  `StagedHandle.synchronize`), record an event.
 
-`StagedHandle.wait_layer(l)` makes the current stream wait for layer l only (a no-op on CPU);
-`synchronize()` waits for the whole transfer. Without CUDA every step runs at once on the
-CPU through the same host buffer (tests check bytes and buffer reuse there).
+`StagedHandle.wait_layer(l)` makes the current stream wait for the unit holding layer l (a no-op
+on CPU); `synchronize()` waits for the whole transfer.
 """
 from __future__ import annotations
 
 import torch
 
-from .pools import as_index
+from .pools import as_index, index_runs
 
 
 class StagedHandle:
-    """One staged transfer: per-layer CUDA events (none on CPU) and the host-side scatter
-    still to run after a device -> host copy."""
+    """One staged transfer: an event per unit (none on CPU), the unit of each layer, and the
+    host-side scatter still to run after a device -> host copy into a staging buffer."""
 
-    def __init__(self, events=(), finish=None):
-        self.events, self._finish = list(events), finish
+    def __init__(self, events=(), unit_of_layer=None, finish=None):
+        self.events, self.unit_of_layer, self._finish = list(events), unit_of_layer, finish
 
     def query(self) -> bool:
         return all(e.query() for e in self.events)
@@ -42,7 +44,7 @@ class StagedHandle:
     def wait_layer(self, layer: int) -> None:
         """The current CUDA stream waits until `layer`'s pages have arrived."""
         if self.events:
-            torch.cuda.current_stream().wait_event(self.events[layer])
+            torch.cuda.current_stream().wait_event(self.events[self.unit_of_layer(layer)])
 
     def synchronize(self) -> None:
         for e in self.events:
@@ -58,28 +60,33 @@ class StagedCopier:
 
     def __init__(self, pools):
         self.pools = pools
-        cuda = pools.device.type == "cuda"
-        self.stream = torch.cuda.Stream(pools.device) if cuda else None
-        self.pin = cuda
+        self.cuda = pools.device.type == "cuda"
+        self.stream = torch.cuda.Stream(pools.device) if self.cuda else None
         self.allocations = 0
-        self._host: dict = {}
-        self._dev: dict = {}
-        self._last: StagedHandle | None = None  # the transfer still reading the buffers
+        self._buf: dict = {}
+        self._last: StagedHandle | None = None  # the transfer still using the buffers
 
-    def layers(self, component: str) -> int:
-        t = self.pools.tensor("L1", component)
-        return t.shape[1 - self.pools.page_dim]
-
-    def buffers(self, component: str, pages: int) -> tuple:
-        """(host, device or None) staging buffers of `component` with room for `pages` pages."""
-        host = self._host.get(component)
-        if host is None or host.shape[1] < pages:
+    def buffer(self, where: str, component: str, pages: int) -> torch.Tensor:
+        """The staging buffer ("host": pinned with CUDA, or "device") of `component`, in the
+        pools' layout, narrowed to `pages` pages."""
+        d = self.pools.page_dim
+        buf = self._buf.get((where, component))
+        if buf is None or buf.shape[d] < pages:
             t = self.pools.tensor("L1", component)
-            shape = (self.layers(component), pages) + tuple(self.pools.layer_view("L1", component, 0).shape[1:])
-            self._host[component] = host = torch.empty(shape, dtype=t.dtype, pin_memory=self.pin)
-            self._dev[component] = torch.empty(shape, dtype=t.dtype, device=t.device) if self.pin else None
+            shape = list(t.shape)
+            shape[d] = pages
+            host = where == "host"
+            buf = torch.empty(shape, dtype=t.dtype, device="cpu" if host else t.device, pin_memory=host and self.cuda)
+            self._buf[where, component] = buf
             self.allocations += 1
-        return host, self._dev[component]
+        return buf.narrow(d, 0, pages)
+
+    def units(self, t: torch.Tensor) -> list:
+        """`t` (a pool or a staging buffer) as its copy units, each with the pages along dim 0."""
+        return [t] if self.pools.page_dim == 0 else list(t.unbind(0))
+
+    def unit_of_layer(self, layer: int) -> int:
+        return 0 if self.pools.page_dim == 0 else layer
 
     def copy(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
         """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer, through the staging buffers."""
@@ -90,59 +97,73 @@ class StagedCopier:
             return StagedHandle()
         if self._last is not None:  # the buffers are reused: the previous transfer must be done
             self._last.synchronize()
-        host, dev = self.buffers(component, si.numel())
-        host, dev = host[:, :si.numel()], None if dev is None else dev[:, :si.numel()]
-        to_device = self.pools.tier_device[dst_tier].type != "cpu"
-        self._last = (self._to_device if to_device else self._to_host)(src_tier, dst_tier, component, si, di,
-                                                                        host, dev)
+        src, dst = self.pools.tensor(src_tier, component), self.pools.tensor(dst_tier, component)
+        if not self.cuda or (src.device.type == "cpu" and dst.device.type == "cpu"):
+            self._last = self._on_host(src, dst, component, si, di)
+        elif dst.device.type == "cuda":
+            self._last = self._to_device(src, dst, component, si, di)
+        else:
+            self._last = self._to_host(src, dst, component, si, di)
         return self._last
 
-    def _views(self, tier: str, component: str):
-        return [self.pools.layer_view(tier, component, layer) for layer in range(self.layers(component))]
+    def _on_host(self, src, dst, comp, si, di) -> StagedHandle:
+        stage = self.units(self.buffer("host", comp, si.numel()))
+        for s, b, d in zip(self.units(src), stage, self.units(dst)):
+            torch.index_select(s, 0, si, out=b)
+            d.index_copy_(0, di, b)
+        return StagedHandle()
 
-    def _to_device(self, src_tier, dst_tier, comp, si, di, host, dev) -> StagedHandle:
-        src, dst = self._views(src_tier, comp), self._views(dst_tier, comp)
-        for layer, view in enumerate(src):  # gather on the host into the staging buffer
-            torch.index_select(view, 0, si, out=host[layer])
-        if dev is None:
-            for layer, view in enumerate(dst):
-                view.index_copy_(0, di, host[layer])
-            return StagedHandle()
+    def _events(self, unit, count: int) -> list:
+        """Run `unit(u)` for u < `count` on the side stream (after the work already queued on
+        the current stream), an event after each."""
         events = []
         self.stream.wait_stream(torch.cuda.current_stream(self.pools.device))
         with torch.cuda.stream(self.stream):
-            di_dev = di.to(dev.device, non_blocking=True)
-            for layer, view in enumerate(dst):
-                dev[layer].copy_(host[layer], non_blocking=True)
-                view.index_copy_(0, di_dev, dev[layer])
+            for u in range(count):
+                unit(u)
                 ev = torch.cuda.Event()
                 ev.record(self.stream)
                 events.append(ev)
-        return StagedHandle(events)
+        return events
 
-    def _to_host(self, src_tier, dst_tier, comp, si, di, host, dev) -> StagedHandle:
-        src, dst = self._views(src_tier, comp), self._views(dst_tier, comp)
+    def _to_device(self, src, dst, comp, si, di) -> StagedHandle:
+        n = si.numel()
+        dev, s_units, d_units = self.units(self.buffer("device", comp, n)), self.units(src), self.units(dst)
+        pinned = src.is_pinned()
+        host = None if pinned else self.units(self.buffer("host", comp, n))
+        di_dev = di.to(dst.device)
+
+        def unit(u):
+            if pinned:  # DMA straight from the pinned host pool, one copy per run of pages
+                for lo, off, k in index_runs(si):
+                    dev[u].narrow(0, off, k).copy_(s_units[u].narrow(0, lo, k), non_blocking=True)
+            else:
+                torch.index_select(s_units[u], 0, si, out=host[u])
+                dev[u].copy_(host[u], non_blocking=True)
+            d_units[u].index_copy_(0, di_dev, dev[u])
+
+        return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer)
+
+    def _to_host(self, src, dst, comp, si, di) -> StagedHandle:
+        n = si.numel()
+        dev, s_units, d_units = self.units(self.buffer("device", comp, n)), self.units(src), self.units(dst)
+        pinned = dst.is_pinned()
+        host = None if pinned else self.units(self.buffer("host", comp, n))
+        si_dev = si.to(src.device)
+
+        def unit(u):
+            torch.index_select(s_units[u], 0, si_dev, out=dev[u])
+            if pinned:  # DMA straight into the pinned host pool, one copy per run of pages
+                for lo, off, k in index_runs(di):
+                    d_units[u].narrow(0, lo, k).copy_(dev[u].narrow(0, off, k), non_blocking=True)
+            else:
+                host[u].copy_(dev[u], non_blocking=True)
 
         def scatter():
-            for layer, view in enumerate(dst):
-                view.index_copy_(0, di, host[layer])
+            for d, h in zip(d_units, host):
+                d.index_copy_(0, di, h)
 
-        if dev is None:
-            for layer, view in enumerate(src):
-                torch.index_select(view, 0, si, out=host[layer])
-            scatter()
-            return StagedHandle()
-        events = []
-        self.stream.wait_stream(torch.cuda.current_stream(self.pools.device))
-        with torch.cuda.stream(self.stream):
-            si_dev = si.to(dev.device, non_blocking=True)
-            for layer, view in enumerate(src):
-                torch.index_select(view, 0, si_dev, out=dev[layer])
-                host[layer].copy_(dev[layer], non_blocking=True)
-                ev = torch.cuda.Event()
-                ev.record(self.stream)
-                events.append(ev)
-        return StagedHandle(events, scatter)
+        return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer, None if pinned else scatter)
 
 
 __all__ = ["StagedCopier", "StagedHandle"]

@@ -46,6 +46,13 @@ def test_staged_round_trip_moves_exact_bytes_in_both_layouts(layout, device):
         cp.copy("L2", "L1", comp, h, b).synchronize()
         assert page_bytes(p, "L1", comp, b) == before[comp]
     assert page_bytes(p, "L2", "full", [0, 1, 3]) == untouched
+    if device == "cuda":  # pinned L2: DMA straight from/to the pool, one device buffer per component, reused
+        h = cp.copy("L2", "L1", "full", [11, 2], [0, 1])
+        assert len(h.events) == (1 if layout == "page_first" else 2)  # one unit, or one per full layer
+        for layer in range(2):
+            h.wait_layer(layer)
+        h.synchronize()
+        assert cp.allocations == 3
 
 
 def test_both_layouts_hold_the_same_page_bytes_after_the_same_copies():
@@ -63,12 +70,11 @@ def test_staging_buffers_are_allocated_once_and_reused():
     p = pools("page_first")
     cp = StagedCopier(p)
     cp.copy("L1", "L2", "full", [0, 1, 2, 3], [0, 1, 2, 3]).synchronize()
-    host, _ = cp.buffers("full", 4)
-    ptr = host.data_ptr()
+    ptr = cp.buffer("host", "full", 4).data_ptr()
     for a, b in (([5], [9]), ([1, 2, 3], [4, 5, 6]), ([6, 7], [10, 11])):
         cp.copy("L2", "L1", "full", b, a).synchronize()
         cp.copy("L1", "L2", "full", a, b).synchronize()
-        assert cp.buffers("full", len(a))[0].data_ptr() == ptr
+        assert cp.buffer("host", "full", len(a)).data_ptr() == ptr
     assert cp.allocations == 1
     cp.copy("L1", "L2", "full", list(range(6)), list(range(6))).synchronize()  # more pages: grown once
     assert cp.allocations == 2
