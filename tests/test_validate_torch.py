@@ -55,3 +55,22 @@ def test_validate_torch_without_scenarios_is_one_line(capsys):
     err = capsys.readouterr().err
     assert err == ("radixsim validate: --backend torch: expected one or more scenarios (a file or a catalog "
                    "name)\n")
+
+
+def test_gpu_validate_without_simpy_says_how_to_get_it(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = root / "benchmarks" / "gpu_validate.py"
+    code = ("import runpy, sys; sys.modules['simpy'] = None; "  # simpy absent, as on the GPU machine
+            f"sys.argv = ['gpu_validate.py', '--out', {str(tmp_path)!r}]; "
+            f"runpy.run_path({str(script)!r}, run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                       env={"PATH": "", "PYTHONPATH": str(root)})
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        "gpu_validate: simpy is missing (the engine's clock needs it). On a machine with a network, in the "
+        "repository root: pip download simpy -d wheels/ ; carry wheels/ to this machine, then: "
+        "pip install --no-index wheels/*.whl"]
