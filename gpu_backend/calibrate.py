@@ -9,8 +9,8 @@
   and per decode KV length, and host -> device copies of pinned memory by size;
 - `measure_table(model, ...)`: prefill seconds for (new tokens, cached tokens) pairs and decode
   seconds for (batch, mean context) pairs, each the median of `repeats` timed forwards over
-  real pools (a cached prefix first written untimed). The torch executor runs a step's entries
-  one forward each, so a decode step of b requests is timed as b single-token forwards.
+  real pools (a cached prefix first written untimed; a decode step of b requests is one
+  batched forward, as the torch executor runs it).
 - `copy_bandwidth(pools, ...)`: bytes per second of batched, scattered page copies between
   the tiers through the data plane's staging buffers (`gpu_backend.staging.StagedCopier`)
   against one plain copy of the same bytes (the baseline).
@@ -66,27 +66,46 @@ def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
         return _timed(lambda: model.forward(toks[cached:], start=cached, **kw), repeats, model.device)
 
 
-def scenario_model(sc, opts):
-    """The synthetic model the torch backend runs for scenario `sc` with `TorchOptions` `opts`."""
+def scenario_model(sc, opts) -> tuple:
+    """(the synthetic model the torch backend runs for scenario `sc` with `TorchOptions`
+    `opts`, its layer scale: the preset's layers over the model's)."""
     from .backend import DTYPES
     from .model import SyntheticHybridModel
-    from .spec import HybridSpec
+    from .spec import HybridSpec, preset_counts
 
     window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
     spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
                                   head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
                                   page_size=sc.cache.page_size)
-    return SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+    return model, sum(preset_counts(sc.model).values()) / spec.num_layers
+
+
+def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:
+    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`):
+    `batch` requests, one new token each after `context` tokens, each over its own pages and
+    state slot. The prefix KV is left as zeros (the time does not depend on its values)."""
+    from .model import Segment
+
+    spec = model.spec
+    per = -(-(context + 1) // spec.page_size)
+    pools = KVPools(spec, full_pages={"L1": batch * per}, swa_pages={"L1": batch * per}, state_slots={"L1": batch},
+                    device=model.device, dtype=model.dtype)
+    segs = []
+    for i in range(batch):
+        pages = list(range(i * per, (i + 1) * per))
+        segs.append(Segment(torch.tensor([i % spec.vocab]), start=context, full_pages=pages, swa_pages=pages,
+                            state_slot=i))
+    return _timed(lambda: model.forward_batch(segs, pools), repeats, model.device)
 
 
 def measure_table(model, *, prefill_tokens=(16, 64, 256, 1024), cached=(0, 256, 1024, 4096),
-                  batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3) -> dict:
-    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}."""
-    prefill = [[n, c, prefill_seconds(model, n, c, repeats)] for c in cached for n in prefill_tokens]
-    decode = []
-    for c in contexts:
-        one = prefill_seconds(model, 1, c, repeats)
-        decode += [[b, c, b * one] for b in batches]
+                  batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3, scale: float = 1.0) -> dict:
+    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, every time
+    multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's, as the
+    torch backend scales its measured step times)."""
+    prefill = [[n, c, scale * prefill_seconds(model, n, c, repeats)] for c in cached for n in prefill_tokens]
+    decode = [[b, c, scale * decode_seconds(model, b, c, repeats)] for c in contexts for b in batches]
     return {"prefill": prefill, "decode": decode}
 
 
@@ -183,6 +202,6 @@ def measure_operators(cost, *, device="cpu", dtype=torch.bfloat16, rows=GEMM_ROW
             "prefill_attention": prefill, "decode_attention": decode, "copy": copies}
 
 
-__all__ = ["measure_table", "measure_operators", "scenario_model", "prefill_seconds", "copy_bandwidth", "gemm_seconds",
+__all__ = ["measure_table", "measure_operators", "scenario_model", "prefill_seconds", "decode_seconds", "copy_bandwidth", "gemm_seconds",
            "attention_seconds", "h2d_seconds", "GEMM_ROWS", "PREFIXES", "NEW_TOKENS", "KV_LENGTHS", "COPY_BYTES",
            "QUICK"]

@@ -530,7 +530,8 @@ def _step_table(sc, opts, dtype, quick: bool) -> dict:
 
     kw = dict(prefill_tokens=(16, 256), cached=(0, 1024), batches=(1, 8), contexts=(64, 1024), repeats=1) \
         if quick else {}
-    return measure_table(scenario_model(sc, opts), **kw)
+    model, scale = scenario_model(sc, opts)
+    return measure_table(model, scale=scale, **kw)
 
 
 def _cmd_scenarios(args) -> int:

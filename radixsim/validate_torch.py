@@ -1,7 +1,8 @@
 """`radixsim validate --backend torch`: the simulator against the torch backend on this machine.
 
 Each scenario runs three times from the same seed: on the torch backend with the measured
-clock (`torch.clock: measured`: every step and copy lasts what it took here), on the simulator
+clock (`torch.clock: measured`: every step and copy lasts what it took here, times the preset's
+layers over the model's when `torch.layers` reduced them), on the simulator
 with the scenario's own cost model, and, with `--table FILE`, on the simulator priced by that
 table (`cost: {kind: table, table: FILE}`: what `radixsim calibrate` writes, either kind).
 Compared per request (TTFT, matched by request id; whether the cache hits are the same) and per
@@ -33,13 +34,14 @@ def _rel(a, b):
 
 def record_steps(ex, log: list) -> list:
     """Wrap executor `ex` (measured clock) so each step's (prefill batch, decode contexts,
-    measured seconds) is appended to `log` (returned)."""
+    seconds it lasted on the engine's clock: measured, times the executor's layer scale) is
+    appended to `log` (returned)."""
     run = ex.execute
 
     def execute(step):
-        before = ex.busy_s
+        before = ex.env.now
         yield from run(step)
-        log.append((tuple(step.prefill_cost), tuple(step.decode_contexts), ex.busy_s - before))
+        log.append((tuple(step.prefill_cost), tuple(step.decode_contexts), ex.env.now - before))
 
     ex.execute = execute
     return log
