@@ -178,8 +178,8 @@ def part_scenarios(device: str, size: dict, out_dir: Path) -> dict:
         sc = from_file(str(path))
         t0 = time.perf_counter()
         table = out_dir / f"steps_{kind}.json"
-        model, scale = scenario_model(sc, TorchOptions(**sc.doc["torch"]))
-        write(table, measure_table(model, scale=scale, **size["steps"]))
+        torch_model, scale = scenario_model(sc, TorchOptions(**sc.doc["torch"]))
+        write(table, measure_table(torch_model, scale=scale, **size["steps"]))
         log(f"(d) {kind} ({model}): step table of the torch model in {time.perf_counter() - t0:.1f} s")
         results[kind] = compare(str(path), table=str(table))
     res = list(results.values())
