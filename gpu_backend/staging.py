@@ -132,6 +132,7 @@ class StagedCopier:
         pinned = src.is_pinned()
         host = None if pinned else self.units(self.buffer("host", comp, n))
         di_dev = di.to(dst.device)
+        di_dev.record_stream(self.stream)  # used on the side stream: not reused before that work is done
 
         def unit(u):
             if pinned:  # DMA straight from the pinned host pool, one copy per run of pages
@@ -150,6 +151,7 @@ class StagedCopier:
         pinned = dst.is_pinned()
         host = None if pinned else self.units(self.buffer("host", comp, n))
         si_dev = si.to(src.device)
+        si_dev.record_stream(self.stream)
 
         def unit(u):
             torch.index_select(s_units[u], 0, si_dev, out=dev[u])

@@ -155,14 +155,18 @@ def run(args) -> int:
     """`radixsim validate --backend torch SCENARIO...` (arguments of `validate.add_parser`)."""
     from scenarios.scenario import ScenarioError
 
+    from .cli import DeviceError, check_device
+
     if not args.cases:
         sys.stderr.write("radixsim validate: --backend torch: expected one or more scenarios (a file or a "
                          "catalog name)\n")
         return EXIT_BAD_INPUT
     try:
+        if args.device:
+            check_device(args.device, "--device")
         res = [compare(name, sets=args.sets, table=args.table, smoke=args.smoke, device=args.device)
                for name in args.cases]
-    except (ScenarioError, ValueError, OSError) as e:
+    except (ScenarioError, DeviceError, ValueError, OSError) as e:
         sys.stderr.write(f"radixsim validate: {e}\n")
         return EXIT_BAD_INPUT
     print(table_text(res))

@@ -74,3 +74,14 @@ def test_gpu_validate_without_simpy_says_how_to_get_it(tmp_path):
         "gpu_validate: simpy is missing (the engine's clock needs it). On a machine with a network, in the "
         "repository root: pip download simpy -d wheels/ ; carry wheels/ to this machine, then: "
         "pip install --no-index wheels/*.whl"]
+
+
+def test_validate_torch_on_cuda_without_cuda_is_one_line(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["validate", "--backend", "torch", "quickstart", "--device", "cuda", "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (f"radixsim validate: --device cuda: CUDA is not available on this machine "
+                                       f"(torch {torch.__version__}); expected cpu\n")
+    assert not (tmp_path / "o").exists()
