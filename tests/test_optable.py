@@ -97,3 +97,16 @@ def test_a_table_for_another_shape_is_one_line(tmp_path, calibrated):
         OperatorTable({k: v for k, v in data.items() if k != "copy"}, "x.json")
     with pytest.raises(ValueError, match=r"decode_attention: expected a non-empty list"):
         OperatorTable({**data, "decode_attention": [[1, 2, 3]]}, "x.json")
+
+
+@pytest.mark.parametrize("model,tp,ep", [("gpt-oss-20b", 1, 1), ("gpt-oss-20b", 2, 2), ("deepseek-v3", 8, 1),
+                                         ("qwen3-next-80b", 2, 1)])
+def test_every_gemm_the_model_prices_has_a_shape_in_the_table(model, tp, ep):
+    from sim.operators import OperatorCostModel
+
+    shapes = gemm_shapes(OperatorCostModel(model, "h200x8", tp, ep=ep))
+    data = {"format": "radixsim-operators/1", "gemm": [{"n": n, "k": k, "points": [[1, 1e-6], [64, 2e-6]]}
+                                                       for n, k in shapes],
+            "prefill_attention": [[0, 16, 1e-6]], "decode_attention": [[64, 1e-6]], "copy": [[1, 1e-6]]}
+    cost = OperatorTableCostModel(OperatorTable(data), model, "h200x8", tp, ep=ep)
+    assert cost.cost([(512, 1024), (16, 0)], [300, 4000]).compute_s > 0  # a missing shape would raise
