@@ -96,7 +96,7 @@ def test_gdsf_frequency_outweighs_the_clock_for_a_while(page_size):
 
 
 def test_literature_policies_are_registered():
-    for name in ("sieve", "s3fifo", "gdsf", "tier-lru", "session-next"):
+    for name in ("sieve", "s3fifo", "gdsf", "tier-lru", "session-next", "arc", "tail-lru"):
         assert name in policy_names() and make_policy(name).name == name
 
 
@@ -167,3 +167,68 @@ def test_session_next_evicts_the_session_predicted_back_last_first():
 
 def test_session_next_a_closed_session_goes_first():
     assert session_run("session-next", close="B") == ["zzzz", "bbbb", "yyyy", "xxxx", "aaaa", "cccc"]
+
+
+@PAGE_SIZES
+def test_arc_evicts_from_t1_until_a_ghost_hit_raises_its_target(page_size):
+    def run(policy):
+        cache = new_cache(policy, page_size)
+        put(cache, "aaaa")
+        put(cache, "aaaa")  # two inserts: T2
+        put(cache, "bbbb")  # T1
+        put(cache, "cccc")  # T1
+        first = evict_one(cache)  # p = 0 < |T1|: the LRU of T1 (b) goes, its page keys to B1
+        put(cache, "bbbb")  # a ghost hit in B1: p grows by b's pages, b goes to T2
+        return [first] + drain(cache), getattr(cache.policy, "p", None)
+
+    assert run("arc") == (["bbbb", "aaaa", "bbbb", "cccc"], 4 // page_size)  # |T1| = p: T2 first
+    assert run("lru") == (["aaaa", "cccc", "bbbb"], None)
+
+
+@PAGE_SIZES
+def test_arc_a_ghost_hit_in_b2_lowers_the_target_back(page_size):
+    cache = new_cache("arc", page_size)
+    pages = 4 // page_size
+    put(cache, "aaaa")
+    put(cache, "bbbb")
+    assert evict_one(cache) == "aaaa"  # T1, p = 0
+    put(cache, "aaaa")  # B1 hit: p = pages, a in T2
+    put(cache, "cccc")
+    assert cache.policy.p == pages and cache.policy.victim == 1  # |T1| = b + c > p
+    assert evict_one(cache) == "bbbb"
+    assert evict_one(cache) == "aaaa"  # |T1| = c = p: from T2; a's keys go to B2
+    put(cache, "aaaa")  # B2 hit: p = max(p - max(|B1| / |B2|, 1) x pages, 0) = 0
+    assert cache.policy.p == 0
+    assert drain(cache) == ["cccc", "aaaa"]
+
+
+@PAGE_SIZES
+def test_tail_lru_evicts_leaves_whose_loss_keeps_the_next_turn_under_the_threshold_first(page_size):
+    def run(policy, xi=None):
+        cache = new_cache(policy, page_size)
+        if xi is not None:
+            cache.policy.xi = xi
+        put(cache, "bbbbccccdddd")  # Q = 12 when ranked: 12 + 12 - 0 > xi, not tail-safe
+        put(cache, "aaaa")  # Q = (12 + 4) / 2: 4 + 8 - 0 <= 12, tail-safe
+        return drain(cache)
+
+    assert run("tail-lru", xi=12) == ["aaaa", "bbbbccccdddd"]
+    assert run("tail-lru", xi=24) == ["bbbbccccdddd", "aaaa"]  # both tail-safe: LRU
+    assert run("lru") == ["bbbbccccdddd", "aaaa"]
+
+
+@PAGE_SIZES
+def test_tail_lru_a_parent_left_by_an_evicted_tail_counts_the_whole_lost_length(page_size):
+    def run(policy):
+        cache = new_cache(policy, page_size)
+        if policy == "tail-lru":
+            cache.policy.xi = 8
+        put(cache, "bbbb")
+        put(cache, "bbbbcccc")
+        put(cache, "aaaa")  # Q = 4 (three leaves of 4 tokens ranked)
+        return drain(cache)
+
+    # cccc: 8 + 4 - 4 <= 8, tail-safe, goes first; then bbbb is a leaf of a path 8 tokens long
+    # (8 + 4 - 0 > 8): aaaa (4 + 4 - 0 <= 8) goes before it
+    assert run("tail-lru") == ["cccc", "aaaa", "bbbb"]
+    assert run("lru") == ["cccc", "bbbb", "aaaa"]
