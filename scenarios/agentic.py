@@ -30,6 +30,30 @@ Session ids
     ... in (parent, fork turn) order. `sessions()` gives every session's plan (parent, fork
     turn, inherited length, request times).
 
+Lengths from published statistics (``lengths: lognormal``)
+    By default turns, tool outputs and answers are uniform in their ranges. With
+    ``lengths: lognormal`` each is drawn like the think times: lognormal with median
+    sqrt(lo * hi) and sigma ln(hi / lo) / 4, clipped to [lo, hi] (so a range is chosen as
+    median x exp(-+2 sigma) of a fitted distribution). The realistic SWE-bench-style agent
+    (`SWE_AGENT`, docs/figure6.md "Realistic agentic lengths") fits:
+
+    - turns per session [12, 105]: median 36, p95 87 (lognormal sigma 0.54), the turn counts of
+      ~15k SWE-agent / OpenHands trajectories on SWE-bench (thoughtworks/agentic-coding-trajectories
+      on Hugging Face, dataset card: p50 36, p95 87, max 120 turns);
+    - tool output (context growth per step) [40, 2000] tokens: median 283, mean ~450: with the
+      answers, a trajectory's deepest prompt at the median turn count lands near that dataset's
+      p50 max-ISL of 23,840 tokens; the shape (sigma ~1, a heavy tail) follows TraceLab's
+      per-step append lengths of coding agents (Zhu et al., arXiv 2606.30560, tab.
+      append_by_prefix: p90 / p50 = 5.6 at 32-64k-token prefixes);
+    - repository context [1000, 4000]: SWE-agent / OpenHands send the task, not the repository,
+      up front (the agent reads files with tools: that is the growth above);
+    - tool-call durations (think times) [0.1, 30] s, median 1.7 s: tool calls "take milliseconds
+      to tens of seconds" (Continuum, Li et al., arXiv 2511.02230, sec. 2, on SWE-bench and
+      BFCL agents); no published percentiles were found, so this is the stated range;
+    - answers [50, 400] tokens and sub-agents (probability 0.1, 1-5 turns) keep the generic
+      values: no published statistic was found for them (TraceLab reports 1.2 tool calls per
+      step on average, i.e. little fan-out).
+
 Tokens
     Ids are cut into ``num_sessions + num_subagents + 1`` disjoint blocks of
     ``span = vocab_size // (that count)`` ids: block 0 holds the system prompt, block s+1 the
@@ -84,6 +108,7 @@ import numpy as np
 from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's bound)
+LENGTHS = ("uniform", "lognormal")  # AgenticConfig.lengths
 
 # SeedSequence spawn keys: one independent stream per purpose.
 _STREAM_STRUCTURE, _STREAM_ARRIVALS, _STREAM_TOKENS, _STREAM_SYSTEM = 0, 1, 2, 3
@@ -148,6 +173,7 @@ class AgenticConfig:
     service_base_s: float = 0.25  # nominal time to first token of every request
     service_s_per_output_token: float = 0.02  # nominal decode time per output token
     vocab_size: int = 128_000
+    lengths: str = "uniform"  # how turns, tool outputs and answers are drawn in their ranges
 
     def __post_init__(self):
         _check_int("seed", self.seed, 0)
@@ -173,6 +199,8 @@ class AgenticConfig:
             if not _is_real(v) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"AgenticConfig.{name} must be a finite number >= 0 (seconds), got {v!r}")
         _check_int("vocab_size", self.vocab_size, 1)
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"AgenticConfig.lengths must be one of {', '.join(LENGTHS)}, got {self.lengths!r}")
         if self.vocab_size > MAX_VOCAB_SIZE:
             raise ValueError(f"AgenticConfig.vocab_size must be <= 2**62, got {self.vocab_size}")
         if self.vocab_size < self.num_sessions + 1:
@@ -190,6 +218,12 @@ class AgenticConfig:
         per_turn = self.tool_output_tokens[1] + self.output_tokens[1]
         return (self.system_prompt_tokens + self.repo_context_tokens[1]
                 + (self.turns[1] + self.subagent_turns[1]) * per_turn)
+
+
+# The realistic SWE-bench-style agent (module docstring, "Lengths from published statistics"):
+# AgenticConfig overrides; in a scenario file, the same keys under `workload:`.
+SWE_AGENT = {"lengths": "lognormal", "turns": (12, 105), "tool_output_tokens": (40, 2000),
+             "repo_context_tokens": (1000, 4000), "think_time_s": (0.1, 30.0)}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -291,12 +325,14 @@ class AgenticWorkload:
         return self._plan_cache
 
     def _think_ms(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        lo, hi = self.config.think_time_s
-        if lo == hi:
-            x = np.full(n, lo)
-        else:
-            x = np.clip(rng.lognormal(math.log(math.sqrt(lo * hi)), math.log(hi / lo) / 4, size=n), lo, hi)
-        return np.rint(x * 1000).astype(np.int64)
+        return np.rint(_clipped_lognormal(rng, self.config.think_time_s, n) * 1000).astype(np.int64)
+
+    def _lengths(self, rng: np.random.Generator, bounds: tuple, n: int) -> np.ndarray:
+        """`n` integer lengths in [lo, hi]: uniform, or (`lengths: lognormal`) clipped lognormal."""
+        lo, hi = bounds
+        if self.config.lengths == "uniform":
+            return rng.integers(lo, hi + 1, size=n, dtype=np.int64)
+        return np.rint(_clipped_lognormal(rng, bounds, n)).astype(np.int64)
 
     def _service_ms(self, out: np.ndarray) -> np.ndarray:
         c = self.config
@@ -305,8 +341,8 @@ class AgenticWorkload:
 
     def _draw_turns(self, rng, n: int):
         c = self.config
-        tool = rng.integers(c.tool_output_tokens[0], c.tool_output_tokens[1] + 1, size=n, dtype=np.int64)
-        out = rng.integers(c.output_tokens[0], c.output_tokens[1] + 1, size=n, dtype=np.int64)
+        tool = self._lengths(rng, c.tool_output_tokens, n)
+        out = self._lengths(rng, c.output_tokens, n)
         return tool, out, self._think_ms(rng, n - 1)
 
     def _build_plan(self) -> _Plan:
@@ -324,12 +360,12 @@ class AgenticWorkload:
         for k in range(N):
             rng = _rng(c.seed, _STREAM_STRUCTURE, k)
             repo = int(rng.integers(c.repo_context_tokens[0], c.repo_context_tokens[1] + 1))
-            T = int(rng.integers(c.turns[0], c.turns[1] + 1))
+            T = int(self._lengths(rng, c.turns, 1)[0])
             tool, out, think = self._draw_turns(rng, T)
             forks = np.flatnonzero(rng.random(T - 1) < c.subagent_prob)  # 0-based turns < T-1
             my_subs = {}
             for i in forks.tolist():
-                n = int(rng.integers(c.subagent_turns[0], c.subagent_turns[1] + 1))
+                n = int(self._lengths(rng, c.subagent_turns, 1)[0])
                 st, so, sth = self._draw_turns(rng, n)
                 rel, close = self._timeline(st, so, sth, {})
                 my_subs[i] = (st, so, rel, close, sth)
@@ -490,6 +526,15 @@ class AgenticWorkload:
             "mean_prompt_tokens": total / requests,
             "duration_s": plan.order[-1][0] / 1000.0,
         }
+
+
+def _clipped_lognormal(rng: np.random.Generator, bounds: tuple, n: int) -> np.ndarray:
+    """Lognormal with median sqrt(lo * hi) and sigma ln(hi / lo) / 4, clipped to [lo, hi] (the
+    bounds sit at the median x exp(-+2 sigma): about 2.3% of the draws at each clip)."""
+    lo, hi = bounds
+    if lo == hi:
+        return np.full(n, float(lo))
+    return np.clip(rng.lognormal(math.log(math.sqrt(lo * hi)), math.log(hi / lo) / 4, size=n), lo, hi)
 
 
 def _session_plan(sid, parent, fork_turn, inherited, context, tool, out, request_ms, close_ms, think,

@@ -324,3 +324,26 @@ def test_prompt_limit_and_type_errors():
         cfg(turns=(1, 10**6), tool_output_tokens=(1, 10**3))
     with pytest.raises(TypeError):
         AgenticWorkload(object())
+
+
+def test_swe_agent_lengths_follow_the_published_fit():
+    """`lengths: lognormal` with the SWE_AGENT fit: turns median ~36 (published p50 36, p95 87),
+    deepest prompt median ~26k tokens (published p50 max-ISL 23,840); exact for this seed."""
+    from scenarios.agentic import SWE_AGENT
+
+    w = AgenticWorkload(AgenticConfig(num_sessions=400, concurrency=400, subagent_prob=0.0, **SWE_AGENT))
+    ss = w.sessions()
+    turns = np.array([s.turns for s in ss])
+    tool = np.concatenate([s.tool for s in ss])
+    assert (turns.min(), turns.max(), float(np.median(turns))) == (12, 105, 35.0)
+    assert (tool.min(), tool.max(), float(np.median(tool))) == (40, 2000, 285.0)
+    assert float(np.median([int(s.prompt_end[-1]) for s in ss])) == 25942.5
+    assert float(np.median(np.concatenate([s.think_ms for s in ss]))) == 1714.5
+    uniform = AgenticWorkload(AgenticConfig(num_sessions=400, concurrency=400, subagent_prob=0.0,
+                                            **{**SWE_AGENT, "lengths": "uniform"})).sessions()
+    assert float(np.median([s.turns for s in uniform])) != 35.0  # the switch changes the draws
+
+
+def test_lengths_must_be_a_known_shape():
+    with pytest.raises(ValueError, match=r"AgenticConfig.lengths must be one of uniform, lognormal, got 'pareto'"):
+        AgenticConfig(lengths="pareto")
