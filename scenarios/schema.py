@@ -130,7 +130,8 @@ WORKLOAD_SCHEMAS = {
                 "subagent_turns": ([1, 5], "range", _RANGE), "arrival_rate": (1.0, "rate", "a number > 0 or inf"),
                 "service_base_s": (0.25, "nonneg", "seconds >= 0"),
                 "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
-                "vocab_size": (128_000, "int1", "an integer >= 1")},
+                "vocab_size": (128_000, "int1", "an integer >= 1"),
+                "lengths": ("uniform", ("choice", ("uniform", "lognormal")), "uniform or lognormal")},
     "program": {"kind": _KIND, "program": ("few_shot", ("choice", ("few_shot", "self_consistency", "multi_turn_chat",
                                                                    "tree_of_thought", "agent_with_subagents")),
                                            "few_shot, self_consistency, multi_turn_chat, tree_of_thought or "

@@ -10,6 +10,16 @@ request  ``rid``? (default: 0-based position among requests), ``session_id``?,
          (alias ``output_len``: that many fresh tokens that match nothing).
 event    ``{"event": "close_session", "session_id": ..., "timestamp"?}``.
 
+Alibaba's Qwen serving traces (github.com/alibaba-edu/qwen-bailian-usagetraces-anon, the
+KVCache-in-the-wild traces of Wang et al., USENIX ATC 2025) are read as they are: a line with
+``chat_id`` is one of theirs: ``chat_id`` (int), ``parent_chat_id`` (int, -1 for the first
+turn), ``timestamp`` (SECONDS since the trace start), ``input_length``, ``output_length``,
+``turn`` (int >= 1), ``type`` (text/search/image/file; not used) and ``hash_ids`` of 16-token
+blocks. It becomes a request with rid = chat_id, timestamp in ms, block size 16 and
+session_id = the chat_id of the first turn of its conversation (the root of the
+parent_chat_id chain; a parent not in the trace, e.g. before its start, is taken as the root),
+so sessions are known without generating them.
+
 ``rid`` and ``session_id`` are strings or integers; a rid (given or default) appears once.
 Any malformed line raises `TraceError` naming the file, the line number and the problem.
 """
@@ -29,6 +39,7 @@ except ImportError:  # pragma: no cover
     _fast_loads = None
 
 DEFAULT_BLOCK_SIZE = 512
+BAILIAN_BLOCK_SIZE = 16  # tokens per hash id in Alibaba's Qwen traces
 MAX_PROMPT_TOKENS = 1 << 28  # 268M tokens (2 GiB of int64): far beyond any context window
 _MAX_ID = 2**62
 
@@ -125,6 +136,7 @@ class JsonlTrace:
         arange_cache: dict[int, np.ndarray] = {}
         n_req = 0
         rid_lines: dict[str, int] = {}  # rid as requests.csv writes it -> its line
+        roots: dict[int, int] = {}  # Qwen traces: chat_id -> the chat_id of its conversation's first turn
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 if not raw.strip():
@@ -141,6 +153,8 @@ class JsonlTrace:
                     if "event" in obj:
                         yield self._event(obj)
                         continue
+                    if "chat_id" in obj:
+                        obj = _bailian(obj, roots)
                     req, block = self._request(obj, n_req, block, arange_cache)
                 except TraceError:
                     raise
@@ -214,6 +228,26 @@ class JsonlTrace:
         rid = index if rid is None else rid
         return TraceRequest(rid, prompt, out_tokens, out_len, _scalar_id(obj, "session_id"), _timestamp(obj),
                             prio), block
+
+
+def _bailian(obj: dict, roots: dict) -> dict:
+    """A Qwen (Bailian) trace line as a request line of this format (module docstring)."""
+    chat = _int_field(obj, "chat_id")
+    parent = _int_field(obj, "parent_chat_id", -1)
+    _int_field(obj, "turn", 1)
+    for field in ("rid", "session_id", "tokens", "input_ids"):
+        if field in obj:
+            raise ValueError(f"'{field}' is not a field of a Qwen trace line (it has 'chat_id')")
+    if "hash_ids" not in obj:
+        raise ValueError("Qwen trace line needs 'hash_ids'")
+    ts = obj.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+        raise ValueError(f"'timestamp' must be a non-negative number of seconds, got {json.dumps(ts)[:40]}")
+    root = chat if parent == -1 else roots.get(parent, parent)
+    roots[chat] = root
+    line = {k: obj[k] for k in ("hash_ids", "input_length", "output_length") if k in obj}
+    return {**line, "rid": chat, "session_id": root, "timestamp": ts * 1000.0,
+            "block_size": obj.get("block_size", BAILIAN_BLOCK_SIZE)}
 
 
 def _scalar_id(obj: dict, field: str):
