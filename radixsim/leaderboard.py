@@ -7,8 +7,9 @@ Capacities are fractions of each trace's working set (every page it ever caches,
 stack pass) unless given in tokens.
 
 The default corpus is generated at run time (deterministic; nothing large is committed): the
-shared Mooncake synthetic trace, a multi-turn workload with sessions and an agentic workload
-with tool pauses and session-close events (`CORPUS`), and the real Mooncake conversation trace
+shared Mooncake synthetic trace, a multi-turn workload with sessions and two agentic workloads
+with tool pauses and session-close events (generic lengths, and SWE-bench agent lengths:
+`CORPUS`), and the real Mooncake conversation trace
 when it was fetched to `REAL_TRACE` (git ignores it).
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cache_core.eviction import policy_names
+from scenarios.agentic import SWE_AGENT
 
 from .curve import lru_curve, replay_points
 from .outputs import write
@@ -31,6 +33,9 @@ CORPUS = {
     "multiturn": {"workload": "multiturn", "workload_set": (("num_clients", 16), ("num_rounds", 12),
                                                            ("request_length", 1024), ("output_length", 16))},
     "agentic": {"workload": "agentic", "workload_set": (("num_sessions", 8), ("concurrency", 4))},
+    # the same with lengths from published SWE-bench agent statistics (scenarios/agentic.py: SWE_AGENT)
+    "agentic_swe": {"workload": "agentic", "workload_set": (("num_sessions", 8), ("concurrency", 4),
+                                                            *SWE_AGENT.items())},
 }
 
 

@@ -53,7 +53,8 @@ def test_default_corpus_and_policies(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lb, "REAL_TRACE", tmp_path / "conversation_trace.jsonl")
     src = corpus([], 16)
-    assert list(src) == list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic"]
+    assert list(src) == list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic", "agentic_swe"]
+    assert dict(src["agentic_swe"].workload_set)["lengths"] == "lognormal"
     assert src["mooncake_synthetic"].trace.endswith("mooncake_synthetic_trace.jsonl")
     assert corpus(["a/x.jsonl"], 4)["x"].trace == "a/x.jsonl"
     (tmp_path / "conversation_trace.jsonl").write_text("")
