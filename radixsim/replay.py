@@ -168,11 +168,12 @@ def _progress(total: int | None, enabled: bool):
 class _Item:
     """One request for the stepper, from a trace line or a workload generator."""
 
-    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq", "priority")
+    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq", "priority", "times")
 
-    def __init__(self, rid, session_id, rnd, prompt, output, seq=None, priority=None):
+    def __init__(self, rid, session_id, rnd, prompt, output, seq=None, priority=None, times=None):
         self.rid, self.session_id, self.round = rid, session_id, rnd
         self.prompt, self.output, self.seq, self.priority = prompt, output, seq, priority
+        self.times = times  # (timestamp ms, tool-call ms or None) of a timed trace line, for `request_times`
 
 
 class _Close:
@@ -216,7 +217,8 @@ def _trace_items(opts: ReplayOptions):
                 continue
             out = rec.output_tokens if rec.output_tokens is not None else (
                 fresh.take(rec.output_length) if rec.output_length else None)
-            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out, priority=rec.priority)
+            times = None if rec.timestamp_ms is None or rec.session_id is None else (rec.timestamp_ms, rec.tool_ms)
+            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out, priority=rec.priority, times=times)
 
     def future():  # prompts' page keys in order, for `belady`
         return [page_keys(it.prompt, opts.page_size)[0] for it in gen() if isinstance(it, _Item)]
@@ -308,6 +310,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     if shadow is not None and config.capacity_tokens is None and not cache.voters and cache.hier is None:
         shadow = _NoEvictionSplit()  # unbounded FULL: nothing is ever evicted, every miss is cold
     rows = []
+    timed = getattr(cache.policy, "request_times", None)  # a policy that reads trace times (session-next)
     lost: dict[str, int] = {c.name: 0 for c in cache.voters}
     bar = _progress(total, opts.progress)
     closes = 0
@@ -320,6 +323,8 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
             cache.policy.now = len(rows)
         seq = it.seq if it.seq is not None else _seq(it.prompt, it.output)
         r = stepper.step(it.prompt, it.output, seq=seq, session_id=it.session_id, priority=it.priority or 0)
+        if timed is not None and it.times is not None:
+            timed(it.session_id, *it.times)
         split = shadow.observe(it.prompt, it.output, seq, r.cached_tokens) if shadow is not None else None
         if opts.check_invariants:
             invariants.check(cache)

@@ -7,7 +7,9 @@ request  ``rid``? (default: 0-based position among requests), ``session_id``?,
          or as ``hash_ids`` with ``block_size``? (default 512) and ``input_length``?
          (hash id h stands for tokens h*B .. h*B+B-1; the prompt is cut to input_length);
          the output as ``output_tokens`` (alias ``output_ids``) or ``output_length``
-         (alias ``output_len``: that many fresh tokens that match nothing).
+         (alias ``output_len``: that many fresh tokens that match nothing); ``tool_ms``? (ms
+         the session's tool call runs after this request, before its next one: read by
+         `session-next`).
 event    ``{"event": "close_session", "session_id": ..., "timestamp"?}``.
 
 Alibaba's Qwen serving traces (github.com/alibaba-edu/qwen-bailian-usagetraces-anon, the
@@ -66,6 +68,7 @@ class TraceRequest:
     session_id: object = None
     timestamp_ms: float | None = None
     priority: int | None = None
+    tool_ms: float | None = None  # the session's tool call after this request (ms), when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +230,7 @@ class JsonlTrace:
         rid = _scalar_id(obj, "rid")
         rid = index if rid is None else rid
         return TraceRequest(rid, prompt, out_tokens, out_len, _scalar_id(obj, "session_id"), _timestamp(obj),
-                            prio), block
+                            prio, _milliseconds(obj, "tool_ms")), block
 
 
 def _bailian(obj: dict, roots: dict) -> dict:
@@ -270,9 +273,13 @@ def _loads(raw: bytes):
 
 
 def _timestamp(obj: dict):
-    ts = obj.get("timestamp")
+    return _milliseconds(obj, "timestamp")
+
+
+def _milliseconds(obj: dict, field: str):
+    ts = obj.get(field)
     if ts is None:
         return None
     if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise ValueError(f"'timestamp' must be a non-negative number of milliseconds, got {json.dumps(ts)[:40]}")
+        raise ValueError(f"'{field}' must be a non-negative number of milliseconds, got {json.dumps(ts)[:40]}")
     return ts

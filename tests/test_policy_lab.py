@@ -232,3 +232,62 @@ def test_tail_lru_a_parent_left_by_an_evicted_tail_counts_the_whole_lost_length(
     # (8 + 4 - 0 > 8): aaaa (4 + 4 - 0 <= 8) goes before it
     assert run("tail-lru") == ["cccc", "aaaa", "bbbb"]
     assert run("lru") == ["cccc", "bbbb", "aaaa"]
+
+
+def timed_session_cache(tools: dict):
+    """SESSION_REQUESTS at 0, 100, ..., 500 ms; `tools`: request index -> tool_ms after it."""
+    from cache_core import ReplayStepper
+    from helpers import toks
+
+    cache = new_cache("session-next")
+    st = ReplayStepper(cache)
+    for i, (sid, prompt) in enumerate(SESSION_REQUESTS):
+        st.step(toks(prompt), session_id=sid)
+        cache.policy.request_times(sid, 100.0 * i, tools.get(i))
+    return cache
+
+
+def test_session_next_predicts_the_return_after_the_tool_call_when_the_trace_has_it():
+    # 6 requests in 500 ms: 0.01 a ms. A's last request (5) runs a 100-ms tool: back at 5 + 1;
+    # B's (4) a 1000-ms one: back at 4 + 10; C carries none: its mean-gap prediction 2 + 8/3
+    cache = timed_session_cache({5: 100.0, 4: 1000.0})
+    assert {s: cache.policy.predicted(s) for s in "ABC"} == {"A": 6.0, "B": 14.0, "C": 2 + 8 / 3}
+    assert drain(cache) == ["zzzz", "bbbb", "yyyy", "xxxx", "aaaa", "cccc"]
+    assert drain(timed_session_cache({})) == ["yyyy", "xxxx", "aaaa", "zzzz", "bbbb", "cccc"]  # mean gaps
+    assert drain(timed_session_cache({3: 1000.0})) == drain(timed_session_cache({}))  # A's 5 carried none
+
+
+def test_session_next_reads_tool_ms_from_a_replayed_trace(tmp_path):
+    import json
+
+    from radixsim.replay import ReplayOptions, run_replay
+    from helpers import toks
+
+    def run(tools: dict) -> list[int]:
+        reqs = SESSION_REQUESTS + (("D", "dddd"), ("B", "bbbbzzzzwwww"))
+        lines = [json.dumps({"rid": i, "session_id": sid, "timestamp": 100 * i, "tokens": toks(p),
+                             **({"tool_ms": tools[i]} if i in tools else {})}) for i, (sid, p) in enumerate(reqs)]
+        path = tmp_path / "t.jsonl"
+        path.write_text("\n".join(lines) + "\n")
+        out = tmp_path / f"out{len(tools)}"
+        run_replay(ReplayOptions(trace=str(path), page_size=4, capacity_tokens=28, policy="session-next",
+                                 progress=False), out)
+        with open(out / "requests.csv") as f:
+            head = f.readline().strip().split(",")
+            return [int(r.split(",")[head.index("cached_tokens")]) for r in f.read().splitlines()]
+
+    # D needs room: with the tool times B (back after its 1000-ms tool) loses its newest page, A
+    # keeps its; without them A (mean gap 2.5) is predicted back last and loses it
+    assert run({5: 100.0, 4: 1000.0})[-1] == 4
+    assert run({})[-1] == 8
+
+
+def test_trace_lines_carry_tool_ms(tmp_path):
+    from scenarios.traces import JsonlTrace, TraceError
+
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"tokens": [1, 2], "session_id": "a", "tool_ms": 250}\n{"tokens": [3]}\n')
+    assert [r.tool_ms for r in JsonlTrace(p)] == [250, None]
+    p.write_text('{"tokens": [1, 2], "tool_ms": -1}\n')
+    with pytest.raises(TraceError, match=r":1: 'tool_ms' must be a non-negative number of milliseconds, got -1$"):
+        list(JsonlTrace(p))

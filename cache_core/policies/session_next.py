@@ -11,8 +11,14 @@ that no open session references go first (LRU among them, as `session` does: a c
 pages lose their references); a referenced leaf (a session's frontier) ranks by the earliest
 predicted return of the sessions ending there, the furthest first; ties by LRU. A session's
 prediction moves at each of its arrivals, so keys are volatile (re-ranked when popped). SWA and
-MAMBA pools rank by LRU. Tool-call durations (when a trace carries them) are not used: replay
-has no clock.
+MAMBA pools rank by LRU.
+
+Tool-call durations, when the trace has them (a request line's ``tool_ms``: how long the
+session's tool call runs after it; replay passes each timed line's timestamp and tool_ms to
+`request_times`): the session is predicted back after the requests expected during its tool
+call, a_k + max(1, tool_ms x r), r = the requests per ms seen so far ((requests - 1) / (last
+timestamp - first)); its mean gap is used when its last request carried no tool_ms, or before
+any time has passed.
 """
 from __future__ import annotations
 
@@ -33,6 +39,8 @@ class SessionNextUse(Policy):
         self._last: dict = {}  # sid -> last arrival
         self._gap: dict = {}  # sid -> (sum of gaps, count)
         self._all = [0, 0]  # over all sessions
+        self._tool: dict = {}  # sid -> tool-call ms after its last request (timed traces)
+        self._times = None  # (first timestamp, last timestamp, requests timed) in ms
 
     def session_arrival(self, sid, registry) -> None:
         self.registry = registry
@@ -45,10 +53,24 @@ class SessionNextUse(Policy):
         self._last[sid] = self.now
         self.now += 1
 
+    def request_times(self, sid, timestamp_ms: float, tool_ms) -> None:
+        """Replay hook after a timed request of `sid`: its timestamp and the tool call's
+        duration after it (None: not known)."""
+        first, _, n = self._times or (timestamp_ms, timestamp_ms, 0)
+        self._times = (first, timestamp_ms, n + 1)
+        if tool_ms is None:
+            self._tool.pop(sid, None)
+        else:
+            self._tool[sid] = tool_ms
+
     def predicted(self, sid) -> float:
         last = self._last.get(sid)
         if last is None:
             return _INF
+        tool = self._tool.get(sid)
+        if tool is not None and self._times[1] > self._times[0]:
+            first, latest, n = self._times
+            return last + max(1.0, tool * (n - 1) / (latest - first))
         s, n = self._gap.get(sid, self._all)
         return last + (s / n if n else 0.0)
 
