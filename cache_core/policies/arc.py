@@ -22,7 +22,8 @@ Adaptation (a policy here is a sort key over the evictable leaves):
   epoch + 1; each time the victim list changes the epoch moves up by one, so no node's key ever
   decreases (the queue re-ranks a popped entry whose key moved, `volatile`), LRU within a list,
   and an empty victim list falls through to the other list by LRU.
-SWA and MAMBA pools rank by LRU.
+SWA and MAMBA pools rank by LRU. With tiers, an L1 demotion and an L2 eviction both count as an
+eviction (the node leaves T1/T2 for its ghost list; loaded back, it is a ghost hit).
 """
 from __future__ import annotations
 
