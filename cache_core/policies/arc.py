@@ -14,9 +14,11 @@ Adaptation (a policy here is a sort key over the evictable leaves):
 - sizes are in whole pages (`node.pkeys`); |T1| and |T2| count the nodes the policy has ranked
   (each was a leaf at some time: internal nodes that never were are not counted) until evicted;
   the cache size c is |T1| + |T2| at each eviction, ghosts are trimmed to c pages per list;
-- ghost entries are the evicted nodes' page keys (chained: one key = one whole prefix); a node
-  ranked for the first time is a ghost hit when its first page key is in B1 or B2, and p moves
-  by the ratio above times the node's pages (a node is a run of pages that come back at once);
+- a ghost entry is an evicted node's first page key (chained: one key = one whole prefix) with
+  its pages; |B1| and |B2| count pages. A node ranked for the first time is a ghost hit when its
+  first page key is in B1 or B2 (an evicted tail comes back as a leaf under the same surviving
+  parent, so it starts where the evicted one did), and p moves by the ratio above times the
+  node's pages (a node is a run of pages that come back at once);
 - REPLACE's tie rule (|T1| = p on a B2 hit) is left out;
 - key = (epoch, tick): the nodes of the list REPLACE takes from get the current epoch, the others
   epoch + 1; each time the victim list changes the epoch moves up by one, so no node's key ever
@@ -43,7 +45,8 @@ class Arc(Policy):
     def __init__(self):
         self.p = 0.0  # target |T1|, pages
         self.size = {T1: 0, T2: 0}  # pages ranked in each list
-        self.ghosts = {T1: OrderedDict(), T2: OrderedDict()}  # B1, B2: page key -> None, LRU first
+        self.ghosts = {T1: OrderedDict(), T2: OrderedDict()}  # B1, B2: first page key -> pages, LRU first
+        self.ghost_pages = {T1: 0, T2: 0}
         self.victim = T1
         self.epoch = 0
         self._in: dict = {}  # node id -> (list, pages)
@@ -81,15 +84,15 @@ class Arc(Policy):
         if not pages:
             return None
         first = int(node.pkeys[0])
-        b1, b2 = len(self.ghosts[T1]), len(self.ghosts[T2])
+        b1, b2 = self.ghost_pages[T1], self.ghost_pages[T2]
         if first in self.ghosts[T1]:
             self.p = min(self.p + max(b2 / b1, 1.0) * pages, self.size[T1] + self.size[T2])
         elif first in self.ghosts[T2]:
             self.p = max(self.p - max(b1 / b2, 1.0) * pages, 0.0)
         else:
             return None
-        for g in self.ghosts.values():
-            g.pop(first, None)
+        for lst, g in self.ghosts.items():
+            self.ghost_pages[lst] -= g.pop(first, 0)
         return T2
 
     def _choose(self) -> None:
@@ -103,10 +106,10 @@ class Arc(Policy):
         self.size[lst] -= pages
         cap = self.size[T1] + self.size[T2] + pages  # c: what the cache held before this eviction
         ghost = self.ghosts[lst]
-        if node.pkeys is not None:
-            for k in node.pkeys.tolist():
-                ghost[k] = None
-                ghost.move_to_end(k)
-        while len(ghost) > cap:
-            ghost.popitem(last=False)
+        if pages:
+            first = int(node.pkeys[0])
+            self.ghost_pages[lst] += pages - ghost.pop(first, 0)
+            ghost[first] = pages
+        while self.ghost_pages[lst] > cap:
+            self.ghost_pages[lst] -= ghost.popitem(last=False)[1]
         self._choose()
