@@ -98,7 +98,10 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
     (`scenarios.presets.transfer_shards`) for the PCIe bytes of one rank; `layers` (the
     model's) for the layerwise load overlap."""
     links = LinkSet.from_hardware(env, hardware)
-    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links, shards),
+    clock = SimClock(env)
+    if cache.hier is not None and cache.hier.storage is not None:
+        cache.hier.storage.clock = clock.now  # the L3 store's leases expire on the simulated clock
+    eng = Engine(cache, engine_config, clock, SimDataPlane(links, shards),
                  CostExecutor(env, cost, layers=layers))
     eng.links = links
     return eng
