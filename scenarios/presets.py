@@ -929,8 +929,10 @@ _HS = "docs/sources/hardware.md"
 _MC = "docs/sources/hardware.md 'Store links'"
 _HOPPER_SM_COPY = (f"{_HS} Host <-> device copy rates: SM-driven copy kernel (SGLang's default "
                    "--hicache-io-backend kernel), pinned, H100: 35.2 GB/s H2D (NVIDIA/nvbandwidth #24)")
-_HOPPER_CE_COPY = (f"{_HS} Host <-> device copy rates: copy engine (SGLang's --hicache-io-backend direct, "
-                   "cudaMemcpyAsync), pinned, Hopper: 55.6 GB/s H2D (nvbandwidth README example)")
+_NO_DIRECT = (f"{_HS} SGLang HiCache io backends: no published GB/s for --hicache-io-backend direct (per-page "
+              "cudaMemcpyAsync) on an NVIDIA PCIe node (PR #21631: it 'lags behind' kernel, no figure); "
+              "assumption: the measured pinned copy rate, as the kernel's (the copy engine's 55.6 GB/s is a large "
+              "contiguous buffer's, not reached page by page)")
 _LINK_SOURCES = {
     "pcie_io_backend": "assumption: SGLang's default --hicache-io-backend kernel (server_args.py); "
                        "--hicache-mem-layout page_first_direct switches it to direct",
@@ -958,7 +960,7 @@ _H200_SOURCES = {
     "nvlink_bytes_per_s": f"{_HW} NVLink: 900 GB/s bidirectional per GPU, 450 GB/s each way",
     "pcie_kernel_bytes_per_s": _HOPPER_SM_COPY + "; HARDWARE.md PCIe host link: 'SM-driven copies on H100 "
                                "measured 35.2 GB/s H2D' (same Gen5 x16 link as the H200)",
-    "pcie_direct_bytes_per_s": _HOPPER_CE_COPY + "; HARDWARE.md PCIe host link: 'nvbandwidth CE example 55.6 GB/s'",
+    "pcie_direct_bytes_per_s": _NO_DIRECT,
     "pcie_peak_bytes_per_s": f"{_HW} PCIe host link: Gen5 x16, 64 GB/s per direction theoretical",
     "pcie_latency_s": "assumption: 10 us per transfer (one kernel launch or cudaMemcpyAsync plus DMA "
                       "setup); HARDWARE.md only says to charge a per-transfer overhead",
@@ -984,7 +986,7 @@ def _h200(num_gpus: int) -> HardwarePreset:
         name=f"h200x{num_gpus}", gpu_name="NVIDIA H200 SXM 141GB", num_gpus=num_gpus,
         hbm_bytes_per_gpu=140 * GiB, hbm_bytes_per_s=4.8e12, bf16_flops=989e12, fp8_flops=1979e12,
         bf16_matmul_measured_flops=790e12, d2d_copy_bytes_per_s=4.3e12 / 2,
-        nvlink_bytes_per_s=450e9, pcie_kernel_bytes_per_s=35.2e9, pcie_direct_bytes_per_s=55.6e9,
+        nvlink_bytes_per_s=450e9, pcie_kernel_bytes_per_s=35.2e9, pcie_direct_bytes_per_s=35.2e9,
         pcie_peak_bytes_per_s=64e9, pcie_latency_s=10e-6, host_dram_bytes=32 * 64 * GiB,
         host_dram_bytes_per_s=614e9, nic_bytes_per_s=400e9, l3_rdma_bytes_per_s=190e9,
         l3_tcp_bytes_per_s=190e9 / 4.6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6,
@@ -1009,8 +1011,9 @@ _DERIVED_FROM_H200 = {
     "num_gpus": "assumption: a slice of the 8-GPU node (docs/sources/hardware.md 'Node shapes': 1/2/4-GPU "
                 "shapes are slices) with this many GPUs in use; node-level fields (DRAM, NICs, L3) stay whole",
 }
-_A100_NO_CE = (f"{_HS} A100 copy engine H2D is NOT SOURCED; assumption: the measured pinned copy rate, "
-               "pcie_h2d_sm_measured 25.13 GB/s (nvbandwidth #42), for the direct io backend too")
+_A100_NO_CE = (f"{_HS} SGLang HiCache io backends: no published GB/s for --hicache-io-backend direct (nor an A100 "
+               "copy-engine H2D figure); assumption: the measured pinned copy rate, pcie_h2d_sm_measured 25.13 GB/s "
+               "(nvbandwidth #42), as the kernel's")
 _A100 = {
     "bf16_flops": (312e12, f"{_HS} A100: bf16_dense_flops 312 T"),
     "fp8_flops": (312e12, "assumption: A100 has no FP8 tensor cores (docs/sources/hardware.md); fp8 "
@@ -1039,7 +1042,7 @@ _HOPPER_NODE = {
     "l3_rdma_bytes_per_s": (190e9, None),
     "l3_tcp_bytes_per_s": (190e9 / 4.6, None),
     "pcie_kernel_bytes_per_s": (35.2e9, _HOPPER_SM_COPY),
-    "pcie_direct_bytes_per_s": (55.6e9, _HOPPER_CE_COPY),
+    "pcie_direct_bytes_per_s": (35.2e9, _NO_DIRECT),
     "pcie_peak_bytes_per_s": (64e9, f"{_HS} H100: PCIe Gen5 x16, 64 GB/s per direction theoretical"),
     "bf16_flops": (989.4e12, f"{_HS} H100: bf16_dense_flops 989.4 T"),
     "fp8_flops": (1978.9e12, f"{_HS} H100: fp8_dense_flops 1978.9 T"),
@@ -1069,8 +1072,7 @@ _GPUS = {
                                    "noted there), 200 each way"),
         pcie_kernel_bytes_per_s=(35.2e9, f"{_HS} H800: pcie_h2d_sm_measured 35.2 GB/s (nvbandwidth #24 comment: "
                                          "similar to H100; SGLang's default kernel io backend)"),
-        pcie_direct_bytes_per_s=(55.6e9, f"{_HS} H800: pcie_h2d_pinned_ce_measured NOT SOURCED; assumption: the "
-                                         "Hopper copy-engine figure 55.6 GB/s (nvbandwidth README example)"),
+        pcie_direct_bytes_per_s=(35.2e9, _NO_DIRECT),
         host_dram_bytes=(2 * 2**40, "assumption: hgx-h800 host DRAM is NOT SOURCED (docs/sources/hardware.md); "
                                     "2 TiB as the HGX H100 platform"),
         nic_bytes_per_s=(400e9, "assumption: docs/sources/hardware.md hgx-h800 has 8x mlx5 RDMA NICs, speed not "
@@ -1085,8 +1087,8 @@ _GPUS = {
         nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
         pcie_kernel_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); "
                                          "the Hopper SM-kernel figure 35.2 GB/s on the same Gen5 x16 host link"),
-        pcie_direct_bytes_per_s=(55.6e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); "
-                                         "the Hopper copy-engine figure 55.6 GB/s on the same Gen5 x16 host link"),
+        pcie_direct_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md) "
+                                         "and no GB/s of the direct io backend is published: the kernel's 35.2 GB/s"),
         pcie_peak_bytes_per_s=(64e9, f"{_HS} B200: host link PCIe Gen5 x16 as built, 64 GB/s per direction"),
         host_dram_bytes_per_s=(716.8e9, "assumption: not in the sources; 2x Xeon 8570 (docs/sources/hardware.md "
                                         "dgx-b200) x 8 DDR5-5600 channels x 44.8 GB/s"),

@@ -79,7 +79,7 @@ H100_TCP = 190e9 / 4.6  # Mooncake README: RDMA 190 GB/s on 8x400 Gbps, about 4.
 
 @pytest.mark.parametrize("sets,link,want", [
     (["hardware.pcie_kernel_bytes_per_s=20e9"], ("L2", "L1"), (20e9, 10e-6)),
-    (["hardware.pcie_io_backend=direct"], ("L1", "L2"), (55.6e9, 10e-6)),  # H100's copy-engine rate
+    (["hardware.pcie_direct_bytes_per_s=40e9"], ("L1", "L2"), (35.2e9, 10e-6)),  # kernel (the default) in use
     (["hardware.pcie_io_backend=direct", "hardware.pcie_direct_bytes_per_s=40e9"], ("L2", "L1"), (40e9, 10e-6)),
     (["hardware.pcie_io_backend=direct", "hardware.pcie_bytes_per_s=30e9"], ("L2", "L1"), (30e9, 10e-6)),
     (["hardware.l3_rdma_bytes_per_s=100e9"], ("L3", "L2"), (100e9, 100e-6)),
@@ -101,18 +101,20 @@ def test_every_link_field_reaches_the_run(sets, link, want):
 
 
 def test_the_rates_in_use_follow_the_io_backend_and_the_protocol():
-    hw = presets.get_hardware("h200x1")  # every Hopper preset: SM-kernel 35.2, copy engine 55.6 GB/s
-    assert (hw.pcie_io_backend, hw.pcie_bytes_per_s, hw.pcie_direct_bytes_per_s) == ("kernel", 35.2e9, 55.6e9)
+    hw = presets.get_hardware("h200x1")  # every Hopper preset: the SM copy 35.2 GB/s; no direct figure published
+    assert (hw.pcie_io_backend, hw.pcie_bytes_per_s, hw.pcie_direct_bytes_per_s) == ("kernel", 35.2e9, 35.2e9)
     assert (hw.l3_protocol, hw.l3_bytes_per_s, hw.l3_tcp_bytes_per_s) == ("rdma", 190e9, 190e9 / 4.6)
     for gpu in ("h100", "h800", "b200"):
         h = presets.get_hardware(f"{gpu}x8")
-        assert (h.pcie_kernel_bytes_per_s, h.pcie_direct_bytes_per_s) == (35.2e9, 55.6e9)
+        assert (h.pcie_kernel_bytes_per_s, h.pcie_direct_bytes_per_s) == (35.2e9, 35.2e9)
     a100 = presets.get_hardware("a100-40gbx1")  # no copy-engine figure: both at the measured 25.13 GB/s
     assert (a100.pcie_kernel_bytes_per_s, a100.pcie_direct_bytes_per_s, a100.l3_tcp_bytes_per_s) == (
         25.13e9, 25.13e9, 87e9 / 2.4)
-    doc = resolve(apply_sets(yaml.safe_load(TINY), ["hardware.pcie_io_backend=direct"])).doc["hardware"]
-    assert (doc["pcie_bytes_per_s"], doc["pcie_direct_bytes_per_s"], doc["overridden"]) == (
-        55.6e9, 55.6e9, ["pcie_io_backend"])
+    doc = resolve(apply_sets(yaml.safe_load(TINY), ["hardware.pcie_io_backend=direct",
+                                                    "hardware.pcie_bytes_per_s=30e9"])).doc["hardware"]
+    assert (doc["pcie_bytes_per_s"], doc["pcie_direct_bytes_per_s"], doc["pcie_kernel_bytes_per_s"]) == (
+        30e9, 30e9, 35.2e9)
+    assert doc["overridden"] == ["pcie_bytes_per_s", "pcie_io_backend"]
 
 
 KNOWN = "expected one of base, gpu_name, num_gpus, hbm_bytes_per_gpu, "
