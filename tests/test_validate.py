@@ -151,3 +151,16 @@ def test_outputs_csv_json_and_html_name_every_case(tmp_path, capsys):
     assert page.count("data:image/png;base64,") == 7
     printed = capsys.readouterr().out
     assert all(cid in printed for cid in ids)
+
+
+def test_no_progress_turns_the_bar_off_on_a_terminal(tmp_path, monkeypatch):
+    import sys
+
+    import radixsim.validate as v
+
+    seen = []
+    monkeypatch.setattr(v, "validate", lambda cases, **kw: seen.append(kw["progress"]) or [])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["validate", "--out", str(tmp_path / "a")]) == 0
+    assert main(["validate", "--no-progress", "--out", str(tmp_path / "b")]) == 0
+    assert seen == [True, False]
