@@ -318,7 +318,8 @@ class Engine(StepOps, LoadOps):
             r.states = self.stepper._states(r.prefix_len, r.seq.length // self.P * self.P)
             if r.states is None:
                 return False
-            cache.finalize(r.match, r.states[0])
+            if r.load_start_s is None or r.load_done_s is not None:  # else at the overlapped loads' end
+                cache.finalize(r.match, r.states[0])
         return True
 
     def _fail_start(self, r: EngineRequest) -> None:

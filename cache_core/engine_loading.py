@@ -9,10 +9,12 @@ by layer on a side stream, recording one event per layer (``LayerLoadingEvent.co
 and the forward pass waits only for the layer it is about to compute
 (``LayerDoneCounter.wait_until(layer)``, called by the device KV pool, which
 ``register_layer_transfer_counter`` hooked up). So a request whose match has a host run joins
-a prefill step while its loads are in flight (for a FULL-only cache whose match has no storage
-run, and an executor that times steps per layer, ``executor.layers``: the others still wait in
-``loading``, as with ``none``; the torch executor runs a step's forward when it starts, so it
-has no ``layers``); the loads keep occupying their
+a prefill step while its loads are in flight (`_may_overlap`: L2 -> L1 loads only, with an
+executor that times steps per layer, ``executor.layers``; a storage run's L3 -> L2 fetch is
+waited for in ``loading`` and the L2 -> L1 round after it is overlapped; with SWA/MAMBA the
+FULL pages, then the window's pages and the MAMBA state in one more round, as long as the
+first round loads every FULL page of the prefix and the cache has no L3 tier, else the
+request waits as with ``none``); the loads keep occupying their
 link (contention with backups and other loads stays modelled), and the step, of compute time
 C over the model's L layers (C split evenly), ends at
 ``max(t0 + C, a_0 + C, done + C/L)`` (`overlap_end_s`): the first layer's load is exposed, and
@@ -83,11 +85,12 @@ class LoadOps:
                 r.load_s += stall
             r.load_start_s = r.load_done_s = None
 
-    def _drain(self, owner: EngineRequest | None = None) -> None:
-        """Hand the cache's new transfers to the data plane; `owner` waits for its loads."""
+    def _drain(self, owner: EngineRequest | None = None) -> list:
+        """Hand the cache's new transfers to the data plane; `owner` waits for its loads.
+        Returns the transfers handed over."""
         acts = self.cache.actions
         if not acts:
-            return
+            return []
         batch = [a for a in acts if isinstance(a, Transfer)]
         copies = [a for a in acts if isinstance(a, CopyState)]
         acts.clear()
@@ -104,6 +107,7 @@ class LoadOps:
             self.counters["transfers"] += 1
         for t in batch:
             self.dataplane.submit(t, self._on_done)
+        return batch
 
     def _on_done(self, tid: int, ok: bool = True) -> None:
         """The data plane finished transfer `tid`."""
@@ -167,8 +171,8 @@ class LoadOps:
             m = cache.load(m, r.seq)
         r.match = m
         r.resolve_rounds += 1
-        self._drain(r)
-        if r.waiting_ids and self._may_overlap(r, m0):
+        issued = self._drain(r)
+        if r.waiting_ids and self._may_overlap(r, m0, issued):
             m = m0  # its prefix once the loads land; it joins steps while they are in flight
             r.load_start_s = self.clock.now()
         elif r.waiting_ids:
@@ -191,23 +195,57 @@ class LoadOps:
             r.cached_host = loaded - r.cached_storage
         self.ready.append(r)
 
-    def _may_overlap(self, r: EngineRequest, m0) -> bool:
-        """Layerwise overlap applies to r's transfers just issued for match `m0`: only L2 -> L1
-        loads of a FULL-only cache (a storage run, or a voting component's boundary payload,
-        needs the loads acknowledged and a second match first: those requests still wait)."""
-        if (self.config.load_overlap != "layerwise" or self.cache.voters or m0.storage_tokens
-                or getattr(self.executor, "layers", None) is None):
+    def _may_overlap(self, r: EngineRequest, m0, issued: list) -> bool:
+        """Layerwise overlap applies to r's transfers just `issued` for match `m0`: L2 -> L1
+        loads only (FULL pages, SWA window pages, MAMBA states). A storage run (L3 -> L2 first,
+        a prefetch or a component payload only L3 holds) is not overlapped: it precedes, and
+        the request waits for it; once it has landed on L2, the next round's L2 -> L1 loads
+        are. With SWA/MAMBA the prefix must be settled now: only when these loads bring every
+        FULL page up to m0's boundary (its components' payloads then follow in one more round,
+        `_relock_loaded`), and without an L3 tier; when L1 had no room for all of them the
+        request waits, and the rounds settle a shorter prefix, as without overlap."""
+        if (self.config.load_overlap != "layerwise" or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
+                or getattr(self.executor, "layers", None) is None
+                or not all(self._kinds.get(t) == "load" for t in r.waiting_ids)):
             return False
-        return all(self._kinds.get(t) == "load" for t in r.waiting_ids)
+        if not self.cache.voters:
+            return True
+        if self.cache.hier.storage is not None:  # L2 drops component copies L3 holds first
+            return False  # (l3_copies.py): a window could leave L2 before its round; they wait
+        full = sum(t.tokens for t in issued if t.kind == "load" and t.component == "full")
+        return m0.device + full >= m0.cached_tokens
 
     def _relock_loaded(self, r: EngineRequest) -> None:
-        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too)."""
+        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too).
+        With SWA/MAMBA the boundary payloads (the window's pages, the checkpoint) load in one
+        more round once the path is on L1, as `_resolve`'s rounds do; the step waits for them
+        too (`_overlap_wait`). When L1 cannot serve the prefix after all (a payload found no
+        room or left L2 meanwhile) and r has not started computing, it is resolved again
+        without overlap, as it would have been."""
         cache = self.cache
-        r.load_done_s = self.clock.now()
         m = cache.match(r.seq, r.prefix_len)
+        cache.lock(m)
+        if cache.voters:
+            m = cache.load(m, r.seq)  # what L1 serves now; the payloads it lacks are issued
+            cache.unlock(r.match)
+            r.match = m
+            if self._drain(r) and r.waiting_ids:
+                r.resolve_rounds += 1
+                return
+        if m.cached_tokens != r.prefix_len and not r.started and r in self.ready:
+            if m is not r.match:
+                cache.unlock(m)
+            r.load_start_s = None
+            self.ready.remove(r)
+            self._resolve(r)
+            return
+        r.load_done_s = self.clock.now()
         if m.cached_tokens != r.prefix_len:
             raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
-                               f"{r.prefix_len} prefix tokens on L1 (a failed load is not modelled)")
-        cache.lock(m)
-        cache.unlock(r.match)
-        r.match = m
+                               f"{r.prefix_len} prefix tokens on L1 once it had started (not modelled)")
+        if m is not r.match:
+            cache.unlock(r.match)
+            r.match = m
+        if r.states is not None:  # started before its loads landed: the checkpoint is on L1 now
+            cache.finalize(m, r.states[0])
+            self._drain()  # its copy runs before the step's forward (a torch executor's settle)

@@ -14,20 +14,25 @@ of present keys from the first (`leading`), mark keys read (`touch`), store keys
 - a put of a key already present only renews its lease (SGLang's backend probes
   `batch_is_exist` before `batch_put_from` and puts only the missing keys); a new object has
   no lease (its lease timeout is the epoch), so it is evicted before any object that was read;
-- a read (`touch`: the prefetch's existence probe and get) grants a lease; eviction takes the
-  objects with the oldest lease first;
+- a read (`touch`: the prefetch's existence probe and get) grants a lease until now +
+  ``lease_ttl_s`` (Mooncake's `default_kv_lease_ttl`, 10 s); eviction takes the objects with the
+  oldest lease first and skips every object whose lease has not expired (on the store's
+  ``clock``, which the simulator sets to its own; with no clock, as in replay, leases only
+  order eviction and never protect);
 - eviction is in batches: once the used fraction exceeds ``high_watermark`` (Mooncake's
   `eviction_high_watermark_ratio`, 0.90), or a put found the pool full (that put fails: the
   object is not stored), the master's eviction thread evicts n = ceil(objects x max(ratio,
-  used - high_watermark + ratio)) objects (`eviction_ratio`, 0.05): every object whose lease is
-  not later than the n-th oldest one. Never-read objects all share the epoch lease, so a batch
-  that reaches one of them evicts every never-read object at once (in put order here);
+  used - high_watermark + ratio)) objects (`eviction_ratio`, 0.05; n counts every object in
+  the pool, leased or not, but at most the expired ones go): the n oldest leases, and every
+  never-read object when the n-th is one of them (they all share the epoch lease; in put order
+  here); a pass that evicts nothing leaves the put failure pending for the next pass (before
+  the next put batch: Mooncake's eviction thread wakes every 10 ms);
 - not prefix aware: a lost middle page cuts the reusable run there (`leading` stops at it);
 - ``replicas`` copies of each object share the pool (capacity / replicas objects);
 - an optional SSD tier (``ssd_pages``; 0 = none): what the memory pool evicts is written to
   SSD (Mooncake's offload keeps a disk replica), the oldest offloaded first out when it is
   full; a key on SSD counts as present (a get falls back to the disk replica) and is not put
-  again. The lease TTL (10 s) is not modelled: the core has no clock.
+  again.
 """
 from __future__ import annotations
 
@@ -35,10 +40,13 @@ import math
 from collections import OrderedDict
 
 L3_MODELS = ("prefix", "mooncake")
+LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
 
 
 class StorageIndex:
     """L3 ``prefix`` model: page keys present in the external store, least recently used first."""
+
+    clock = None  # a callable giving the current time in seconds (the Mooncake model's leases)
 
     def __init__(self, capacity_pages: int | None):
         self.capacity_pages = capacity_pages
@@ -94,12 +102,15 @@ class MooncakeStore(StorageIndex):
     batch eviction, failed puts on a full pool, an optional SSD tier below."""
 
     def __init__(self, capacity_pages: int | None, *, high_watermark: float = 0.90,
-                 eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0):
+                 eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0,
+                 lease_ttl_s: float = LEASE_TTL_S):
         super().__init__(None if capacity_pages is None else capacity_pages // replicas)
         self.high_watermark = high_watermark
         self.eviction_ratio = eviction_ratio
+        self.lease_ttl_s = lease_ttl_s
         self._fresh: OrderedDict = OrderedDict()  # never read: evicted first, in put order
-        self._keys = OrderedDict()  # read: oldest lease first
+        self._keys = OrderedDict()  # read: key -> lease timeout (s), oldest lease first
+        self._need_eviction = False  # a put failed and no pass has evicted since
         self.ssd_pages = ssd_pages
         self._ssd: OrderedDict = OrderedDict()  # offloaded, oldest first
         self.rejected_puts = 0
@@ -131,15 +142,32 @@ class MooncakeStore(StorageIndex):
         self._lease(keys.tolist())
 
     def _lease(self, keys) -> None:
+        """Grant a read lease (Mooncake's `GrantReadLease`: timeout = max(timeout, now + ttl));
+        the clock only moves forward, so the leased order stays the timeout order."""
         leased, fresh = self._keys, self._fresh
+        until = 0.0 if self.clock is None else self.clock() + self.lease_ttl_s
         for k in keys:
             if k in leased:
+                leased[k] = max(leased[k], until)
                 leased.move_to_end(k)
             elif k in fresh:
                 del fresh[k]
-                leased[k] = None
+                leased[k] = until
+
+    def expired(self) -> int:
+        """Read objects whose lease has expired (all of them with no clock)."""
+        if self.clock is None:
+            return len(self._keys)
+        now, n = self.clock(), 0
+        for until in self._keys.values():
+            if until > now:
+                break
+            n += 1
+        return n
 
     def put_many(self, keys: list) -> None:
+        if self._need_eviction:  # a pass since the last batch, once leases may have expired
+            self._evict(True)
         present = [k for k in keys if k in self]
         self._lease(present)
         cap = self.capacity_pages
@@ -152,11 +180,12 @@ class MooncakeStore(StorageIndex):
                 full = True
                 continue
             self._fresh[k] = None
-        self._evict(full)
+        self._evict(full or self._need_eviction)
 
     def _evict(self, full: bool) -> None:
         """One eviction-thread pass: above the watermark (or after a failed put) evict
-        ceil(objects x max(ratio, used - watermark + ratio)) objects, oldest lease first."""
+        ceil(objects x max(ratio, used - watermark + ratio)) objects, oldest lease first,
+        objects under an unexpired lease skipped."""
         cap = self.capacity_pages
         if cap is None or cap == 0:
             return
@@ -165,8 +194,10 @@ class MooncakeStore(StorageIndex):
         if not (used > self.high_watermark or (full and self.eviction_ratio > 0.0)):
             return
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
-        n = min(n_obj, math.ceil(n_obj * target))
-        self.eviction_batches += 1
+        n = min(len(self._fresh) + self.expired(), math.ceil(n_obj * target))
+        self._need_eviction = full and n == 0
+        if n:
+            self.eviction_batches += 1
         # the n-th oldest lease is the cutoff and every object at it goes (evict_num is a
         # minimum): when it is a never-read object (lease at the epoch), all of those go
         n = max(n, len(self._fresh)) if n else 0
@@ -199,7 +230,8 @@ def make_store(cfg, page_size: int) -> StorageIndex:
     if cfg.l3_model == "prefix":
         return StorageIndex(cap)
     return MooncakeStore(cap, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
-                         replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size)
+                         replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size,
+                         lease_ttl_s=cfg.l3_lease_ttl_s)
 
 
-__all__ = ["L3_MODELS", "MooncakeStore", "StorageIndex", "make_store"]
+__all__ = ["L3_MODELS", "LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store"]

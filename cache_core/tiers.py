@@ -62,6 +62,7 @@ class TierConfig:
     l3_eviction_ratio: float = 0.05  # mooncake: Mooncake's eviction_ratio
     l3_replicas: int = 1  # mooncake: copies of each object in the pool
     l3_ssd_tokens: int | None = None  # mooncake: SSD offload tier below the pool (None: none)
+    l3_lease_ttl_s: float = 10.0  # mooncake: read lease TTL (default_kv_lease_ttl), on the store's clock
     prefetch_policy: str = "wait_complete"
     prefetch_timeout_base_s: float = 1.0
     prefetch_timeout_per_1k_s: float = 0.25
@@ -88,6 +89,8 @@ class TierConfig:
             raise ValueError(f"l3_model {self.l3_model!r}: expected one of {', '.join(L3_MODELS)}")
         if not (0.0 <= self.l3_high_watermark <= 1.0 and 0.0 <= self.l3_eviction_ratio <= 1.0):
             raise ValueError("l3_high_watermark and l3_eviction_ratio must be in [0, 1]")
+        if not (isinstance(self.l3_lease_ttl_s, (int, float)) and 0.0 <= self.l3_lease_ttl_s < float("inf")):
+            raise ValueError(f"l3_lease_ttl_s must be a finite number >= 0, got {self.l3_lease_ttl_s!r}")
         if isinstance(self.l3_replicas, bool) or not isinstance(self.l3_replicas, int) or self.l3_replicas < 1:
             raise ValueError(f"l3_replicas must be an integer >= 1, got {self.l3_replicas!r}")
         if self.l3_ssd_tokens and self.l3_model != "mooncake":

@@ -489,7 +489,6 @@ def _cmd_plan(args) -> int:
 
 def _cmd_calibrate(args) -> int:
     import dataclasses
-    import json
 
     from scenarios.scenario import ScenarioError, from_file
 
@@ -505,8 +504,9 @@ def _cmd_calibrate(args) -> int:
     opts = dataclasses.replace(TorchOptions(**sc.doc.get("torch", {})), device=_torch_device(args, sc))
     t0 = time.perf_counter()
     table = (_operator_table if args.kind == "operators" else _step_table)(sc, opts, DTYPES[opts.dtype], args.quick)
-    with open(args.out, "w") as f:
-        json.dump(table, f, indent=1)
+    from .outputs import write
+
+    write(args.out, table)
     points = (f"{sum(len(g['points']) for g in table['gemm'])} GEMM, {len(table['prefill_attention'])} prefill "
               f"attention, {len(table['decode_attention'])} decode attention and {len(table['copy'])} copy"
               if args.kind == "operators" else f"{len(table['prefill'])} prefill and {len(table['decode'])} decode")

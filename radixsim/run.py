@@ -97,7 +97,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     from gpu_backend.backend import TorchOptions, build_plugins
     from scenarios.presets import transfer_shards
     from sim.links import LinkSet
-    from sim.simulator import CostExecutor, SimClock, SimDataPlane
+    from sim.simulator import CostExecutor, SimDataPlane, sim_clock
 
     opts = TorchOptions(**sc.doc.get("torch", {}))
     if device:
@@ -113,7 +113,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
                                     record_logits=record_logits, store=store, pace=pace,
                                     chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
-    eng = Engine(cache, sc.engine, SimClock(env), plane, ex)
+    eng = Engine(cache, sc.engine, sim_clock(env, cache), plane, ex)
     eng.listeners.append(ex.release)
     eng.links = links
     return env, eng, label

@@ -36,7 +36,7 @@ import os
 import sys
 from pathlib import Path
 
-from scenarios.presets import HARDWARE_OVERRIDES
+from scenarios.presets import HARDWARE_FIELDS
 from scenarios.scenario import ScenarioError, resolve, set_key
 
 from .outputs import write
@@ -67,7 +67,7 @@ def inputs(raw: dict, sc) -> list[Input]:
     links = {"pcie": ("pcie",), "l3_link": ("l3",), "hbm": ("hbm", "d2d_copy"), "nvlink": ("nvlink",)}
     used = {"pcie": tiers is not None, "l3_link": tiers is not None and tiers.l3, "hbm": True, "nvlink": sc.tp > 1}
     for name, prefixes in links.items():
-        fields = [f for f in HARDWARE_OVERRIDES if f.startswith(prefixes) and f.endswith("bytes_per_s")]
+        fields = [f for f in HARDWARE_FIELDS if f.startswith(prefixes) and f.endswith("bytes_per_s")]
         if used[name] and fields:
             out.append(Input(name, {f"hardware.{f}": (getattr(hw, f), 1) for f in fields}))
     eff = {f"cost.efficiency.{k}": (v, 1) for k, v in _efficiencies(sc).items()}

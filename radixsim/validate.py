@@ -193,6 +193,7 @@ def add_parser(subparsers) -> None:
     v.add_argument("--out", default="validation-out", help="output directory (default validation-out)")
     v.add_argument("--smoke", action="store_true", help="each case at a tiny size (clients / 8, at most 3 rounds)")
     v.add_argument("--seed", type=int, default=0, help="workload seed (default 0, the same for every case)")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")
     v.add_argument("--backend", choices=["published", "torch"], default="published",
                    help="published (default): the cases of validation/; torch: the positional arguments are "
                         "scenarios, each run on the torch backend (measured clock) and on the simulator "
@@ -212,7 +213,8 @@ def dispatch(args) -> int | None:
 
         return validate_torch.run(args)
     try:
-        res = validate(args.cases, smoke=args.smoke, seed=args.seed, progress=sys.stderr.isatty())
+        res = validate(args.cases, smoke=args.smoke, seed=args.seed,
+                       progress=sys.stderr.isatty() and not args.no_progress)
         print(table(res))
         print(f"wrote {write_outputs(args.out, res, smoke=args.smoke, seed=args.seed)}/validation.csv, "
               "validation.json, validation.html")

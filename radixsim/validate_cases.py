@@ -18,9 +18,12 @@ simulator cannot express is said in the case's notes:
   every TP rank stores its own KV shard, so tokens = pool bytes / (per-rank KV bytes x tp);
 - a Mooncake backend is the Mooncake store model (``cache.l3_model: mooncake``, cache_core/store.py),
   any other the prefix LRU index; SSD offload below a Mooncake pool is its SSD tier, sized by the
-  case's ``ssd_bytes`` (not modelled without it); flags the scenario lacks
-  (e.g. the io backend, NUMA pinning) are ignored; knobs the case does not state keep the
-  scenario defaults (listed in the notes).
+  case's ``ssd_bytes`` (not modelled without it);
+- links: ``--hicache-io-backend`` is the hardware's ``pcie_io_backend`` (``--hicache-mem-layout
+  page_first_direct`` makes it ``direct``, as SGLang's server arguments do); a Mooncake protocol
+  stated as ``MOONCAKE_PROTOCOL``/``protocol`` is ``l3_protocol`` (default rdma);
+  flags the scenario lacks (e.g. NUMA pinning) are ignored; knobs the case does not state keep
+  the scenario defaults (listed in the notes).
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length",
                  "request_rate", "round_barrier", "ready_queue_policy")
 SERIES = ("ttft_mean_s_per_round", "hit_rate_per_round")
 MAPPED_FLAGS = {"tp", "page-size", "enable-hierarchical-cache", "hicache-ratio", "hicache-size", "hicache-write-policy",
-                "hicache-storage-backend", "hicache-storage-prefetch-policy", "mem-fraction-static"}
+                "hicache-storage-backend", "hicache-storage-prefetch-policy", "mem-fraction-static",
+                "hicache-io-backend", "hicache-mem-layout"}
 DEFAULT_L2_RATIO = 2.0  # SGLang's --hicache-ratio default
 NOT_STATED = ("engine.max_running_requests", "engine.chunked_prefill_tokens", "cache.mem_fraction_static")
 
@@ -213,11 +217,33 @@ def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
     return cache, notes
 
 
+def links_of(case: dict) -> tuple[dict, list]:
+    """The hardware fields the case's flags set (io backend, L3 protocol), and notes."""
+    flags = str(case.get("server_flags", ""))
+    text = " ".join(str(case.get(k, "")) for k in ("server_flags", "mooncake", "tiers"))
+    out, notes = {}, []
+    io = _flag(flags, "hicache-io-backend")
+    if _flag(flags, "hicache-mem-layout") == "page_first_direct" and io in (None, "kernel"):
+        io = "direct"
+        notes.append("--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel to direct "
+                     "for this layout)")
+    if io:
+        out["pcie_io_backend"] = io
+    protocol = _flag(text, "MOONCAKE_PROTOCOL") or _flag(text, "protocol")
+    if protocol:
+        out["l3_protocol"] = protocol.lower()
+    if out:
+        notes.append("hardware " + ", ".join(f"{k} {v}" for k, v in out.items()))
+    return out, notes
+
+
 def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     """The raw scenario (for `scenarios.scenario.resolve`) of a full case, and its notes."""
     model, hw = model_for(str(case["model"])), hardware_for(str(case["gpu"]))
     tp = int(case["tp"])
     cache, notes = tiers_of(case, model, tp)
+    links, link_notes = links_of(case)
+    notes += link_notes
     flags = str(case.get("server_flags", ""))
     mem = _flag(flags, "mem-fraction-static")
     defaults = list(NOT_STATED)
@@ -229,7 +255,8 @@ def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     workload = {k: w[k] for k in WORKLOAD_KEYS}
     workload["kind"] = "multiturn"
     raw = {"name": case["id"], "description": f"validate: {case['_source'][:120]}", "seed": seed,
-           "model": model.name, "hardware": hw.name, "tp": tp, "cache": cache, "workload": workload}
+           "model": model.name, "hardware": dict(base=hw.name, **links) if links else hw.name, "tp": tp,
+           "cache": cache, "workload": workload}
     notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(defaults)}")
     notes += _unmapped(flags, w)
     return raw, notes

@@ -842,7 +842,13 @@ def get_model(name: str) -> ModelPreset:
 class HardwarePreset:
     """One serving node with `num_gpus` GPUs in use. Per-GPU fields say so; the host DRAM,
     NICs and L3 link belong to the node. Bandwidths are per direction unless noted;
-    FLOP/s are dense (no sparsity). Calibration overrides any of them."""
+    FLOP/s are dense (no sparsity). Calibration overrides any of them.
+
+    The host link's rate in use, ``pcie_bytes_per_s``, is that of SGLang's io backend
+    ``pcie_io_backend`` (``--hicache-io-backend``: ``kernel``, SM copy kernels, or ``direct``,
+    copy-engine ``cudaMemcpyAsync``); the L3 link's, ``l3_bytes_per_s``, that of the transfer
+    protocol ``l3_protocol`` (Mooncake's ``rdma`` or ``tcp``). Both names are also scenario keys:
+    they set the selected backend's (protocol's) field."""
 
     name: str
     gpu_name: str
@@ -854,16 +860,24 @@ class HardwarePreset:
     bf16_matmul_measured_flops: float
     d2d_copy_bytes_per_s: float
     nvlink_bytes_per_s: float
-    pcie_bytes_per_s: float
+    pcie_kernel_bytes_per_s: float
+    pcie_direct_bytes_per_s: float
+    pcie_io_backend: str = "kernel"
     pcie_peak_bytes_per_s: float
     pcie_latency_s: float
     host_dram_bytes: int
     host_dram_bytes_per_s: float
     nic_bytes_per_s: float
-    l3_bytes_per_s: float
+    l3_rdma_bytes_per_s: float
+    l3_tcp_bytes_per_s: float
+    l3_protocol: str = "rdma"
     l3_latency_s: float
     l3_block_overhead_s: float
+    ssd_bytes_per_s: float
+    ssd_latency_s: float
     sources: dict = field(default_factory=dict, compare=False)
+
+    RATES_IN_USE = ("pcie_bytes_per_s", "l3_bytes_per_s")  # properties, also scenario keys
 
     def __post_init__(self):
         if not (isinstance(self.name, str) and self.name and isinstance(self.gpu_name, str) and self.gpu_name):
@@ -875,9 +889,22 @@ class HardwarePreset:
             v = getattr(self, f.name)
             if f.type == "float" and not (_is_number(v) and v > 0 and math.isfinite(v)):
                 raise ValueError(f"{self.name}: {f.name} must be a finite number > 0, got {v!r}")
-        if self.pcie_bytes_per_s > self.pcie_peak_bytes_per_s:
+        for key, choices in CHOICES.items():
+            if getattr(self, key) not in choices:
+                raise ValueError(f"{self.name}: {key} must be one of {', '.join(choices)}, got {getattr(self, key)!r}")
+        if max(self.pcie_kernel_bytes_per_s, self.pcie_direct_bytes_per_s) > self.pcie_peak_bytes_per_s:
             raise ValueError(f"{self.name}: realistic PCIe bandwidth exceeds the peak")
         _check_sources(self, [])
+
+    @property
+    def pcie_bytes_per_s(self) -> float:
+        """One GPU's host link rate with the io backend in use (per direction)."""
+        return getattr(self, rate_field("pcie_bytes_per_s", self.pcie_io_backend))
+
+    @property
+    def l3_bytes_per_s(self) -> float:
+        """The node's L3 link rate with the transfer protocol in use."""
+        return getattr(self, rate_field("l3_bytes_per_s", self.l3_protocol))
 
     @property
     def hbm_bytes(self) -> int:
@@ -885,7 +912,36 @@ class HardwarePreset:
         return self.hbm_bytes_per_gpu * self.num_gpus
 
 
+SSD_BYTES_PER_S = 27e9  # an SSD tier below a Mooncake pool (cache.l3_ssd_tokens): _LINK_SOURCES
+SSD_LATENCY_S = 100e-6
+CHOICES = {"pcie_io_backend": ("kernel", "direct"), "l3_protocol": ("rdma", "tcp")}
+_SELECTOR = {"pcie_bytes_per_s": "pcie_io_backend", "l3_bytes_per_s": "l3_protocol"}
+
+
+def rate_field(rate: str, choice: str) -> str:
+    """The field behind a rate in use: ("pcie_bytes_per_s", "kernel") -> "pcie_kernel_bytes_per_s"."""
+    head, tail = rate.split("_", 1)
+    return f"{head}_{choice}_{tail}"
+
+
 _HW = "HARDWARE.md"
+_HS = "docs/sources/hardware.md"
+_MC = "docs/sources/hardware.md 'Store links'"
+_HOPPER_SM_COPY = (f"{_HS} Host <-> device copy rates: SM-driven copy kernel (SGLang's default "
+                   "--hicache-io-backend kernel), pinned, H100: 35.2 GB/s H2D (NVIDIA/nvbandwidth #24)")
+_NO_DIRECT = (f"{_HS} SGLang HiCache io backends: no published GB/s for --hicache-io-backend direct (per-page "
+              "cudaMemcpyAsync) on an NVIDIA PCIe node (PR #21631: it 'lags behind' kernel, no figure); "
+              "assumption: the measured pinned copy rate, as the kernel's (the copy engine's 55.6 GB/s is a large "
+              "contiguous buffer's, not reached page by page)")
+_LINK_SOURCES = {
+    "pcie_io_backend": "assumption: SGLang's default --hicache-io-backend kernel (server_args.py); "
+                       "--hicache-mem-layout page_first_direct switches it to direct",
+    "l3_protocol": "assumption: RDMA, as Mooncake Store is deployed on RDMA NICs in the sources",
+    "ssd_bytes_per_s": f"{_MC}: Mooncake's SSD offload benchmark node, 5 NVMe in RAID0, ~27 GB/s aggregate "
+                       "theoretical sequential read (ssd-offload-benchmark-results.md); assumption: this node's",
+    "ssd_latency_s": "assumption: 100 us per batch read (one NVMe read through io_uring plus the client's "
+                     "RPC); no published figure",
+}
 _H200_SOURCES = {
     "num_gpus": "assumption: an HGX H200 node (8 GPUs, HARDWARE.md 'NVSwitch all-to-all in HGX "
                 "8-GPU') with this many GPUs in use; node-level fields (DRAM, NICs, L3) stay whole",
@@ -902,8 +958,9 @@ _H200_SOURCES = {
     "d2d_copy_bytes_per_s": f"{_HW} device copy: ~4.3 TB/s device-to-device with read + write "
                             "counted, i.e. 2.15e12 bytes copied per second",
     "nvlink_bytes_per_s": f"{_HW} NVLink: 900 GB/s bidirectional per GPU, 450 GB/s each way",
-    "pcie_bytes_per_s": f"{_HW} PCIe host link: pinned copy-engine copies ~50-56 GB/s per direction; "
-                        "modelling hint 'default L1<->L2 ~50 GB/s per GPU' -> 50e9",
+    "pcie_kernel_bytes_per_s": _HOPPER_SM_COPY + "; HARDWARE.md PCIe host link: 'SM-driven copies on H100 "
+                               "measured 35.2 GB/s H2D' (same Gen5 x16 link as the H200)",
+    "pcie_direct_bytes_per_s": _NO_DIRECT,
     "pcie_peak_bytes_per_s": f"{_HW} PCIe host link: Gen5 x16, 64 GB/s per direction theoretical",
     "pcie_latency_s": "assumption: 10 us per transfer (one kernel launch or cudaMemcpyAsync plus DMA "
                       "setup); HARDWARE.md only says to charge a per-transfer overhead",
@@ -912,12 +969,15 @@ _H200_SOURCES = {
     "host_dram_bytes_per_s": f"{_HW} host: DDR5 theoretical 614 GB/s per node (Mooncake's RDMA "
                              "saturates ~205-214 GB/s, DRAM-bound)",
     "nic_bytes_per_s": f"{_HW} NICs: typically 8x ConnectX-7 400 Gb/s per HGX H200 node (~400 GB/s)",
-    "l3_bytes_per_s": f"{_HW} Mooncake transfer engine: 190 GB/s on 8x400 Gbps (FAST'25 5.4.1), "
-                      "the NIC setup of an HGX H200 node; modelling hint 'L2<->L3 ~140-190 GB/s per node'",
+    "l3_rdma_bytes_per_s": f"{_HW} Mooncake transfer engine: 190 GB/s on 8x400 Gbps (FAST'25 5.4.1), "
+                           "the NIC setup of an HGX H200 node; modelling hint 'L2<->L3 ~140-190 GB/s per node'",
+    "l3_tcp_bytes_per_s": f"{_MC}: Mooncake README, 190 GB/s on 8x400 Gbps RoCE 'about 4.6x faster than the TCP "
+                          "protocol': 190 / 4.6 = 41.3 GB/s",
     "l3_latency_s": "assumption: 100 us per Mooncake Store transfer (a metadata RPC to the master "
                     "plus RDMA setup; HARDWARE.md gives no number); calibrate",
     "l3_block_overhead_s": f"{_HW} Mooncake: 64 KB blocks -> 97 GB/s, 1 MB blocks -> 353 GB/s; "
                            "fitting t = c + size/B to both gives c ~0.52 us per block (B ~428 GB/s)",
+    **_LINK_SOURCES,
 }
 
 
@@ -926,16 +986,16 @@ def _h200(num_gpus: int) -> HardwarePreset:
         name=f"h200x{num_gpus}", gpu_name="NVIDIA H200 SXM 141GB", num_gpus=num_gpus,
         hbm_bytes_per_gpu=140 * GiB, hbm_bytes_per_s=4.8e12, bf16_flops=989e12, fp8_flops=1979e12,
         bf16_matmul_measured_flops=790e12, d2d_copy_bytes_per_s=4.3e12 / 2,
-        nvlink_bytes_per_s=450e9, pcie_bytes_per_s=50e9, pcie_peak_bytes_per_s=64e9,
-        pcie_latency_s=10e-6, host_dram_bytes=32 * 64 * GiB, host_dram_bytes_per_s=614e9,
-        nic_bytes_per_s=400e9, l3_bytes_per_s=190e9, l3_latency_s=100e-6,
-        l3_block_overhead_s=0.52e-6, sources=dict(_H200_SOURCES))
+        nvlink_bytes_per_s=450e9, pcie_kernel_bytes_per_s=35.2e9, pcie_direct_bytes_per_s=35.2e9,
+        pcie_peak_bytes_per_s=64e9, pcie_latency_s=10e-6, host_dram_bytes=32 * 64 * GiB,
+        host_dram_bytes_per_s=614e9, nic_bytes_per_s=400e9, l3_rdma_bytes_per_s=190e9,
+        l3_tcp_bytes_per_s=190e9 / 4.6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6,
+        ssd_bytes_per_s=SSD_BYTES_PER_S, ssd_latency_s=SSD_LATENCY_S, sources=dict(_H200_SOURCES))
 
 
 HARDWARE: dict[str, HardwarePreset] = {f"h200x{n}": _h200(n) for n in (1, 2, 4, 8)}
 
 # --- A100, H100, H800, B200 (docs/sources/hardware.md; the same node slicing as the H200) ----
-_HS = "docs/sources/hardware.md"
 _DERIVED_FROM_H200 = {
     "bf16_matmul_measured_flops": "assumption: not measured on this GPU; its dense bf16 peak x the H200's "
                                   "measured/peak ratio 790/989 (HARDWARE.md dense compute)",
@@ -944,27 +1004,34 @@ _DERIVED_FROM_H200 = {
     "pcie_latency_s": _H200_SOURCES["pcie_latency_s"],
     "l3_latency_s": _H200_SOURCES["l3_latency_s"],
     "l3_block_overhead_s": _H200_SOURCES["l3_block_overhead_s"],
-    "l3_bytes_per_s": "assumption: Mooncake's 190 GB/s on 8x 400 Gb/s NICs (HARDWARE.md, FAST'25 5.4.1; "
-                      "47.5% of line rate) scaled to this node's NICs",
+    "l3_rdma_bytes_per_s": "assumption: Mooncake's 190 GB/s on 8x 400 Gb/s NICs (HARDWARE.md, FAST'25 5.4.1; "
+                           "47.5% of line rate) scaled to this node's NICs",
+    "l3_tcp_bytes_per_s": _H200_SOURCES["l3_tcp_bytes_per_s"],
+    **_LINK_SOURCES,
     "num_gpus": "assumption: a slice of the 8-GPU node (docs/sources/hardware.md 'Node shapes': 1/2/4-GPU "
                 "shapes are slices) with this many GPUs in use; node-level fields (DRAM, NICs, L3) stay whole",
 }
-_HOPPER_SM_COPY = (f"{_HS} Host <-> device copy rates: SM-driven copy kernel (SGLang's default "
-                   "--hicache-io-backend kernel), pinned, H100: 35.2 GB/s H2D (NVIDIA/nvbandwidth #24)")
+_A100_NO_CE = (f"{_HS} SGLang HiCache io backends: no published GB/s for --hicache-io-backend direct (nor an A100 "
+               "copy-engine H2D figure); assumption: the measured pinned copy rate, pcie_h2d_sm_measured 25.13 GB/s "
+               "(nvbandwidth #42), as the kernel's")
 _A100 = {
     "bf16_flops": (312e12, f"{_HS} A100: bf16_dense_flops 312 T"),
     "fp8_flops": (312e12, "assumption: A100 has no FP8 tensor cores (docs/sources/hardware.md); fp8 "
                           "weights would run as bf16 matmuls, so the bf16 rate"),
     "nvlink_bytes_per_s": (300e9, f"{_HS} A100: NVLink 3, 600 GB/s bidirectional, 300 each way"),
-    "pcie_bytes_per_s": (25.13e9, f"{_HS} A100-SXM4-40GB: pcie_h2d_sm_measured 25.13 GB/s (SM copy kernel, "
-                                  "SGLang's default --hicache-io-backend kernel; nvbandwidth #42)"),
+    "pcie_kernel_bytes_per_s": (25.13e9, f"{_HS} A100-SXM4-40GB: pcie_h2d_sm_measured 25.13 GB/s (SM copy "
+                                         "kernel, SGLang's default --hicache-io-backend kernel; nvbandwidth #42)"),
+    "pcie_direct_bytes_per_s": (25.13e9, _A100_NO_CE),
     "pcie_peak_bytes_per_s": (32e9, f"{_HS} A100: PCIe Gen4 x16, 32 GB/s per direction theoretical"),
     "host_dram_bytes": (2**40, f"{_HS} Node shapes dgx-a100 / hgx-a100-80gb: 1 TB host DRAM; assumption: "
                                "DIMM GB are GiB (1 TiB)"),
     "host_dram_bytes_per_s": (409.6e9, "assumption: not in the sources; 2x AMD EPYC (docs/sources/hardware.md "
                                        "dgx-a100) x 8 DDR4-3200 channels x 25.6 GB/s"),
     "nic_bytes_per_s": (200e9, f"{_HS} Node shapes dgx-a100: 8x ConnectX-6 200 Gb/s HDR InfiniBand = 200 GB/s"),
-    "l3_bytes_per_s": (95e9, None),
+    "l3_rdma_bytes_per_s": (95e9, None),
+    "l3_tcp_bytes_per_s": (87e9 / 2.4, f"{_MC}: Mooncake README, 87 GB/s on 4x200 Gbps RoCE 'about 2.4x faster "
+                                       "than the TCP protocol': 36.25 GB/s; assumption: TCP is host-bound, so the "
+                                       "nearest measured NIC setup (4x200 Gb/s) stands for 8x200 Gb/s"),
 }
 _HOPPER_NODE = {
     "host_dram_bytes": (2 * 2**40, f"{_HS} Node shapes dgx-h100 / hgx-h100: 2 TB DDR5; assumption: DIMM GB "
@@ -972,8 +1039,10 @@ _HOPPER_NODE = {
     "host_dram_bytes_per_s": (614e9, "assumption: not in the sources; the H200 node's DDR5 figure (HARDWARE.md "
                                      "614 GB/s), same 2x Xeon 8480C platform (docs/sources/hardware.md)"),
     "nic_bytes_per_s": (400e9, f"{_HS} Node shapes dgx-h100: 8x single-port ConnectX-7 400 Gb/s = 400 GB/s"),
-    "l3_bytes_per_s": (190e9, None),
-    "pcie_bytes_per_s": (35.2e9, _HOPPER_SM_COPY),
+    "l3_rdma_bytes_per_s": (190e9, None),
+    "l3_tcp_bytes_per_s": (190e9 / 4.6, None),
+    "pcie_kernel_bytes_per_s": (35.2e9, _HOPPER_SM_COPY),
+    "pcie_direct_bytes_per_s": (35.2e9, _NO_DIRECT),
     "pcie_peak_bytes_per_s": (64e9, f"{_HS} H100: PCIe Gen5 x16, 64 GB/s per direction theoretical"),
     "bf16_flops": (989.4e12, f"{_HS} H100: bf16_dense_flops 989.4 T"),
     "fp8_flops": (1978.9e12, f"{_HS} H100: fp8_dense_flops 1978.9 T"),
@@ -987,8 +1056,8 @@ _GPUS = {
         80 * GiB, f"{_HS} A100-SXM4-80GB: hbm_bytes 80 G; assumption: NVIDIA's GB are GiB here (81,920 "
                   "MiB), CUDA context ignored"),
         hbm_bytes_per_s=(2.039e12, f"{_HS} A100-SXM4-80GB: hbm_bandwidth 2.039 TB/s"),
-        pcie_bytes_per_s=(25.13e9, f"{_HS} A100-SXM4-80GB: pcie_h2d_sm_measured 25.13 GB/s (as the 40GB, same "
-                                   "Gen4 link; SGLang's default kernel io backend)")),
+        pcie_kernel_bytes_per_s=(25.13e9, f"{_HS} A100-SXM4-80GB: pcie_h2d_sm_measured 25.13 GB/s (as the 40GB, "
+                                          "same Gen4 link; SGLang's default kernel io backend)")),
     "h100": dict(_HOPPER_NODE, gpu_name=("NVIDIA H100 SXM 80GB", None), hbm_bytes_per_gpu=(
         81_559 * 2**20, f"{_HS} H100-SXM: hbm_bytes 80 G; assumption: as nvidia-smi commonly reports "
                         "81,559 MiB for an H100 80GB (not measured in this project), CUDA context ignored"),
@@ -1001,8 +1070,9 @@ _GPUS = {
         fp8_flops=(1978.9e12, f"{_HS} H800: fp8_dense_flops 1978.9 T"),
         nvlink_bytes_per_s=(200e9, f"{_HS} H800: nvlink_bw_per_gpu 400 GB/s bidirectional (SXM; conflict "
                                    "noted there), 200 each way"),
-        pcie_bytes_per_s=(35.2e9, f"{_HS} H800: pcie_h2d_sm_measured 35.2 GB/s (nvbandwidth #24 comment: "
-                                  "similar to H100; SGLang's default kernel io backend)"),
+        pcie_kernel_bytes_per_s=(35.2e9, f"{_HS} H800: pcie_h2d_sm_measured 35.2 GB/s (nvbandwidth #24 comment: "
+                                         "similar to H100; SGLang's default kernel io backend)"),
+        pcie_direct_bytes_per_s=(35.2e9, _NO_DIRECT),
         host_dram_bytes=(2 * 2**40, "assumption: hgx-h800 host DRAM is NOT SOURCED (docs/sources/hardware.md); "
                                     "2 TiB as the HGX H100 platform"),
         nic_bytes_per_s=(400e9, "assumption: docs/sources/hardware.md hgx-h800 has 8x mlx5 RDMA NICs, speed not "
@@ -1015,8 +1085,10 @@ _GPUS = {
                     "is fitted; docs/sources/hardware.md, Conflicts and gaps)"),
         fp8_flops=(4500e12, f"{_HS} B200: fp8_dense_flops 4500 T"),
         nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
-        pcie_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); the "
-                                  "Hopper SM-kernel figure 35.2 GB/s on the same Gen5 x16 host link"),
+        pcie_kernel_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); "
+                                         "the Hopper SM-kernel figure 35.2 GB/s on the same Gen5 x16 host link"),
+        pcie_direct_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md) "
+                                         "and no GB/s of the direct io backend is published: the kernel's 35.2 GB/s"),
         pcie_peak_bytes_per_s=(64e9, f"{_HS} B200: host link PCIe Gen5 x16 as built, 64 GB/s per direction"),
         host_dram_bytes_per_s=(716.8e9, "assumption: not in the sources; 2x Xeon 8570 (docs/sources/hardware.md "
                                         "dgx-b200) x 8 DDR5-5600 channels x 44.8 GB/s"),
@@ -1033,7 +1105,8 @@ def _gpu_node(key: str, num_gpus: int) -> HardwarePreset:
     sources.update({k: s for k, (_, s) in table.items() if s is not None})
     values.update(bf16_matmul_measured_flops=values["bf16_flops"] * 790 / 989,
                   d2d_copy_bytes_per_s=values["hbm_bytes_per_s"] * 4.3 / 4.8 / 2,
-                  pcie_latency_s=10e-6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6)
+                  pcie_latency_s=10e-6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6,
+                  ssd_bytes_per_s=SSD_BYTES_PER_S, ssd_latency_s=SSD_LATENCY_S)
     return HardwarePreset(name=f"{key}x{num_gpus}", num_gpus=num_gpus, sources=sources, **values)
 
 
@@ -1056,7 +1129,8 @@ def get_hardware(name: str) -> HardwarePreset:
 WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 KV_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
 MODEL_OVERRIDES = ("weight_dtype", "kv_dtype", "kernel_factor")
-HARDWARE_OVERRIDES = tuple(f.name for f in dataclasses.fields(HardwarePreset) if f.name not in ("name", "sources"))
+HARDWARE_FIELDS = tuple(f.name for f in dataclasses.fields(HardwarePreset) if f.name not in ("name", "sources"))
+HARDWARE_OVERRIDES = HARDWARE_FIELDS + HardwarePreset.RATES_IN_USE
 
 
 def override_keys(what: str) -> tuple:
@@ -1131,10 +1205,13 @@ def resolve_hardware(spec) -> tuple[HardwarePreset, list]:
     if not fields:
         return hw, []
     kinds = {f.name: f.type for f in dataclasses.fields(HardwarePreset)}
+    kinds.update(dict.fromkeys(HardwarePreset.RATES_IN_USE, "float"))
     kw = {}
     for key, v in fields.items():
         v = _number_text(v) if kinds[key] != "str" else v
-        if kinds[key] == "str":
+        if key in CHOICES:
+            ok, expected = v in CHOICES[key], "one of " + ", ".join(CHOICES[key])
+        elif kinds[key] == "str":
             ok, expected = isinstance(v, str) and v, "a name"
         elif kinds[key] == "int":
             ok, expected = _is_number(v) and float(v).is_integer() and v >= 1, "an integer >= 1"
@@ -1144,8 +1221,23 @@ def resolve_hardware(spec) -> tuple[HardwarePreset, list]:
         if not ok:
             raise ValueError(f"hardware.{key}: got {v!r}; expected {expected}")
         kw[key] = v
+    _rates_in_use(hw, kw)
     src = dict(hw.sources, **{k: _overridden_source("hardware", k) for k in kw if k in hw.sources})
-    return dataclasses.replace(hw, sources=src, **kw), sorted(kw)  # ValueError: fields that disagree
+    return dataclasses.replace(hw, sources=src, **kw), sorted(fields)  # ValueError: fields that disagree
+
+
+def _rates_in_use(hw: HardwarePreset, kw: dict) -> None:
+    """``pcie_bytes_per_s`` / ``l3_bytes_per_s`` in `kw` -> the field of the io backend (protocol)
+    in use, the scenario's choice or else the preset's."""
+    for rate in HardwarePreset.RATES_IN_USE:
+        if rate not in kw:
+            continue
+        selector = _SELECTOR[rate]
+        target = rate_field(rate, kw.get(selector, getattr(hw, selector)))
+        if target in kw:
+            raise ValueError(f"hardware.{rate}: conflicts with hardware.{target} (the rate of {selector} "
+                             f"{target.split('_')[1]}); expected one of them")
+        kw[target] = kw.pop(rate)
 
 
 def _number_text(v):
@@ -1162,6 +1254,7 @@ def preset_doc(preset, base: str, overridden: list) -> dict:
     """A resolved preset for config.yaml: its base name, every field (sources left out) and
     which fields the scenario overrode."""
     fields = {f.name: getattr(preset, f.name) for f in dataclasses.fields(preset) if f.name != "sources"}
+    fields.update({k: getattr(preset, k) for k in getattr(preset, "RATES_IN_USE", ())})
     if "sidecars" in fields:
         fields["sidecars"] = [dataclasses.asdict(s) for s in fields["sidecars"]]
     return {"base": base, **fields, "overridden": list(overridden)}

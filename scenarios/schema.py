@@ -54,6 +54,7 @@ SCHEMA = {
         "l3_eviction_high_watermark": (0.90, "fraction", "a number in (0, 1] (Mooncake's eviction_high_watermark_ratio)"),
         "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
         "l3_replicas": (1, "int1", "an integer >= 1"),
+        "l3_lease_ttl_s": (10.0, "nonneg", "a number >= 0 (seconds; Mooncake's default_kv_lease_ttl)"),
         "l3_ssd_tokens": (None, "size_or_none", f"null (no SSD tier) or {_ANY_SIZE}"),
         "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
         "min_prefetch_tokens": (256, "int0", "an integer >= 0"),

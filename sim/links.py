@@ -212,26 +212,21 @@ KIND_TIERS = {"load": (L2, L1), "backup": (L1, L2), "store": (L2, L3), "prefetch
 """Transfer kind -> (src_tier, dst_tier), as documented on cache_core.actions.Transfer."""
 
 
-# The SSD tier below a Mooncake store pool (cache.l3_ssd_tokens): a read of pages only the SSD
-# holds goes through this link before the network (docs/store_model.md). A hardware preset
-# may set ``ssd_bytes_per_s`` / ``ssd_latency_s``; these are the defaults.
-SSD_BYTES_PER_S = 27e9  # Mooncake's SSD offload benchmark node: 5 NVMe in RAID0, ~27 GB/s aggregate seq read
-SSD_LATENCY_S = 100e-6  # assumption: one NVMe batch read (io_uring) plus the client's RPC; not published
-
-
 @dataclass
 class LinkSet:
     """The four link directions of a node, keyed by (src_tier, dst_tier), and the SSD read
-    link of an L3 store's SSD tier."""
+    link of an L3 store's SSD tier (cache.l3_ssd_tokens: a read of pages only the SSD holds
+    goes through it before the network; docs/store_model.md)."""
 
     links: dict
     ssd: Link | None = None
 
     @classmethod
     def from_hardware(cls, env: simpy.Environment, hw) -> "LinkSet":
-        """Build "L2->L1"/"L1->L2" from the preset's PCIe numbers (``pcie_bytes_per_s``,
-        ``pcie_latency_s``) and "L3->L2"/"L2->L3" from its L3 numbers (``l3_bytes_per_s``,
-        ``l3_latency_s``, ``l3_block_overhead_s`` per page).
+        """Build "L2->L1"/"L1->L2" from the preset's PCIe numbers (``pcie_bytes_per_s``: the
+        rate of its io backend, ``pcie_latency_s``), "L3->L2"/"L2->L3" from its L3 numbers
+        (``l3_bytes_per_s``: the rate of its protocol, ``l3_latency_s``, ``l3_block_overhead_s``
+        per page) and the SSD read link from ``ssd_bytes_per_s`` and ``ssd_latency_s``.
 
         The PCIe links are one GPU's host link: every TP rank moves its own shard over its own
         link at the same time, so one rank's link (its bytes: `DataPlane`'s ``shards``) times
@@ -243,8 +238,7 @@ class LinkSet:
             (L3, L2): Link(env, "L3->L2", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s),
             (L2, L3): Link(env, "L2->L3", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s),
         }
-        ssd = Link(env, "SSD->L3", getattr(hw, "ssd_bytes_per_s", SSD_BYTES_PER_S),
-                   getattr(hw, "ssd_latency_s", SSD_LATENCY_S))
+        ssd = Link(env, "SSD->L3", hw.ssd_bytes_per_s, hw.ssd_latency_s)
         return cls(links, ssd)
 
     def get(self, src_tier: str, dst_tier: str) -> Link:

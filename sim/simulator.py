@@ -92,13 +92,22 @@ class CostExecutor:
         yield self.env.timeout(t)
 
 
+def sim_clock(env: simpy.Environment, cache) -> SimClock:
+    """The engine's clock on `env`; the cache's L3 store (if any) reads it too, so that its
+    leases (the Mooncake model's) expire on the simulated clock."""
+    clock = SimClock(env)
+    if cache.hier is not None and cache.hier.storage is not None:
+        cache.hier.storage.clock = clock.now
+    return clock
+
+
 def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shards: dict | None = None,
           layers: int = 1) -> Engine:
     """An engine on simulated plug-ins: the cache's links from the hardware preset; `shards`
     (`scenarios.presets.transfer_shards`) for the PCIe bytes of one rank; `layers` (the
     model's) for the layerwise load overlap."""
     links = LinkSet.from_hardware(env, hardware)
-    eng = Engine(cache, engine_config, SimClock(env), SimDataPlane(links, shards),
+    eng = Engine(cache, engine_config, sim_clock(env, cache), SimDataPlane(links, shards),
                  CostExecutor(env, cost, layers=layers))
     eng.links = links
     return eng
@@ -209,4 +218,4 @@ def timed_arrivals(env: simpy.Environment, engine: Engine, items, *, speedup: fl
     engine.close_input()
 
 
-__all__ = ["SimClock", "SimDataPlane", "CostExecutor", "build", "multiturn_clients", "timed_arrivals"]
+__all__ = ["SimClock", "SimDataPlane", "CostExecutor", "build", "sim_clock", "multiturn_clients", "timed_arrivals"]

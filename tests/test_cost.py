@@ -254,11 +254,11 @@ def test_bad_inputs_raise():
 
 def test_transfer_times_by_hand():
     hw = get_hardware("h200x8")
-    assert transfer_time_s(hw, 1e9, "pcie") == pytest.approx(10e-6 + 1e9 / 50e9, **EXACT)
+    assert transfer_time_s(hw, 1e9, "pcie") == pytest.approx(10e-6 + 1e9 / 35.2e9, **EXACT)
     assert transfer_time_s(hw, 1e9, "l3", blocks=16) == pytest.approx(100e-6 + 16 * 0.52e-6 + 1e9 / 190e9, **EXACT)
     assert transfer_time_s(hw, 1e9, "nvlink") == pytest.approx(NVLINK_LATENCY_S + 1e9 / 450e9, **EXACT)
     assert transfer_time_s(hw, 0, "pcie") == 0.0
-    assert llama().transfer_time_s(2e9, "pcie") == pytest.approx(10e-6 + 0.04, **EXACT)
+    assert llama().transfer_time_s(2e9, "pcie") == pytest.approx(10e-6 + 2 / 35.2, **EXACT)
     with pytest.raises(ValueError, match="unknown link"):
         transfer_time_s(hw, 1, "ethernet")
     with pytest.raises(ValueError):
@@ -317,7 +317,7 @@ def test_table_from_json_and_yaml_files(tmp_path):
     a = TableCostModel.from_file(pj, hw="h200x8")
     b = TableCostModel.from_file(py)
     assert a.prefill_time_s([(3000, 0)]) == b.prefill_time_s([(3000, 0)]) == pytest.approx(0.35)
-    assert a.transfer_time_s(1e9, "pcie") == pytest.approx(10e-6 + 0.02)
+    assert a.transfer_time_s(1e9, "pcie") == pytest.approx(10e-6 + 1 / 35.2)
     with pytest.raises(ValueError, match="hardware preset"):
         b.transfer_time_s(1e9, "pcie")
 

@@ -288,6 +288,39 @@ def test_host_hit_load_overlapped_with_compute_per_layer(overlap, kv_bytes):
     assert step.prefill[0][1:] == (30, 640)  # computes only the new tokens over the (loading) context
 
 
+@pytest.mark.parametrize("comp", ["swa", "mamba"])
+def test_hybrid_host_hit_is_cheaper_overlapped_than_loaded_then_computed(comp):
+    """The same lone host hit (640 tokens + 30 new) on a FULL+SWA or FULL+MAMBA cache: `none`
+    waits for its loads (FULL pages and the SWA window's pages or the MAMBA state, round after
+    round), T = ready - admit, then computes C; `layerwise` joins the step at once and the same
+    loads land per layer: TTFT = max(T/L + C, T + C/L) < T + C, the same prefix reused."""
+    L = COST.model.num_layers
+    extra = (dict(swa=SwaConfig(window_tokens=64, capacity_tokens=1_024)) if comp == "swa"
+             else dict(mamba=MambaConfig(slots=8)))
+    tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=1_000_000, swa_bytes_per_token=200_000,
+                       state_bytes=50_000_000)
+    got = {}
+    for overlap in ("none", "layerwise"):
+        cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers, **extra)
+        env, cache, e, steps = make(cfg, layers=L, max_running_requests=1, chunked_prefill_tokens=None,
+                                    load_overlap=overlap)
+        timed = [(0.0, req(0, np.arange(640), 2)), (5.0, req(1, np.arange(640) + 5000, 2)),
+                 (10.0, req(2, np.concatenate([np.arange(640), [3] * 30]), 2))]
+        r = run(env, e, timed)[2]
+        step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
+        copies = cache.mamba.copies if comp == "mamba" else None  # the checkpoint copied once loaded
+        got[overlap] = (r, step.prefill[0][1:], cache.hier.tokens_moved["L2->L1"], copies)
+    (slow, slow_step, moved, copies), (fast, fast_step, moved2, copies2) = got["none"], got["layerwise"]
+    assert (slow.cached_host, fast.cached_host, slow_step, fast_step, moved) == (640, 640, (30, 640), (30, 640), moved2)
+    assert copies == copies2 and (comp == "swa" or copies == 1)
+    T = slow.ready_s - slow.admit_s
+    C = slow.first_token_s - slow.ready_s
+    assert T > 0 and C > 0 and fast.ready_s == fast.admit_s == slow.admit_s == 10.0
+    ttft = max(T / L + C, T + C / L)
+    assert fast.first_token_s - fast.arrival_s == pytest.approx(ttft, rel=1e-9) and ttft < T + C
+    assert fast.load_s == pytest.approx(ttft - C, rel=1e-9)
+
+
 def test_overlap_end_s_two_loads():
     """Two loads in one step: the later first layer and the later last load decide."""
     from cache_core.engine import overlap_end_s

@@ -27,7 +27,7 @@ def _back_from_l3(policy: str, l3_bytes_per_s: float | None = None):
     Returns (rid 99, engine, cache)."""
     tiers = TierConfig(hicache_ratio=2, l3=True, kv_bytes_per_token=KV, min_prefetch_tokens=16)
     cfg = CacheConfig(page_size=16, capacity_tokens=2_000, tiers=tiers)
-    hw = HW if l3_bytes_per_s is None else dataclasses.replace(HW, l3_bytes_per_s=l3_bytes_per_s)
+    hw = HW if l3_bytes_per_s is None else dataclasses.replace(HW, l3_rdma_bytes_per_s=l3_bytes_per_s)
     env = simpy.Environment()
     cache = RadixCache(cfg, record_actions=True, auto_ack=False)
     e = build(env, cache, EngineConfig(max_running_requests=1, chunked_prefill_tokens=None,

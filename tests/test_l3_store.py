@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cache_core.store import MooncakeStore, StorageIndex
+from cache_core.store import MooncakeStore, StorageIndex, make_store
 from cache_core.tiers import TierConfig
 from test_tiers import ABC, A, Y, in_l3, keys_of, make, request
 
@@ -55,6 +55,50 @@ def test_a_present_key_is_not_put_again_its_lease_is_renewed():
     s.put_many([0, 5])  # 0 exists: leased (SGLang probes batch_is_exist before putting)
     assert held(s) == [0]  # 0.6 > 0.5: n = 2, a never-read object's lease: all 5 never-read go
     assert s.evicted_pages == 5
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_an_object_read_at_t_is_evictable_after_t_plus_ttl_not_before():
+    s = MooncakeStore(10, high_watermark=0.5, eviction_ratio=0.1, lease_ttl_s=10.0)
+    s.clock = clock = FakeClock()
+    s.put_many([0, 1, 2, 3, 4])
+    clock.t = 3.0
+    s.touch(np.array([0, 1, 2, 3, 4]))  # leased until 13.0
+    clock.t = 12.5
+    s.put_many([5])  # 0.6 > 0.5: n = ceil(6 x 0.2) = 2, but only the never-read 5 may go
+    assert held(s) == [0, 1, 2, 3, 4] and s.evicted_pages == 1
+    s.put_many([6])  # the same: 6 is the only candidate
+    assert held(s) == [0, 1, 2, 3, 4] and s.evicted_pages == 2
+    clock.t = 13.0  # the leases expire (Mooncake: now >= lease_timeout)
+    s.put_many([7])  # n = 2: the never-read 7, then 0, the oldest expired lease
+    assert held(s) == [1, 2, 3, 4] and s.evicted_pages == 4
+
+
+def test_a_full_pool_of_leased_objects_rejects_puts_until_a_lease_expires():
+    s = MooncakeStore(4, high_watermark=1.0, eviction_ratio=0.25, lease_ttl_s=10.0)
+    s.clock = clock = FakeClock()
+    s.put_many([0, 1, 2, 3])
+    s.touch(np.array([0, 1, 2, 3]))  # leased until 10.0
+    s.put_many([4])  # full, nothing evictable: rejected, the eviction stays pending
+    assert s.rejected_puts == 1 and held(s) == [0, 1, 2, 3] and s.eviction_batches == 0
+    clock.t = 10.0
+    s.put_many([5])  # the pending pass evicts ceil(4 x 0.25) = 1 (0, the oldest lease); 5 fits
+    assert held(s) == [1, 2, 3, 5] and s.rejected_puts == 1 and s.eviction_batches == 1
+
+
+def test_without_a_clock_leases_only_order_eviction():
+    s = MooncakeStore(10, high_watermark=0.5, eviction_ratio=0.2)  # replay: no clock
+    s.put_many(list(range(5)))
+    s.touch(np.arange(5))
+    s.put_many([5])  # n = 2: 5, then 0 (leases never protect without a clock)
+    assert held(s) == [1, 2, 3, 4]
 
 
 def test_replicas_share_the_pool():
@@ -138,10 +182,11 @@ def scenario(**cache):
 
 def test_scenario_keys_reach_the_store():
     sc = scenario(l3_tokens="1GiB", l3_model="mooncake", l3_eviction_high_watermark=0.8, l3_eviction_ratio=0.1,
-                  l3_replicas=2, l3_ssd_tokens=65536)
+                  l3_replicas=2, l3_ssd_tokens=65536, l3_lease_ttl_s=2.5)
     t = sc.cache.tiers
-    assert (t.l3_model, t.l3_high_watermark, t.l3_eviction_ratio, t.l3_replicas, t.l3_ssd_tokens) == (
-        "mooncake", 0.8, 0.1, 2, 65536)
+    assert (t.l3_model, t.l3_high_watermark, t.l3_eviction_ratio, t.l3_replicas, t.l3_ssd_tokens,
+            t.l3_lease_ttl_s) == ("mooncake", 0.8, 0.1, 2, 65536, 2.5)
+    assert make_store(t, 64).lease_ttl_s == 2.5 and scenario(l3_tokens="1GiB").cache.tiers.l3_lease_ttl_s == 10.0
     assert sc.doc["cache"]["l3_ssd_tokens"] == 65536
 
 
@@ -198,7 +243,8 @@ def test_engine_runs_with_the_mooncake_store_and_its_ssd_tier():
     for name, extra in {"pool": ["cache.l3_tokens=60000", "cache.l3_model=mooncake"],
                         "pool+ssd": ["cache.l3_tokens=60000", "cache.l3_model=mooncake", "cache.l3_ssd_tokens=60000"],
                         "unbounded": ["cache.l3_tokens=unbounded"]}.items():
-        eng, *_ = simulate(from_file("quickstart", sets + extra))
+        eng, env, *_ = simulate(from_file("quickstart", sets + extra))
+        assert eng.cache.hier.storage.clock() == env.now > 0  # leases expire on the simulated clock
         rows = request_rows(eng)
         assert len(rows) == 48 and eng.inflight == 0
         invariants.check(eng.cache)

@@ -221,7 +221,7 @@ def test_linkset_from_hardware_uses_preset_numbers():
     ls = LinkSet.from_hardware(env, hw)
     for pair in (("L2", "L1"), ("L1", "L2")):
         link = ls.get(*pair)
-        assert link.bandwidth_Bps == hw.pcie_bytes_per_s == 50e9
+        assert link.bandwidth_Bps == hw.pcie_bytes_per_s == hw.pcie_kernel_bytes_per_s == 35.2e9  # SGLang's default
         assert link.latency_s == hw.pcie_latency_s == 10e-6
         assert link.per_page_s == 0.0
         assert link.name == f"{pair[0]}->{pair[1]}"
@@ -230,6 +230,7 @@ def test_linkset_from_hardware_uses_preset_numbers():
         assert link.bandwidth_Bps == hw.l3_bytes_per_s == 190e9
         assert link.latency_s == hw.l3_latency_s == 100e-6
         assert link.per_page_s == hw.l3_block_overhead_s == 0.52e-6
+    assert (ls.ssd.bandwidth_Bps, ls.ssd.latency_s) == (hw.ssd_bytes_per_s, hw.ssd_latency_s) == (27e9, 100e-6)
     hw8 = get_hardware("h200x8")  # the PCIe links are one GPU's (each rank moves its shard on its own)
     assert LinkSet.from_hardware(env, hw8).get("L2", "L1").bandwidth_Bps == hw8.pcie_bytes_per_s
     assert LinkSet.from_hardware(env, hw8).get("L3", "L2").bandwidth_Bps == hw8.l3_bytes_per_s

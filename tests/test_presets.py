@@ -166,7 +166,7 @@ def test_params_and_weights():
 def test_hardware_presets():
     h = get_hardware("h200x4")
     assert h.num_gpus == 4 and h.hbm_bytes_per_gpu == 140 * GiB and h.hbm_bytes == 4 * 140 * GiB
-    assert h.nvlink_bytes_per_s == 450e9 and h.pcie_bytes_per_s == 50e9 and h.pcie_peak_bytes_per_s == 64e9
+    assert h.nvlink_bytes_per_s == 450e9 and h.pcie_bytes_per_s == 35.2e9 and h.pcie_peak_bytes_per_s == 64e9
     assert h.d2d_copy_bytes_per_s == 4.3e12 / 2
     assert h.host_dram_bytes == 32 * 64 * GiB and h.l3_bytes_per_s == 190e9
     assert [get_hardware(f"h200x{n}").num_gpus for n in (1, 4, 8)] == [1, 4, 8]
@@ -263,7 +263,7 @@ def test_post_init_validates():
         dataclasses.replace(get_model("kimi-k3"), state_bytes=1)
     h = get_hardware("h200x1")
     with pytest.raises(ValueError, match="PCIe"):
-        dataclasses.replace(h, pcie_bytes_per_s=1e12)
+        dataclasses.replace(h, pcie_direct_bytes_per_s=1e12)
     with pytest.raises(ValueError, match="no source"):
         dataclasses.replace(h, sources={})
     assert isinstance(m, ModelPreset) and isinstance(h, HardwarePreset)

@@ -72,6 +72,51 @@ def test_mapping_form_in_the_file_equals_set(tmp_path):
     assert plain.hardware is presets.get_hardware("h100x1") and plain.doc["hardware"]["overridden"] == []
 
 
+LINKS = TINY.replace("  hicache_ratio: 2\n", "  hicache_ratio: 2\n  l3_tokens: 1GiB\n  l3_model: mooncake\n"
+                                                 "  l3_ssd_tokens: 2GiB\n")
+H100_TCP = 190e9 / 4.6  # Mooncake README: RDMA 190 GB/s on 8x400 Gbps, about 4.6x TCP
+
+
+@pytest.mark.parametrize("sets,link,want", [
+    (["hardware.pcie_kernel_bytes_per_s=20e9"], ("L2", "L1"), (20e9, 10e-6)),
+    (["hardware.pcie_direct_bytes_per_s=40e9"], ("L1", "L2"), (35.2e9, 10e-6)),  # kernel (the default) in use
+    (["hardware.pcie_io_backend=direct", "hardware.pcie_direct_bytes_per_s=40e9"], ("L2", "L1"), (40e9, 10e-6)),
+    (["hardware.pcie_io_backend=direct", "hardware.pcie_bytes_per_s=30e9"], ("L2", "L1"), (30e9, 10e-6)),
+    (["hardware.l3_rdma_bytes_per_s=100e9"], ("L3", "L2"), (100e9, 100e-6)),
+    (["hardware.l3_protocol=tcp"], ("L2", "L3"), (H100_TCP, 100e-6)),
+    (["hardware.l3_protocol=tcp", "hardware.l3_tcp_bytes_per_s=10e9"], ("L3", "L2"), (10e9, 100e-6)),
+    (["hardware.l3_bytes_per_s=50e9"], ("L3", "L2"), (50e9, 100e-6)),
+    (["hardware.ssd_bytes_per_s=5e9"], "ssd", (5e9, 100e-6)),
+    (["hardware.ssd_latency_s=1e-3"], "ssd", (27e9, 1e-3)),
+])
+def test_every_link_field_reaches_the_run(sets, link, want):
+    """Each new hardware field, set with --set (the mapping form resolves the same), is the
+    bandwidth or latency of the link the simulated run moves bytes on."""
+    from radixsim.run import simulate
+
+    sc = resolve(apply_sets(yaml.safe_load(LINKS), sets))
+    eng, *_ = simulate(sc)
+    got = eng.links.ssd if link == "ssd" else eng.links.get(*link)
+    assert (got.bandwidth_Bps, got.latency_s) == pytest.approx(want, rel=1e-12)
+
+
+def test_the_rates_in_use_follow_the_io_backend_and_the_protocol():
+    hw = presets.get_hardware("h200x1")  # every Hopper preset: the SM copy 35.2 GB/s; no direct figure published
+    assert (hw.pcie_io_backend, hw.pcie_bytes_per_s, hw.pcie_direct_bytes_per_s) == ("kernel", 35.2e9, 35.2e9)
+    assert (hw.l3_protocol, hw.l3_bytes_per_s, hw.l3_tcp_bytes_per_s) == ("rdma", 190e9, 190e9 / 4.6)
+    for gpu in ("h100", "h800", "b200"):
+        h = presets.get_hardware(f"{gpu}x8")
+        assert (h.pcie_kernel_bytes_per_s, h.pcie_direct_bytes_per_s) == (35.2e9, 35.2e9)
+    a100 = presets.get_hardware("a100-40gbx1")  # no copy-engine figure: both at the measured 25.13 GB/s
+    assert (a100.pcie_kernel_bytes_per_s, a100.pcie_direct_bytes_per_s, a100.l3_tcp_bytes_per_s) == (
+        25.13e9, 25.13e9, 87e9 / 2.4)
+    doc = resolve(apply_sets(yaml.safe_load(TINY), ["hardware.pcie_io_backend=direct",
+                                                    "hardware.pcie_bytes_per_s=30e9"])).doc["hardware"]
+    assert (doc["pcie_bytes_per_s"], doc["pcie_direct_bytes_per_s"], doc["pcie_kernel_bytes_per_s"]) == (
+        30e9, 30e9, 35.2e9)
+    assert doc["overridden"] == ["pcie_bytes_per_s", "pcie_io_backend"]
+
+
 KNOWN = "expected one of base, gpu_name, num_gpus, hbm_bytes_per_gpu, "
 
 
@@ -82,14 +127,20 @@ KNOWN = "expected one of base, gpu_name, num_gpus, hbm_bytes_per_gpu, "
      "s.yaml: hardware.pcie_h2d_bytes_per_s: unknown field; " + KNOWN),
     (["hardware.pcie_bytes_per_s=-1"], TINY, "s.yaml: hardware.pcie_bytes_per_s: got -1; expected a finite number > 0"),
     (["hardware.host_dram_bytes=1.5"], TINY, "s.yaml: hardware.host_dram_bytes: got 1.5; expected an integer >= 1"),
+    (["hardware.pcie_io_backend=dma"], TINY, "s.yaml: hardware.pcie_io_backend: got 'dma'; expected one of "
+                                             "kernel, direct"),
+    (["hardware.l3_protocol=udp"], TINY, "s.yaml: hardware.l3_protocol: got 'udp'; expected one of rdma, tcp"),
+    (["hardware.pcie_bytes_per_s=1e9", "hardware.pcie_kernel_bytes_per_s=2e9"], TINY,
+     "s.yaml: hardware.pcie_bytes_per_s: conflicts with hardware.pcie_kernel_bytes_per_s (the rate of "
+     "pcie_io_backend kernel); expected one of them"),
     (["model.weight_dtype=int8"], TINY, "s.yaml: model.weight_dtype: got 'int8'; expected one of bf16, fp8, fp4"),
     (["model.kv_dtype=fp4"], TINY, "s.yaml: model.kv_dtype: got 'fp4'; expected one of bf16, fp8"),
     (["model.num_layers=3"], TINY, "--set model.num_layers: unknown key 'model.num_layers'; expected one of "
                                    "base, weight_dtype, kv_dtype"),
     (["cache.hicache_size_gb=30"], TINY, "s.yaml: cache.hicache_size_gb: conflicts with cache.hicache_ratio; "
                                          "expected one L2 size (l2_tokens, hicache_ratio or hicache_size_gb)"),
-], ids=["unknown-set", "unknown-file", "negative", "fractional-int", "weight-dtype", "kv-dtype", "model-field",
-        "l2-conflict"])
+], ids=["unknown-set", "unknown-file", "negative", "fractional-int", "io-backend", "protocol", "rate-conflict",
+        "weight-dtype", "kv-dtype", "model-field", "l2-conflict"])
 def test_bad_keys_are_one_line_errors(capsys, tmp_path, sets, text, needle):
     path, rc, out, err = run(capsys, tmp_path, sets, text)
     assert (rc, out, err.count("\n")) == (2, "", 1), err

@@ -30,8 +30,9 @@ cache: {l1_tokens: 11000, page_size: 16}
 engine: {chunked_prefill_tokens: 256}
 workload: {num_clients: 8, num_rounds: 6, request_length: 256, output_length: 16, max_parallel: 8}
 """)
-# H100: PCIe 35.2e9 (peak 64e9), HBM 3.35e12, device copy 3.35e12 x 4.3 / 4.8 / 2; Efficiency defaults,
-# of which the default operator cost model reads one fraction (the roofline's are in test_roofline_efficiencies)
+# H100: PCIe 35.2e9 kernel and direct (peak 64e9; the sensitivity scales all three), HBM 3.35e12,
+# device copy 3.35e12 x 4.3 / 4.8 / 2; Efficiency defaults, of which the default operator cost model
+# reads one fraction (the roofline's are in test_roofline_efficiencies)
 EFF_LO = "cost.efficiency.hbm_efficiency=0.48"
 EFF_HI = "cost.efficiency.hbm_efficiency=0.72"
 L2 = "cache.hicache_ratio=null cache.hicache_size_gb=null"
@@ -41,20 +42,26 @@ EXPECTED_SETS = [
     ("l1", 1.2, "cache.l1_tokens=4915"),
     ("l2", 0.8, f"cache.l2_tokens=6553 {L2}"),  # L2 = 2 x 4096 = 8192 tokens
     ("l2", 1.2, f"cache.l2_tokens=9830 {L2}"),
-    ("pcie", 0.8, "hardware.pcie_bytes_per_s=28160000000.0 hardware.pcie_peak_bytes_per_s=51200000000.0"),
-    ("pcie", 1.2, "hardware.pcie_bytes_per_s=42240000000.0 hardware.pcie_peak_bytes_per_s=76800000000.0"),
+    ("pcie", 0.8, "hardware.pcie_kernel_bytes_per_s=28160000000.0 hardware.pcie_direct_bytes_per_s=28160000000.0 "
+                  "hardware.pcie_peak_bytes_per_s=51200000000.0"),
+    ("pcie", 1.2, "hardware.pcie_kernel_bytes_per_s=42240000000.0 hardware.pcie_direct_bytes_per_s=42240000000.0 "
+                  "hardware.pcie_peak_bytes_per_s=76800000000.0"),
     ("hbm", 0.8, "hardware.hbm_bytes_per_s=2680000000000.0 hardware.d2d_copy_bytes_per_s=1200416666670.0"),
     ("hbm", 1.2, "hardware.hbm_bytes_per_s=4020000000000.0 hardware.d2d_copy_bytes_per_s=1800625000000.0"),
     ("efficiency", 0.8, EFF_LO),
     ("efficiency", 1.2, EFF_HI),
     # L1 and L2 are given in tokens: more KV bytes per token only slow the PCIe link (35.2e9 / f)
-    ("kv_bytes", 0.8, "hardware.pcie_bytes_per_s=44000000000.0 hardware.pcie_peak_bytes_per_s=80000000000.0"),
-    ("kv_bytes", 1.2, "hardware.pcie_bytes_per_s=29333333333.3 hardware.pcie_peak_bytes_per_s=53333333333.3"),
-    ("all_low", None, f"cache.l1_tokens=3276 cache.l2_tokens=6553 {L2} hardware.pcie_bytes_per_s=23466666666.7 "
-                      "hardware.pcie_peak_bytes_per_s=42666666666.7 hardware.hbm_bytes_per_s=2680000000000.0 "
+    ("kv_bytes", 0.8, "hardware.pcie_kernel_bytes_per_s=44000000000.0 hardware.pcie_direct_bytes_per_s=44000000000.0 "
+                      "hardware.pcie_peak_bytes_per_s=80000000000.0"),
+    ("kv_bytes", 1.2, "hardware.pcie_kernel_bytes_per_s=29333333333.3 hardware.pcie_direct_bytes_per_s=29333333333.3 "
+                      "hardware.pcie_peak_bytes_per_s=53333333333.3"),
+    ("all_low", None, f"cache.l1_tokens=3276 cache.l2_tokens=6553 {L2} hardware.pcie_kernel_bytes_per_s=23466666666.7 "
+                      "hardware.pcie_direct_bytes_per_s=23466666666.7 hardware.pcie_peak_bytes_per_s=42666666666.7 "
+                      "hardware.hbm_bytes_per_s=2680000000000.0 "
                       f"hardware.d2d_copy_bytes_per_s=1200416666670.0 {EFF_LO}"),
-    ("all_high", None, f"cache.l1_tokens=4915 cache.l2_tokens=9830 {L2} hardware.pcie_bytes_per_s=52800000000.0 "
-                       "hardware.pcie_peak_bytes_per_s=96000000000.0 hardware.hbm_bytes_per_s=4020000000000.0 "
+    ("all_high", None, f"cache.l1_tokens=4915 cache.l2_tokens=9830 {L2} hardware.pcie_kernel_bytes_per_s=52800000000.0 "
+                       "hardware.pcie_direct_bytes_per_s=52800000000.0 hardware.pcie_peak_bytes_per_s=96000000000.0 "
+                       "hardware.hbm_bytes_per_s=4020000000000.0 "
                        f"hardware.d2d_copy_bytes_per_s=1800625000000.0 {EFF_HI}"),
     ("capacity", 0.9, f"cache.l1_tokens=3686 cache.l2_tokens=7372 {L2}"),
     ("capacity", 1.1, f"cache.l1_tokens=4505 cache.l2_tokens=9011 {L2}"),

@@ -34,7 +34,10 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
         "engine.chunked_prefill_tokens, cache.mem_fraction_static",
         "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
         "L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and eviction ratio 0.05)",
-        "server flags not modelled: --attention-backend, --hicache-mem-layout",
+        "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel to direct for this "
+        "layout)",
+        "hardware pcie_io_backend direct",
+        "server flags not modelled: --attention-backend",
         "smoke: 3 clients x 3 rounds",
         # l1 auto by hand in tests/test_presets_new.py; L2 = --hicache-ratio 2 x L1; 80 GiB / 147,456 B
         "tokens per tier: L1 145,216, L2 290,432, L3 582,528"]  # whole pages of 64
@@ -70,8 +73,15 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
     # the Mooncake pool with its SSD tier: the RAID0's ~14 TB (the case's ssd_bytes) per 147,456 B
     assert (raw["cache"]["l3_model"], raw["cache"]["l3_ssd_tokens"]) == ("mooncake", int(14e12 // 147_456))
-    assert notes[-2:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
-                          "server flags not modelled: --attention-backend, --hicache-mem-layout"]
+    assert notes[-4:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
+                          "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel "
+                          "to direct for this layout)", "hardware pcie_io_backend direct",
+                          "server flags not modelled: --attention-backend"]
+    # SGLang's page_first_direct layout runs the direct io backend; the A100 has no published
+    # copy-engine rate, so its direct rate is the measured pinned copy rate (the kernel's)
+    assert raw["hardware"] == {"base": "a100-40gbx1", "pcie_io_backend": "direct"}
+    assert scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])[0]["hardware"] == {"base": "h800x8",
+                                                                                    "l3_protocol": "rdma"}
 
 
 def test_partial_and_non_round_cases_are_skipped_with_their_reason():
@@ -141,3 +151,16 @@ def test_outputs_csv_json_and_html_name_every_case(tmp_path, capsys):
     assert page.count("data:image/png;base64,") == 7
     printed = capsys.readouterr().out
     assert all(cid in printed for cid in ids)
+
+
+def test_no_progress_turns_the_bar_off_on_a_terminal(tmp_path, monkeypatch):
+    import sys
+
+    import radixsim.validate as v
+
+    seen = []
+    monkeypatch.setattr(v, "validate", lambda cases, **kw: seen.append(kw["progress"]) or [])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["validate", "--out", str(tmp_path / "a")]) == 0
+    assert main(["validate", "--no-progress", "--out", str(tmp_path / "b")]) == 0
+    assert seen == [True, False]
