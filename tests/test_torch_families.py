@@ -35,12 +35,7 @@ FAMILIES = {
 CASES = [pytest.param(preset, id=f"{family}-{covers}-{preset}") for family, (covers, preset) in FAMILIES.items()]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_the_cases_cover_every_family_of_the_presets_and_the_catalog():

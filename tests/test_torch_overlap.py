@@ -20,12 +20,7 @@ from scenarios.scenario import resolve  # noqa: E402
 LAYERS = 3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def scenario(layout, overlap="layerwise"):
