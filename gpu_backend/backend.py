@@ -71,13 +71,15 @@ def _pages(pool) -> int:
 
 
 def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, record_logits: bool = False,
-                  store=None, chunk_tokens: int = 8192, pace=(None, None)):
+                  store=None, chunk_tokens: int = 8192, pace=(None, None), load_overlap: str = "none"):
     """(model, pools, data plane, executor) for `cache` (built with record_actions and, with
     tiers, auto_ack=False). Pools mirror the cache's pools per tier; MAMBA gets one scratch
     state slot and SWA a ring of scratch pages per running request beyond the core's
     (`chunk_tokens`: the longest prefill of one forward). `pace`: (data plane, executor)
     that time transfers and steps on the engine's clock (None: their measured durations, times
-    preset layers / model layers when `opts.layers` reduced the model)."""
+    preset layers / model layers when `opts.layers` reduced the model). `load_overlap`: the
+    engine's (``layerwise``: with a pace, the loads of a FULL-only model stay in flight until
+    the forward waits for them layer by layer; ``none``: each is waited for when submitted)."""
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
@@ -105,11 +107,12 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     if store is None and hier is not None and hier.storage is not None:
         store = make_store(opts)
     scale = sum(preset_counts(preset).values()) / spec.num_layers
-    plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale)
+    plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale, overlap=load_overlap)
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
                        swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1],
                        layer_scale=scale)
     plane.already_taken = ex.snapshot_taken
+    ex.loads = plane
     return model, pools, plane, ex
 
 

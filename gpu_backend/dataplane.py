@@ -19,7 +19,13 @@
   executor wrote that state into the snapshot slot during the forward (`already_taken`).
 
 Every transfer is carried out at once (on a GPU the copy is waited for) and its duration
-measured (`copy_s`); when it is reported done on the engine's clock is the `pace`'s choice:
+measured (`copy_s`), except, with ``overlap="layerwise"`` (the engine's ``load_overlap``), a
+pace and a FULL-only model (the loads the engine overlaps with compute, `engine_loading.py`), an
+L2 -> L1 load: it is submitted and left in flight (`pending`); the next forward waits for it
+layer by layer (`layer_waiter`: before layer l reads the pools, the unit holding layer l;
+``page_first`` has one unit, waited for before layer 0), and `finish_loads` (after that forward,
+or before any other transfer or state copy) waits for what is left. With ``overlap="none"``
+every load is waited for when it is submitted. When a transfer is reported done on the engine's clock is the `pace`'s choice:
 without one, its measured duration after it started (`torch.clock: measured` or `realtime`;
 times ``layer_scale``, the preset's layers over the model's when `torch.layers` reduced them:
 KV bytes scale with the layers);
@@ -32,6 +38,8 @@ from __future__ import annotations
 import time
 
 import numpy as np
+
+from cache_core.engine_types import LOAD_OVERLAPS
 
 from .staging import StagedCopier
 from .store import page_key
@@ -50,8 +58,17 @@ def _idx(x) -> list:
 class TorchDataPlane:
     """Executes Transfer and CopyState actions on `pools` and `store` (module docstring)."""
 
-    def __init__(self, env, pools, store=None, pace=None, layer_scale: float = 1.0):
+    def __init__(self, env, pools, store=None, pace=None, layer_scale: float = 1.0, overlap: str = "none"):
+        if overlap not in LOAD_OVERLAPS:
+            raise ValueError(f"load overlap {overlap!r}: expected {', '.join(LOAD_OVERLAPS)}")
         self.env = env
+        spec = pools.spec
+        # loads left in flight for the next forward: the engine overlaps them (layerwise, paced,
+        # FULL-only: there the model's layer l is FULL layer l, the unit `wait_layer(l)` names)
+        self.overlap = overlap == "layerwise" and pace is not None and spec.n_full == spec.num_layers \
+            and not spec.sidecars
+        self.pending: list = []  # handles of the loads in flight
+        self.overlapped = 0  # loads left in flight for a forward to wait for layer by layer
         self.layer_scale = layer_scale  # without a pace: a copy lasts its measured time x this
         self.pools = pools
         self.store = store
@@ -80,12 +97,40 @@ class TorchDataPlane:
         ev = self.env.timeout(dt * self.layer_scale)
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
 
+    def layer_waiter(self):
+        """The `wait_layer` hook of the next forward: before layer l, wait for the unit of every
+        pending load that holds layer l (each unit once: ``page_first`` before layer 0 only);
+        None when no load is pending."""
+        if not self.pending:
+            return None
+        pending, unit = list(self.pending), self.staged.unit_of_layer
+
+        def wait(layer: int) -> None:
+            if layer == 0 or unit(layer) != unit(layer - 1):
+                for h in pending:
+                    h.wait_layer(layer)
+
+        return wait
+
+    def finish_loads(self) -> None:
+        """Wait for every load still in flight (after the forward that waited layer by layer, or
+        before another transfer or state copy touches the pools)."""
+        t0 = time.perf_counter()
+        self._wait_pending()
+        self.copy_s += time.perf_counter() - t0
+
+    def _wait_pending(self) -> None:
+        for h in self.pending:
+            h.synchronize()
+        self.pending.clear()
+
     def copy_state(self, a) -> None:
         """A CopyState action (MAMBA): state slot a.src -> a.dst on tier a.tier, unless
         `already_taken(a)` says the executor wrote that snapshot during the forward."""
         if self.already_taken is not None and self.already_taken(a):
             self.snapshots += 1
             return
+        self.finish_loads()
         self.pools.copy_state(a.tier, [int(a.src)], [int(a.dst)])
         self.copies += 1
 
@@ -94,10 +139,17 @@ class TorchDataPlane:
         return [component] + [sc.name for sc in self.pools.spec.sidecars if sc.follows == component]
 
     def _execute(self, t) -> bool:
+        defer = self.overlap and t.kind == "load"
+        if not defer:
+            self._wait_pending()
         if t.kind in ("load", "backup"):
             for comp in self._pools_of(t.component):
                 self.last_handle = h = self.staged.copy(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
-                h.synchronize()
+                if defer:
+                    self.pending.append(h)
+                    self.overlapped += 1
+                else:
+                    h.synchronize()
             return True
         if self.store is None:
             raise RuntimeError(f"transfer {t.id} ({t.kind}) needs an L3 page store")

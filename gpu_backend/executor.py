@@ -25,7 +25,9 @@ The step's wall time is measured (CUDA-synchronised, `busy_s`); the engine's clo
 it times `layer_scale` (the preset's layers over the model's), or, with a `pace` (an executor
 such as the simulator's cost model, `torch.clock: modelled`), by the time that executor gives
 the same step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
-the engine overlapped with it have landed.
+the engine overlapped with it have landed on that clock. On the device those loads may still be
+in flight (`TorchDataPlane` with layerwise overlap): the forward waits for each layer's pages
+just before that layer (`loads.layer_waiter`), then for the rest.
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ class TorchExecutor:
         self.positions: dict = {}  # rid -> [(position, logits of that token), ...] of every forward
         self.sequences: dict = {}  # rid -> prompt + output[:-1] (model token ids), with record_logits
         self.snapshots: dict = {}  # snapshot slot -> (position, private slot, request): written in a forward
+        self.loads = None  # the data plane whose loads in flight a forward waits for layer by layer
         self.busy_s = 0.0
         self.steps = 0
         self.batches: list = []  # (prefill chunks, decodes) of each step, all in one forward
@@ -206,8 +209,12 @@ class TorchExecutor:
         measured seconds."""
         t0 = time.perf_counter()
         work = [(r, ctx, new) for r, new, ctx in step.prefill] + [(r, r.fill_len - 1, 1) for r in step.decode]
+        segs = [self._segment(r, start, n) for r, start, n in work]
+        wait = None if self.loads is None else self.loads.layer_waiter()
         with torch.no_grad():
-            logits = self.model.forward_batch([self._segment(r, start, n) for r, start, n in work], self.pools)
+            logits = self.model.forward_batch(segs, self.pools, wait_layer=wait)
+        if wait is not None:
+            self.loads.finish_loads()
         if self.record_logits:
             self._record(work, logits)
         if self.pools.device.type == "cuda":

@@ -129,7 +129,7 @@ class SyntheticHybridModel:
     __call__ = forward
 
     @torch.inference_mode()
-    def forward_batch(self, segments, pools=None, *, logits: str = "last") -> list:
+    def forward_batch(self, segments, pools=None, *, logits: str = "last", wait_layer=None) -> list:
         """One batched forward of several requests' new tokens (an engine step: prefill chunks
         and decodes together), each a `Segment` over its own page table (`forward`'s meaning).
 
@@ -140,7 +140,9 @@ class SyntheticHybridModel:
         causal / window mask; the recurrence advances all segments' states together (a
         chunked scan). Returns per segment the logits of its last token
         ``[vocab]`` (``logits="last"``: all an engine needs) or of all its tokens ``[n, vocab]``
-        (``"all"``)."""
+        (``"all"``). ``wait_layer``: called as ``wait_layer(l)`` before layer l reads the pools,
+        every layer in order (a layer-wise load in flight: the data plane's
+        `TorchDataPlane.layer_waiter`)."""
         if logits not in ("last", "all"):
             raise ValueError(f"forward_batch: logits must be 'last' or 'all', got {logits!r}")
         if not segments:
@@ -148,6 +150,8 @@ class SyntheticHybridModel:
         b = _Batch(self, segments, pools)
         x = self.w["embed"][b.tokens]
         for layer, (kind, gi, lw) in enumerate(zip(self.spec.kinds, self.spec.group_index, self.layers)):
+            if wait_layer is not None:
+                wait_layer(layer)
             h = self._norm(x, lw["norm1"])
             if kind == "rec":
                 y = self._recurrence(lw, h, b, gi)

@@ -126,13 +126,21 @@ class StagedCopier:
                 events.append(ev)
         return events
 
-    def _to_device(self, src, dst, comp, si, di) -> StagedHandle:
-        n = si.numel()
+    def _plan(self, src, dst, comp, host_pool, idx, device) -> tuple:
+        """A host <-> device transfer's units: the device buffer's, the source's and the
+        destination's; whether `host_pool` (the host side) is pinned, else the host staging
+        buffer's units; and the device side's index `idx` on `device`, recorded on the side
+        stream (not reused before the work queued there is done)."""
+        n = idx.numel()
         dev, s_units, d_units = self.units(self.buffer("device", comp, n)), self.units(src), self.units(dst)
-        pinned = src.is_pinned()
+        pinned = host_pool.is_pinned()
         host = None if pinned else self.units(self.buffer("host", comp, n))
-        di_dev = di.to(dst.device)
-        di_dev.record_stream(self.stream)  # used on the side stream: not reused before that work is done
+        idx_dev = idx.to(device)
+        idx_dev.record_stream(self.stream)
+        return dev, s_units, d_units, pinned, host, idx_dev
+
+    def _to_device(self, src, dst, comp, si, di) -> StagedHandle:
+        dev, s_units, d_units, pinned, host, di_dev = self._plan(src, dst, comp, src, di, dst.device)
 
         def unit(u):
             if pinned:  # DMA straight from the pinned host pool, one copy per run of pages
@@ -146,12 +154,7 @@ class StagedCopier:
         return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer)
 
     def _to_host(self, src, dst, comp, si, di) -> StagedHandle:
-        n = si.numel()
-        dev, s_units, d_units = self.units(self.buffer("device", comp, n)), self.units(src), self.units(dst)
-        pinned = dst.is_pinned()
-        host = None if pinned else self.units(self.buffer("host", comp, n))
-        si_dev = si.to(src.device)
-        si_dev.record_stream(self.stream)
+        dev, s_units, d_units, pinned, host, si_dev = self._plan(src, dst, comp, dst, si, src.device)
 
         def unit(u):
             torch.index_select(s_units[u], 0, si_dev, out=dev[u])

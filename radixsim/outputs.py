@@ -81,6 +81,16 @@ def cell(v, where: str = "<cell>") -> str:
     raise TypeError(f"{where}: {type(v).__name__} in a CSV cell; expected a number, string, bool or null")
 
 
+def fmt_or_dash(v, spec: str) -> str:
+    """`v` formatted with `spec`, or "-" where it is None (a printed table's missing value)."""
+    return "-" if v is None else format(v, spec)
+
+
+def ruled(head: str) -> list:
+    """A printed table's first lines: its header and a rule as wide."""
+    return [head, "-" * len(head)]
+
+
 def write(path, data, columns=None) -> None:
     """Write `data` to `path` by its suffix: .csv (`columns`, then one line per row: a dict
     keyed by the columns, missing keys empty, or a sequence in column order), .json, .yaml."""

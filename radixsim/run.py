@@ -112,6 +112,7 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
         label += f" ({cost!r})"
     _, _, plane, ex = build_plugins(env, cache, sc.model, opts, sc.engine.max_running_requests,
                                     record_logits=record_logits, store=store, pace=pace,
+                                    load_overlap=sc.engine.load_overlap,
                                     chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
     eng = Engine(cache, sc.engine, sim_clock(env, cache), plane, ex)
     eng.listeners.append(ex.release)

@@ -104,14 +104,12 @@ def validate(names=(), *, smoke: bool = False, seed: int = 0, progress: bool = F
 
 
 # -- output -----------------------------------------------------------------------------------
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table(results_: list) -> str:
     """The printed table: one line per case, then its notes (or its skip reason)."""
+    from .outputs import fmt_or_dash as _fmt, ruled
+
     head = f"{'case':<44} {'rounds':>6} {'hit MAE':>8} {'TTFT sim/pub gmean [min-max]':>30} {'shape':>6}"
-    lines = [head, "-" * len(head)]
+    lines = ruled(head)
     for res in results_:
         r = res["row"]
         if r["status"] == "skipped":

@@ -117,14 +117,12 @@ def _describe(cost) -> str:
     return f"{type(cost).__name__}({getattr(cost, 'source', '')!r})"
 
 
-def _fmt(v, spec: str) -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def table_text(results: list) -> str:
     """The printed table: per scenario its rounds, then per cost model the summary line."""
+    from .outputs import fmt_or_dash as _fmt, ruled
+
     head = f"{'scenario':<24} {'round':>5} {'torch TTFT':>11} {'sim TTFT':>10} {'err':>6} {'table TTFT':>11} {'err':>6}"
-    lines = [head, "-" * len(head)]
+    lines = ruled(head)
     for res in results:
         for r in res["rounds"]:
             lines.append(f"{r['scenario']:<24} {r['round']:>5} {_fmt(r['torch_ttft_s'], '.4f'):>11} "

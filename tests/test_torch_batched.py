@@ -23,13 +23,7 @@ MODELS = {"full": "qwen3-32b", "full+swa": "gpt-oss-20b", "full+mamba": "qwen3-n
 TINY = {"layers": 3, "hidden": 32, "num_heads": 2, "head_dim": 8, "state_dim": 16, "vocab": 211}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: tiny ops on a busy machine are many times slower with more."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def scenario(model, *, l1=4096, l2=None, l3=None, rounds=3, length=96, clients=4, sets=(), workload=None):
