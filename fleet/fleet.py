@@ -132,7 +132,7 @@ def build_fleet(env, sc, make_engine):
                             sc.seed, 1)
     links = [Link(env, f"KV P{i}->D", pd["kv_bytes_per_s"], pd["kv_latency_s"]) for i in groups[0]]
     fleet = PDFleet(engines, router, list(spec.roles), decode_router, links,
-                    bytes_per_token(spec.engines[0].model, "full"))
+                    bytes_per_token(spec.engines[0].model, "full"), pd)
     return fleet, costs, store
 
 

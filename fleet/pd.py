@@ -1,24 +1,38 @@
 """Prefill/decode disaggregation: prefill engines compute a request's prompt and first token,
 its KV crosses a modelled RDMA link to a decode engine, which generates the rest.
 
-- The fleet's router picks the prefill engine (among the prefill group), ``pd.decode_router``
+Steps per request, after SGLang's `python/sglang/srt/disaggregation/decode.py` (PreallocQueue ->
+TransferQueue -> WaitingQueue -> running batch) and `prefill.py` (bootstrap queue -> waiting queue ->
+inflight queue):
+
+- Routing: the fleet's router picks the prefill engine (among the prefill group), ``pd.decode_router``
   the decode engine (among the decode group), both when the request arrives (SGLang's
   mini-load-balancer picks the pair up front).
-- Prefill: a copy of the request with one output token (its TokenSeq is the prompt's).
-- KV transfer: when the prefill finishes, ``prompt tokens x bytes per token`` (the model's
-  FULL KV with its sidecars, `scenarios.presets.bytes_per_token`) go over the prefill engine's
-  link (`sim.links.Link`: ``pd.kv_bytes_per_s`` processor-shared, ``pd.kv_latency_s`` per
-  transfer).
-- Decode: when the bytes have arrived, the KV of the prompt's whole pages lands in the decode
-  engine's cache (public `RadixCache` calls: evict, alloc, insert; the decode side's radix
-  cache, SGLang's decode radix), then the request arrives there with the prompt plus the first
-  token as its prompt and the remaining output. So its decode starts no earlier than its KV
-  arrives; if the decode engine had to evict the landed KV before admitting it, it recomputes
-  (``decode_cached_tokens`` in the row shows what it reused).
+- Bootstrap: the handshake through the bootstrap server takes ``pd.bootstrap_s`` (a fixed
+  per-request latency; the default 1 ms is an assumption, not a measurement).
+- Pre-allocation: the decode engine then reserves the KV of the prompt's whole pages (public
+  `RadixCache` calls: match + lock of the prefix it holds, evict, alloc), first come first served
+  per decode engine; while its pool cannot supply the pages the request waits (retried whenever
+  a decode request ends or KV lands). Only then does the prefill start.
+- Prefill: a copy of the request with one output token (its TokenSeq is the prompt's) on the
+  prefill engine.
+- KV transfer: ``missing tokens x bytes per token`` (the model's FULL KV with its sidecars,
+  `scenarios.presets.bytes_per_token`; missing: the prompt less the device prefix the decode
+  engine held at pre-allocation, all of it without ``pd.decode_radix``) over the prefill
+  engine's link (`sim.links.Link`: ``pd.kv_bytes_per_s`` processor-shared, ``pd.kv_latency_s``
+  per transfer).
+- Decode: the landed KV is inserted into the reserved pages and held locked until the request
+  ends; the request arrives there with the prompt plus the first token as its prompt and the
+  remaining output, so its decode starts no earlier than its KV arrives. With
+  ``pd.decode_radix: true`` (SGLang's ``--disaggregation-decode-enable-radix-cache``) the decode
+  engine keeps prefixes across requests (and may offload them to its L2: decode HiCache);
+  with false it keeps nothing once a request ends (SGLang's ChunkCache).
 
-Rows: TTFT = prefill queue + load + compute (the prefill engine's row); the time after the
-first token splits into ``kv_transfer_s`` (first token -> KV landed), ``decode_queue_s``
-(landed -> first decode token) and ``decode_s`` (the rest). Decode engines must be FULL-only.
+Rows: TTFT = ``bootstrap_s`` + ``prealloc_wait_s`` + prefill queue + load + compute; the time
+after the first token splits into ``kv_transfer_s`` (first token -> KV landed),
+``decode_queue_s`` (landed -> first decode token) and ``decode_s`` (the rest); ``kv_bytes`` is
+what crossed the link. Decode engines must be FULL-only (the KV lands as FULL pages; SWA window
+pages and MAMBA states have no transfer model).
 """
 from __future__ import annotations
 
@@ -31,14 +45,17 @@ from .fleet import Fleet
 
 
 class PDFleet(Fleet):
-    def __init__(self, engines, router, roles, decode_router, kv_links, kv_bytes_per_token):
+    def __init__(self, engines, router, roles, decode_router, kv_links, kv_bytes_per_token, pd: dict):
         super().__init__(engines, router, roles)
         self.prefill = [i for i, r in enumerate(roles) if r == "prefill"]
         self.decode = [i for i, r in enumerate(roles) if r == "decode"]
         self.decode_router = decode_router
         self.kv_links = kv_links  # one per prefill engine, in self.prefill order
         self.kv_bytes_per_token = kv_bytes_per_token
+        self.bootstrap_s = pd["bootstrap_s"]
+        self.decode_radix = pd["decode_radix"]
         self.parts: dict = {}  # rid -> {"user": request, "p": engine, "d": engine, ...times}
+        self.prealloc_queue = {d: [] for d in range(len(self.decode))}  # FIFO of rids per decode engine
         router.engines = [[engines[i]] for i in self.prefill]
         decode_router.engines = [[engines[i]] for i in self.decode]
 
@@ -51,12 +68,37 @@ class PDFleet(Fleet):
         self.decode_router.routed(req, d, now)
         self.parts[req.rid] = {"user": req, "p": p, "d": d, "seq": req.seq}
         self.engine_of[req.rid] = self.prefill[p]
-        P, lp = self.P, req.prompt_tokens
+        env = self.kv_links[p].env
+        env.timeout(self.bootstrap_s).callbacks.append(lambda _e, rid=req.rid: self._bootstrapped(rid))
+
+    def _bootstrapped(self, rid) -> None:
+        part = self.parts[rid]
+        part["bootstrap_done_s"] = self.now()
+        self.prealloc_queue[part["d"]].append(rid)
+        self._prealloc(part["d"])
+
+    def _prealloc(self, d: int) -> None:
+        """Reserve decode KV for the queued requests of decode engine d, first come first
+        served; the head waits while the pool cannot supply its pages."""
+        queue, cache = self.prealloc_queue[d], self.engines[self.decode[d]].cache
+        while queue:
+            part = self.parts[queue[0]]
+            held = reserve(cache, part["seq"], part["user"].prompt_tokens, self.decode_radix)
+            if held is None:
+                return
+            queue.pop(0)
+            part["reserved"] = held
+            part["prealloc_done_s"] = self.now()
+            self._start_prefill(part)
+
+    def _start_prefill(self, part) -> None:
+        req, P = part["user"], self.P
+        lp = req.prompt_tokens
         keys = req.seq.page_keys(P)[: lp // P]
         seq = TokenSeq(np.frombuffer(req.seq.data[: lp * 8], dtype=np.int64), keys, P)
         pre = EngineRequest(rid=req.rid, session_id=req.session_id, prompt=req.prompt, output_length=1,
                             arrival_s=req.arrival_s, seq=seq, round=req.round)
-        self.engines[self.prefill[p]].arrive(pre)
+        self.engines[self.prefill[part["p"]]].arrive(pre)
 
     def _finished(self, r, i: int) -> None:
         part = self.parts[r.rid]
@@ -65,13 +107,15 @@ class PDFleet(Fleet):
             part["prefill"] = r
             self.router.finished(user, part["p"], self.now())
             if r.rejected or user.output_length <= 1:
+                self._release(part)
                 return self._done(user, part)
             part["kv_sent_s"] = self.now()
-            nbytes = user.prompt_tokens * self.kv_bytes_per_token
-            ev = self.kv_links[part["p"]].transfer(nbytes, pages=1)
+            part["kv_bytes"] = (user.prompt_tokens - part["reserved"][0].cached_tokens) * self.kv_bytes_per_token
+            ev = self.kv_links[part["p"]].transfer(part["kv_bytes"], pages=1)
             ev.callbacks.append(lambda _e, rid=r.rid: self._kv_arrived(rid))
             return
         part["decode"] = r
+        self._release(part)
         self._done(user, part)
 
     def _kv_arrived(self, rid) -> None:
@@ -80,12 +124,28 @@ class PDFleet(Fleet):
         part["kv_done_s"] = self.now()
         eng = self.engines[self.decode[part["d"]]]
         seq = part["seq"]
-        land_kv(eng.cache, seq, user.prompt_tokens // self.P * self.P)
+        part["landed"] = land(eng.cache, seq, user.prompt_tokens, part.pop("reserved"))
         lp = user.prompt_tokens + 1
         dec = EngineRequest(rid=rid, session_id=user.session_id,
                             prompt=np.frombuffer(seq.data[: lp * 8], dtype=np.int64),
                             output_length=user.output_length - 1, arrival_s=self.now(), seq=seq, round=user.round)
         eng.arrive(dec)
+        self._prealloc(part["d"])
+
+    def _release(self, part) -> None:
+        """The request no longer needs its decode KV held: unlock (or free) it; without the
+        decode radix the engine keeps nothing (SGLang's ChunkCache frees a request's KV)."""
+        cache = self.engines[self.decode[part["d"]]].cache
+        if "reserved" in part:
+            m, pages = part.pop("reserved")
+            cache.unlock(m)
+            if pages is not None:
+                cache.free(pages)
+        if part.get("landed") is not None:
+            cache.unlock(part.pop("landed"))
+        if not self.decode_radix:
+            cache.evict(cache.cached_tokens_total)
+        self._prealloc(part["d"])
 
     def _done(self, user, part) -> None:
         self.decode_router.finished(user, part["d"], self.now())
@@ -94,21 +154,42 @@ class PDFleet(Fleet):
         self.complete(user)
 
 
-def land_kv(cache, seq, tokens: int) -> bool:
-    """Put the KV of seq[:tokens] (page-aligned) into `cache` as a transfer would leave it:
-    pages allocated (evicting as needed) and inserted; pages the tree holds already are
-    freed by the insert. False when L1 cannot supply the pages (the request will recompute)."""
+def reserve(cache, seq, prompt_tokens: int, radix: bool):
+    """Pre-allocate decode KV for seq[:prompt_tokens]: (match, pages) with the device prefix
+    the cache holds locked (radix; else nothing matched) and pages for the rest of the
+    prompt's whole pages (None when they are more than the whole pool: the request will
+    recompute). None when the pool cannot supply them now (the request waits)."""
     P = cache.page_size
-    n = tokens // P
-    if n == 0:
-        return True
-    if cache.free_tokens < tokens:
-        cache.evict(tokens - cache.free_tokens)
-    pages = cache.alloc(n)
+    n = prompt_tokens // P
+    m = cache.match(seq, n * P if radix else 0)
+    if m.cached_tokens > m.device:
+        m = cache.match(seq, m.device)
+    need = n - m.cached_tokens // P
+    cap = cache.full.capacity_tokens
+    if cap is not None and need * P > cap:
+        cache.lock(m)
+        return m, None
+    if cache.free_tokens < need * P:
+        cache.evict(need * P - cache.free_tokens)
+    pages = cache.alloc(need) if need else np.zeros(0, dtype=np.int64)
     if pages is None:
-        return False
-    cache.insert(seq, tokens, pages, 0)
-    return True
+        return None
+    cache.lock(m)
+    return m, pages
 
 
-__all__ = ["PDFleet", "land_kv"]
+def land(cache, seq, prompt_tokens: int, reserved):
+    """Insert the transferred KV (the reserved pages after the locked prefix) into the decode
+    cache and hold it locked until the request ends; returns that lock (None: nothing held)."""
+    m, pages = reserved
+    n = prompt_tokens // cache.page_size * cache.page_size
+    if pages is None or n == 0:
+        cache.unlock(m)
+        return None
+    done = cache.insert(seq, n, pages, m.cached_tokens)
+    cache.unlock(m)
+    cache.lock(done)
+    return done
+
+
+__all__ = ["PDFleet", "land", "reserve"]

@@ -49,7 +49,7 @@ def simulate_fleet(sc, *, progress: bool = False):
     return fleet, env, costs, store, time.perf_counter() - t0
 
 
-PD_COLUMNS = ["decode_engine", "kv_transfer_s", "decode_queue_s", "decode_s", "decode_cached_tokens"]
+PD_COLUMNS = ["decode_engine", "bootstrap_s", "prealloc_wait_s", "kv_bytes", "kv_transfer_s", "decode_queue_s", "decode_s", "decode_cached_tokens"]
 
 
 def fleet_rows(fleet, per_engine: list | None = None) -> list:
@@ -80,8 +80,13 @@ def pd_rows(fleet, per_engine: list) -> list:
     for i in fleet.prefill:
         for row in per_engine[i]:
             part = fleet.parts[row["rid"]]
+            boot = part["bootstrap_done_s"] - row["arrival_s"]
+            wait = part["prealloc_done_s"] - part["bootstrap_done_s"]
             row = {**row, "engine": i, "decode_engine": fleet.decode[part["d"]],
-                   "output_tokens": part["user"].output_length}
+                   "output_tokens": part["user"].output_length, "bootstrap_s": boot, "prealloc_wait_s": wait,
+                   "kv_bytes": part.get("kv_bytes")}
+            if row.get("compute_s") is not None:  # the engine's queue starts when the prefill arrives there
+                row["compute_s"] -= boot + wait
             d = dec.get(row["rid"])
             if d is not None:
                 kv = part["kv_done_s"]
@@ -179,10 +184,10 @@ def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
 
 
 def pd_breakdown(rows) -> dict:
-    """Mean seconds of each part of a P/D request: TTFT = queue + load + compute on the
-    prefill engine; after it, KV transfer, decode queue, decode."""
+    """Mean seconds of each part of a P/D request: TTFT = bootstrap + pre-allocation wait +
+    queue + load + compute on the prefill engine; after it, KV transfer, decode queue, decode."""
     ok = [r for r in rows if not r["rejected"] and r.get("kv_transfer_s") is not None]
-    parts = ("queue_s", "load_s", "compute_s", "kv_transfer_s", "decode_queue_s", "decode_s")
+    parts = ("bootstrap_s", "prealloc_wait_s", "queue_s", "load_s", "compute_s", "kv_transfer_s", "decode_queue_s", "decode_s")
     return {f"{k[:-2]}_mean_s": float(np.mean([r[k] for r in ok])) if ok else None for k in parts}
 
 

@@ -9,7 +9,7 @@
       shared_l3: false           # one L3 store (capacity and links) for every engine
       slo_ttft_s: 2.0            # SLO targets for attainment and goodput
       slo_tpot_s: 0.1
-      pd: null                   # P/D disaggregation: {kv_bytes_per_s, kv_latency_s, decode_router}
+      pd: null                   # P/D: {kv_bytes_per_s, kv_latency_s, decode_router, bootstrap_s, decode_radix}
       dp: 1                      # DP attention: ranks per engine, each with its own tree
       dp_router: round_robin     # the engine's internal dispatcher
 
@@ -29,7 +29,8 @@ from .schema import ScenarioError
 ROLES = ("both", "prefill", "decode")
 GROUP_KEYS = ("count", "role", "model", "hardware", "tp", "cache", "engine")
 FLEET_KEYS = ("engines", "groups", "router", "shared_l3", "slo_ttft_s", "slo_tpot_s", "pd", "dp", "dp_router")
-PD_KEYS = {"kv_bytes_per_s": 50e9, "kv_latency_s": 20e-6, "decode_router": "least_load"}
+PD_KEYS = {"kv_bytes_per_s": 50e9, "kv_latency_s": 20e-6, "decode_router": "least_load",
+           "bootstrap_s": 1e-3, "decode_radix": True}  # bootstrap_s: an assumption (docs/fleet.md)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,11 @@ def _number(v, key: str, where: str, lo_open: float = 0.0) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > lo_open:
         raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected a number > {lo_open:g}")
     return float(v)
+
+
+def _seconds(v, key: str, where: str) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0:
+        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected seconds >= 0")
 
 
 def _count(v, key: str, where: str) -> int:
@@ -164,15 +170,16 @@ def _rank_override(sc, dp: int) -> dict:
 def _pd(pd, roles, where: str) -> dict:
     if not isinstance(pd, dict):
         raise ScenarioError(f"{where}: fleet.pd: got {pd!r}; expected a mapping (kv_bytes_per_s, kv_latency_s, "
-                            "decode_router)")
+                            "decode_router, bootstrap_s, decode_radix)")
     for k in pd:
         if k not in PD_KEYS:
             raise ScenarioError(f"{where}: fleet.pd.{k}: unknown key; expected one of {', '.join(PD_KEYS)}")
     out = {**PD_KEYS, **pd}
     _number(out["kv_bytes_per_s"], "pd.kv_bytes_per_s", where)
-    if isinstance(out["kv_latency_s"], bool) or not isinstance(out["kv_latency_s"], numbers.Real) \
-            or out["kv_latency_s"] < 0:
-        raise ScenarioError(f"{where}: fleet.pd.kv_latency_s: got {out['kv_latency_s']!r}; expected seconds >= 0")
+    for k in ("kv_latency_s", "bootstrap_s"):
+        _seconds(out[k], f"pd.{k}", where)
+    if not isinstance(out["decode_radix"], bool):
+        raise ScenarioError(f"{where}: fleet.pd.decode_radix: got {out['decode_radix']!r}; expected true or false")
     out["decode_router"] = _router(out["decode_router"], "pd.decode_router", where)
     if "prefill" not in roles or "decode" not in roles or "both" in roles:
         raise ScenarioError(f"{where}: fleet.groups: P/D needs groups of role prefill and decode (and no 'both'); "

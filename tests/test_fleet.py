@@ -139,6 +139,8 @@ def test_every_router_is_deterministic_for_a_seed(name):
 def test_bad_fleet_sections_are_one_line_errors():
     for bad, text in [({"engines": 0}, "fleet.engines: got 0"), ({"routers": 1}, "fleet.routers: unknown key"),
                       ({"groups": [{"count": 1, "role": "prefill"}]}, "need fleet.pd"),
+                      ({**PD, "pd": {"bootstrap_s": -1}}, "fleet.pd.bootstrap_s: got -1"),
+                      ({**PD, "pd": {"decode_radix": "yes"}}, "fleet.pd.decode_radix: got 'yes'"),
                       ({"engines": 2, "shared_l3": True}, "every engine needs an L3 tier")]:
         with pytest.raises(ScenarioError, match=text):
             scenario(bad)
@@ -166,9 +168,11 @@ def test_pd_decode_starts_no_earlier_than_its_kv_arrives_and_the_parts_add_up():
     for r in rows:
         part = f.parts[r["rid"]]
         assert decoded[r["rid"]]["start_s"] >= part["kv_done_s"] > part["kv_sent_s"] == r["first_token_s"]
-        assert r["queue_s"] + r["load_s"] + r["compute_s"] == pytest.approx(r["ttft_s"], abs=1e-12)
+        assert r["bootstrap_s"] + r["prealloc_wait_s"] + r["queue_s"] + r["load_s"] + r["compute_s"] == \
+            pytest.approx(r["ttft_s"], abs=1e-12)
         assert r["ttft_s"] + r["kv_transfer_s"] + r["decode_queue_s"] + r["decode_s"] == \
             pytest.approx(r["finish_s"] - r["arrival_s"], abs=1e-9)
+    assert [r["bootstrap_s"] for r in rows] == pytest.approx([1e-3] * 24, abs=1e-15)  # the default
     first = f.parts[rows[0]["rid"]]  # alone on the prefill engine's link: latency + bytes / bandwidth
     nbytes = 1024 * bytes_per_token(sc.fleet.engines[0].model, "full")
     assert first["kv_done_s"] - first["kv_sent_s"] == pytest.approx(1e-3 + nbytes / 25e9, rel=1e-12)
@@ -318,3 +322,42 @@ def test_the_fleet_summary_sums_engine_counters_but_not_settings(tmp_path):
     last = max(float(line.split(",")[6]) for line in (tmp_path / "two" / "requests.csv").read_text().splitlines()[1:])
     assert last <= s["engine"]["simulated_end_s"] < last + 0.5  # the run's end (last backups too), not a sum of two
     assert s["engine"]["busy_s"] == pytest.approx(sum(e["busy_s"] for e in per), rel=1e-12)
+
+
+PD_1P1D = {"groups": [{"count": 1, "role": "prefill"}, {"count": 1, "role": "decode"}], "pd": {"bootstrap_s": 0.005}}
+
+
+def test_pd_bootstrap_delays_the_prefill_and_a_full_decode_pool_makes_the_next_request_wait():
+    from radixsim.run import request_rows
+
+    fleet = copy.deepcopy(PD_1P1D)  # the decode pool: 24 pages, one 16-page prompt at a time
+    fleet["groups"][1]["cache"] = {"l1_tokens": 1536, "hicache_ratio": None}
+    f, env, *_ = simulate_fleet(scenario(fleet, workload__num_clients=2, workload__num_rounds=1))
+    first, second = fleet_rows(f)
+    decoded = {row["rid"]: row for row in request_rows(f.engines[1])}
+    assert [first["bootstrap_s"], second["bootstrap_s"]] == pytest.approx([0.005, 0.005], abs=1e-15)
+    assert first["prealloc_wait_s"] == 0.0
+    # the second request's pages come free when the first's decode ends; only then its prefill starts
+    assert second["prealloc_wait_s"] == pytest.approx(first["finish_s"] - second["arrival_s"] - 0.005, abs=1e-12)
+    assert second["prealloc_wait_s"] > 0.4
+    assert f.parts[second["rid"]]["prealloc_done_s"] == decoded[first["rid"]]["finish_s"]
+    for r in (first, second):
+        assert r["bootstrap_s"] + r["prealloc_wait_s"] + r["queue_s"] + r["load_s"] + r["compute_s"] == \
+            pytest.approx(r["ttft_s"], abs=1e-12)
+
+
+@pytest.mark.parametrize("radix", [True, False])
+def test_pd_decode_radix_transfers_only_the_missing_suffix(radix):
+    from scenarios.presets import bytes_per_token
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["pd"]["decode_radix"] = radix
+    sc = scenario(fleet, workload__num_clients=1, workload__num_rounds=3)
+    f, env, *_ = simulate_fleet(sc)
+    rows = fleet_rows(f)
+    bpt = bytes_per_token(sc.fleet.engines[0].model, "full")
+    assert [r["prompt_tokens"] for r in rows] == [1024, 2064, 3104]  # each turn: the last + 16 output + 1024
+    # decode radix: the decode engine holds the last turn's prompt + output in whole pages (1024, 2048)
+    missing = [1024, 2064 - 1024, 3104 - 2048] if radix else [1024, 2064, 3104]
+    assert [r["kv_bytes"] for r in rows] == [m * bpt for m in missing]
+    assert [r["decode_cached_tokens"] for r in rows] == [1024, 2048, 3072]
