@@ -11,7 +11,8 @@ Layout of `--out DIR`::
     DIR/sweep_points.csv      one row per run: the grid values, repeat, seed, the summary figures
     DIR/sweep.csv             one row per grid point: the grid values and the summary figures
                               (with --repeat N: the mean over the repeats and a `_ci95` column,
-                              the half-width of the 95% confidence interval, Student's t)
+                              the half-width of the 95% confidence interval, Student's t);
+                              fleet runs add `FLEET_FIGURES` (SLO attainment, goodput, load balance)
 
 A point directory whose `.done` holds its HASH is not run again, so an interrupted sweep is
 resumed by running the same command. Every point is validated before any runs (one-line errors).
@@ -37,6 +38,12 @@ from .workers import process_map
 FIGURES = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "hit_rate_last10",
            "effective_input_tps", "duration_s", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
            "tpot_mean_s", "e2e_p50_s", "rejected"]
+# fleet runs (summary.json's `fleet`, docs/fleet.md): column -> path in the summary
+FLEET_FIGURES = {"slo_attainment": ("fleet", "slo_attainment"), "goodput_rps": ("fleet", "goodput_rps"),
+                 "goodput_tokens_per_s": ("fleet", "goodput_tokens_per_s"), "tpot_p90_s": ("fleet", "tpot_p90_s"),
+                 "load_requests_max_over_mean": ("fleet", "load_balance", "requests", "max_over_mean"),
+                 "load_requests_cv": ("fleet", "load_balance", "requests", "cv"),
+                 "load_busy_max_over_mean": ("fleet", "load_balance", "busy_s", "max_over_mean")}
 # two-sided 95% Student t quantiles for n - 1 = 1..30 degrees of freedom (beyond: 1.96)
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
@@ -255,28 +262,39 @@ def progress_bar(enabled: bool, total, initial: int, desc: str):
     return tqdm(total=total, initial=initial, unit="point", desc=desc, file=sys.stderr)
 
 
+def figure(summary: dict, name: str):
+    """Column `name` of a sweep table from a point's summary (None where it has none)."""
+    v = summary
+    for k in FLEET_FIGURES.get(name, (name,)):
+        v = v.get(k) if isinstance(v, dict) else None
+    return v
+
+
 def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
     keys = [k for k, _ in grid]
+    fleet = any("fleet" in summaries[p.index] for p in points)
+    figures = FIGURES + (list(FLEET_FIGURES) if fleet else [])
     write(out / "sweep_points.csv", ([v for _, v in p.values] + [p.repeat, p.seed, f"points/{p.name}"]
-                                     + [summaries[p.index].get(k) for k in FIGURES] for p in points),
-          columns=keys + ["repeat", "seed", "dir"] + FIGURES)
+                                     + [figure(summaries[p.index], k) for k in figures] for p in points),
+          columns=keys + ["repeat", "seed", "dir"] + figures)
     rows = []
     by: dict = {}
     for p in points:
         by.setdefault(p.values, []).append(summaries[p.index])
     for values, ss in by.items():
         row = {k: v for k, v in values}
-        for fig in FIGURES:
+        for fig in figures:
             if repeat > 1:
-                m, ci = mean_ci([s.get(fig) for s in ss])
+                m, ci = mean_ci([figure(s, fig) for s in ss])
                 row[fig], row[fig + "_ci95"] = m, ci
             else:
-                row[fig] = ss[0].get(fig)
+                row[fig] = figure(ss[0], fig)
         rows.append(row)
-    cols = keys + [c for fig in FIGURES for c in ([fig, fig + "_ci95"] if repeat > 1 else [fig])]
+    cols = keys + [c for fig in figures for c in ([fig, fig + "_ci95"] if repeat > 1 else [fig])]
     write(out / "sweep.csv", rows, columns=cols)
     return rows
 
 
 __all__ = ["parse_grid", "make_points", "run_point", "PointError", "run_sweep", "done_summary", "progress_bar",
-           "LocalExecutor", "RayExecutor", "make_executor", "mean_ci", "FIGURES"]
+           "LocalExecutor", "RayExecutor", "make_executor", "mean_ci", "FIGURES",
+           "FLEET_FIGURES", "figure"]

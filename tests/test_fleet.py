@@ -361,3 +361,26 @@ def test_pd_decode_radix_transfers_only_the_missing_suffix(radix):
     missing = [1024, 2064 - 1024, 3104 - 2048] if radix else [1024, 2064, 3104]
     assert [r["kv_bytes"] for r in rows] == [m * bpt for m in missing]
     assert [r["decode_cached_tokens"] for r in rows] == [1024, 2048, 3072]
+
+
+def test_sweep_csv_carries_the_fleet_slo_goodput_and_load_balance_figures(tmp_path):
+    import csv
+
+    from radixsim.sweep import FLEET_FIGURES, LocalExecutor, parse_grid, run_sweep
+
+    raw = copy.deepcopy(SMALL)
+    raw["fleet"] = {"engines": 2, "slo_ttft_s": 0.2, "slo_tpot_s": 0.05}
+    run_sweep(raw, parse_grid(["fleet.router=round_robin,oracle"]), tmp_path / "s", executor=LocalExecutor(1),
+              progress=False)
+    with open(tmp_path / "s" / "sweep_points.csv") as fh:
+        points = list(csv.DictReader(fh))
+    with open(tmp_path / "s" / "sweep.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["fleet.router"] for r in rows] == ["round_robin", "oracle"]
+    for point, row in zip(points, rows):
+        fleet = json.loads((tmp_path / "s" / point["dir"] / "summary.json").read_text())["fleet"]
+        want = [fleet["slo_attainment"], fleet["goodput_rps"], fleet["goodput_tokens_per_s"], fleet["tpot_p90_s"],
+                fleet["load_balance"]["requests"]["max_over_mean"], fleet["load_balance"]["requests"]["cv"],
+                fleet["load_balance"]["busy_s"]["max_over_mean"]]
+        assert [float(row[k]) for k in FLEET_FIGURES] == pytest.approx(want, rel=1e-12)
+    assert float(rows[0]["load_requests_max_over_mean"]) == 1.0  # round robin: 12 requests on each engine
