@@ -8,15 +8,13 @@ A fleet of one engine writes what the single-engine run writes, byte for byte, a
 config.yaml's ``fleet`` section (tests/test_fleet.py)."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from . import results
-from .outputs import result_dir
-from .run import _plots, _progress, _source, _status, request_rows, sim_engine, summarise, timeline_rows
+from .run import _progress, _source, request_rows, sim_engine, summarise, timeline_rows, write_result_dir
 
 ENGINE_COLUMNS = ["engine", "role", "requests", "prompt_tokens", "hit_rate", "hit_rate_device", "hit_rate_host",
                   "hit_rate_storage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
@@ -234,15 +232,9 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
 
 def run_fleet(sc, out_dir, *, command: str | None = None, progress: bool = True, plots: bool = True) -> dict:
     """Simulate fleet scenario `sc` and write its result directory (as `run.run_scenario`)."""
-    with result_dir(out_dir) as out:
-        fleet, env, costs, store, wall = simulate_fleet(sc, progress=progress)
-        _status(progress, f"writing the results to {out_dir}")
-        summary, rounds = write_fleet(out, sc, fleet, env, costs, store, command)
-        if plots:
-            _status(progress, "drawing the plots and report.html")
-            _plots(out, Path(os.path.abspath(out_dir)), bool(rounds))
-    summary["_wall_s"] = wall
-    return summary
+    return write_result_dir(out_dir, lambda: simulate_fleet(sc, progress=progress),
+                            lambda out, *state: write_fleet(out, sc, *state, command),
+                            progress=progress, plots=plots)
 
 
 __all__ = ["run_fleet", "simulate_fleet", "fleet_rows", "pd_rows", "pd_breakdown", "slo_metrics", "ENGINE_COLUMNS"]

@@ -293,10 +293,19 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
         if backend != "sim":
             raise ValueError(f"a fleet scenario runs on the sim backend only, not {backend!r}")
         return run_fleet(sc, out_dir, command=command, progress=progress, plots=plots)
+    return write_result_dir(out_dir, lambda: simulate(sc, progress=progress, backend=backend, device=device),
+                            lambda out, eng, env, cost: write_run(out, sc, eng, env, cost, backend, command),
+                            progress=progress, plots=plots)
+
+
+def write_result_dir(out_dir, simulate_fn, write_fn, *, progress: bool, plots: bool) -> dict:
+    """Run ``simulate_fn() -> (*state, wall s)`` and ``write_fn(out, *state) -> (summary,
+    rounds)`` into result directory out_dir (`outputs.result_dir`), then the plots; returns the
+    summary with the wall time under "_wall_s" (the single-engine and the fleet run)."""
     with result_dir(out_dir) as out:
-        eng, env, cost, wall = simulate(sc, progress=progress, backend=backend, device=device)
+        *state, wall = simulate_fn()
         _status(progress, f"writing the results to {out_dir}")
-        summary, rounds = write_run(out, sc, eng, env, cost, backend, command)
+        summary, rounds = write_fn(out, *state)
         if plots:
             _status(progress, "drawing the plots and report.html")
             _plots(out, Path(os.path.abspath(out_dir)), bool(rounds))
@@ -343,4 +352,4 @@ def _status(enabled: bool, text: str) -> None:
         sys.stderr.write(f"radixsim: {text}\n")
 
 
-__all__ = ["run_scenario", "simulate", "sim_engine", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]
+__all__ = ["run_scenario", "write_result_dir", "simulate", "sim_engine", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]
