@@ -9,7 +9,8 @@ from .load import load_any, load_runs
 from .style import colour_of, integer_axis, new_figure, save
 
 BINS = 60
-PD_PARTS = (("queue_s", "prefill queue"), ("load_s", "prefill load"), ("compute_s", "prefill compute"),
+PD_PARTS = (("bootstrap_s", "bootstrap"), ("prealloc_wait_s", "decode pre-allocation wait"),
+            ("queue_s", "prefill queue"), ("load_s", "prefill load"), ("compute_s", "prefill compute"),
             ("kv_transfer_s", "KV transfer"), ("decode_queue_s", "decode queue"), ("decode_s", "decode"))
 
 
@@ -73,19 +74,22 @@ def router_figure(runs, out=None, *, labels=None):
 
 
 def pd_figure(run, out=None, *, label: str | None = None):
-    """One stacked bar: the mean seconds of each part of a P/D request (prefill queue, load and
-    compute = TTFT; then KV transfer, decode queue, decode)."""
+    """One stacked bar: the mean seconds of each part of a P/D request (bootstrap, decode
+    pre-allocation wait, prefill queue, load and compute = TTFT; then KV transfer, decode queue,
+    decode). Parts a run's requests.csv lacks (runs before they were split) are left out."""
     run = load_any(run, label)
     rq = run.requests.dropna(subset=["kv_transfer_s"])
     fig, ax = new_figure(1, 1, figsize=(10, 2.4))
     left = 0.0
     for i, (col, name) in enumerate(PD_PARTS):
+        if col not in rq.columns:
+            continue
         v = float(rq[col].mean()) if len(rq) else 0.0
         ax.barh([0], [v], left=left, color=f"C{i}", edgecolor="black", linewidth=0.5, label=f"{name} {v:.3f} s")
         left += v
     ax.set_yticks([])
     ax.set_xlabel("mean seconds per request")
-    ax.set_title(f"P/D breakdown: {run.label} (TTFT = the three prefill parts)")
+    ax.set_title(f"P/D breakdown: {run.label} (TTFT = the first five parts)")
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     save(fig, out)
     return fig
