@@ -122,7 +122,6 @@ def build_fleet(env, sc, make_engine):
         dispatchers = None if dp == 1 else [
             _router(spec.dp_router, "fleet.dp_router", spec.engines[u:u + dp], sc.seed, 1) for u in front]
         return Fleet(engines, router, list(spec.roles), dp, dispatchers), costs, store
-    from scenarios.presets import bytes_per_token
     from sim.links import Link
 
     from .pd import PDFleet
@@ -132,8 +131,17 @@ def build_fleet(env, sc, make_engine):
                             sc.seed, 1)
     links = [Link(env, f"KV P{i}->D", pd["kv_bytes_per_s"], pd["kv_latency_s"]) for i in groups[0]]
     fleet = PDFleet(engines, router, list(spec.roles), decode_router, links,
-                    bytes_per_token(spec.engines[0].model, "full"), pd)
+                    _kv_bytes_per_token(spec.engines[0].model), pd)
     return fleet, costs, store
+
+
+def _kv_bytes_per_token(model) -> tuple:
+    """(FULL bytes per token, SWA bytes per token, SWA window tokens) of a P/D KV transfer."""
+    from scenarios.presets import bytes_per_token
+
+    if not model.swa_layers:
+        return bytes_per_token(model, "full"), 0.0, 0
+    return bytes_per_token(model, "full"), bytes_per_token(model, "swa"), model.swa_window_tokens
 
 
 def _router(kind: dict, where: str, scs: list, seed: int, ranks: int):

@@ -31,8 +31,9 @@ inflight queue):
 Rows: TTFT = ``bootstrap_s`` + ``prealloc_wait_s`` + prefill queue + load + compute; the time
 after the first token splits into ``kv_transfer_s`` (first token -> KV landed),
 ``decode_queue_s`` (landed -> first decode token) and ``decode_s`` (the rest); ``kv_bytes`` is
-what crossed the link. Decode engines must be FULL-only (the KV lands as FULL pages; SWA window
-pages and MAMBA states have no transfer model).
+what crossed the link: the missing tokens' FULL KV plus, for a hybrid model, the SWA KV of
+their last window (the decode engine's SWA pool takes the window's pages, as the engine's own
+prefill does). Decode engines must not have a MAMBA component (its state has no transfer model).
 """
 from __future__ import annotations
 
@@ -51,13 +52,19 @@ class PDFleet(Fleet):
         self.decode = [i for i, r in enumerate(roles) if r == "decode"]
         self.decode_router = decode_router
         self.kv_links = kv_links  # one per prefill engine, in self.prefill order
-        self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_bytes_per_token = kv_bytes_per_token  # (FULL, SWA bytes per token, SWA window tokens)
         self.bootstrap_s = pd["bootstrap_s"]
         self.decode_radix = pd["decode_radix"]
         self.parts: dict = {}  # rid -> {"user": request, "p": engine, "d": engine, ...times}
         self.prealloc_queue = {d: [] for d in range(len(self.decode))}  # FIFO of rids per decode engine
         router.engines = [[engines[i]] for i in self.prefill]
         decode_router.engines = [[engines[i]] for i in self.decode]
+
+    def kv_bytes(self, tokens: int) -> float:
+        """Bytes of the KV of `tokens` missing tokens: every token's FULL KV, and the SWA KV of
+        the last window's tokens (hybrid models)."""
+        full, swa, window = self.kv_bytes_per_token
+        return tokens * full + min(tokens, window) * swa
 
     def arrive(self, req) -> None:
         self.arrived += 1
@@ -110,7 +117,7 @@ class PDFleet(Fleet):
                 self._release(part)
                 return self._done(user, part)
             part["kv_sent_s"] = self.now()
-            part["kv_bytes"] = (user.prompt_tokens - part["reserved"][0].cached_tokens) * self.kv_bytes_per_token
+            part["kv_bytes"] = self.kv_bytes(user.prompt_tokens - part["reserved"][0].cached_tokens)
             ev = self.kv_links[part["p"]].transfer(part["kv_bytes"], pages=1)
             ev.callbacks.append(lambda _e, rid=r.rid: self._kv_arrived(rid))
             return
@@ -137,10 +144,9 @@ class PDFleet(Fleet):
         decode radix the engine keeps nothing (SGLang's ChunkCache frees a request's KV)."""
         cache = self.engines[self.decode[part["d"]]].cache
         if "reserved" in part:
-            m, pages = part.pop("reserved")
-            cache.unlock(m)
-            if pages is not None:
-                cache.free(pages)
+            reserved = part.pop("reserved")
+            _free(cache, reserved)
+            cache.unlock(reserved[0])
         if part.get("landed") is not None:
             cache.unlock(part.pop("landed"))
         if not self.decode_radix:
@@ -155,10 +161,11 @@ class PDFleet(Fleet):
 
 
 def reserve(cache, seq, prompt_tokens: int, radix: bool):
-    """Pre-allocate decode KV for seq[:prompt_tokens]: (match, pages) with the device prefix
-    the cache holds locked (radix; else nothing matched) and pages for the rest of the
-    prompt's whole pages (None when they are more than the whole pool: the request will
-    recompute). None when the pool cannot supply them now (the request waits)."""
+    """Pre-allocate decode KV for seq[:prompt_tokens]: (match, pages, SWA pages) with the
+    device prefix the cache holds locked (radix; else nothing matched), pages for the rest of
+    the prompt's whole pages (None when they are more than the whole pool: the request will
+    recompute) and, with SWA, pages for their window (as the engine takes them: at most the
+    window's pages + 1). None when the pools cannot supply them now (the request waits)."""
     P = cache.page_size
     n = prompt_tokens // P
     m = cache.match(seq, n * P if radix else 0)
@@ -168,28 +175,47 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool):
     cap = cache.full.capacity_tokens
     if cap is not None and need * P > cap:
         cache.lock(m)
-        return m, None
+        return m, None, None
     if cache.free_tokens < need * P:
         cache.evict(need * P - cache.free_tokens)
     pages = cache.alloc(need) if need else np.zeros(0, dtype=np.int64)
     if pages is None:
         return None
+    swa = None
+    if cache.swa is not None and need:
+        k = min(need, cache.swa.window_pages + 1)
+        if cache.free_swa_tokens < k * P:
+            cache.evict_swa(k * P - cache.free_swa_tokens)
+        swa = cache.alloc_swa(k)
+        if swa is None:
+            cache.free(pages)
+            return None
     cache.lock(m)
-    return m, pages
+    return m, pages, swa
 
 
 def land(cache, seq, prompt_tokens: int, reserved):
     """Insert the transferred KV (the reserved pages after the locked prefix) into the decode
     cache and hold it locked until the request ends; returns that lock (None: nothing held)."""
-    m, pages = reserved
+    m, pages, swa = reserved
     n = prompt_tokens // cache.page_size * cache.page_size
     if pages is None or n == 0:
+        _free(cache, reserved)
         cache.unlock(m)
         return None
-    done = cache.insert(seq, n, pages, m.cached_tokens)
+    done = cache.insert(seq, n, pages, m.cached_tokens, swa_pages=swa)
     cache.unlock(m)
     cache.lock(done)
     return done
+
+
+def _free(cache, reserved) -> None:
+    """Return the reserved pages (FULL and SWA) that will not be inserted."""
+    _, pages, swa = reserved
+    if pages is not None:
+        cache.free(pages)
+    if swa is not None:
+        cache.free_swa(swa)
 
 
 __all__ = ["PDFleet", "land", "reserve"]

@@ -130,9 +130,9 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
     pd = f.get("pd")
     if pd is not None:
         pd = _pd(pd, roles, where)
-        if any(r == "decode" and (sc.cache.swa or sc.cache.mamba) for sc, r in zip(engines, roles)):
-            raise ScenarioError(f"{where}: fleet.groups: a decode engine needs a FULL-only cache (the KV lands "
-                                "there as FULL pages); expected cache.components: [full] for role decode")
+        if any(r == "decode" and sc.cache.mamba for sc, r in zip(engines, roles)):
+            raise ScenarioError(f"{where}: fleet.groups: a decode engine cannot have a MAMBA component (its state "
+                                "has no P/D transfer model); expected cache.components without mamba for role decode")
     elif any(r != "both" for r in roles):
         raise ScenarioError(f"{where}: fleet.groups: prefill/decode roles need fleet.pd; expected fleet.pd: {{}} too")
     if len({sc.cache.page_size for sc in engines}) > 1:

@@ -141,6 +141,9 @@ def test_bad_fleet_sections_are_one_line_errors():
                       ({"groups": [{"count": 1, "role": "prefill"}]}, "need fleet.pd"),
                       ({**PD, "pd": {"bootstrap_s": -1}}, "fleet.pd.bootstrap_s: got -1"),
                       ({**PD, "pd": {"decode_radix": "yes"}}, "fleet.pd.decode_radix: got 'yes'"),
+                      ({"groups": [{"count": 1, "role": "prefill"}, {"count": 1, "role": "decode",
+                                    "model": "qwen3-next-80b", "cache": {"components": ["full", "mamba"]}}],
+                        "pd": {}}, "a decode engine cannot have a MAMBA component"),
                       ({"engines": 2, "shared_l3": True}, "every engine needs an L3 tier")]:
         with pytest.raises(ScenarioError, match=text):
             scenario(bad)
@@ -384,3 +387,19 @@ def test_sweep_csv_carries_the_fleet_slo_goodput_and_load_balance_figures(tmp_pa
                 fleet["load_balance"]["busy_s"]["max_over_mean"]]
         assert [float(row[k]) for k in FLEET_FIGURES] == pytest.approx(want, rel=1e-12)
     assert float(rows[0]["load_requests_max_over_mean"]) == 1.0  # round robin: 12 requests on each engine
+
+
+def test_pd_hybrid_swa_decode_engine_lands_full_and_window_kv():
+    from scenarios.presets import bytes_per_token
+
+    sc = scenario(PD_1P1D, model="gpt-oss-20b", cache__components="[full, swa]", workload__num_clients=1,
+                  workload__num_rounds=3)
+    assert sc.fleet.engines[1].cache.swa is not None
+    f, env, *_ = simulate_fleet(sc)  # invariants.check on every engine's cache at the end
+    rows = fleet_rows(f)
+    model = sc.fleet.engines[0].model
+    full, swa = bytes_per_token(model, "full"), bytes_per_token(model, "swa")
+    assert model.swa_window_tokens == 128
+    # the missing tokens' FULL KV plus the SWA KV of their last 128-token window
+    assert [r["kv_bytes"] for r in rows] == [m * full + 128 * swa for m in (1024, 2064 - 1024, 3104 - 2048)]
+    assert [r["decode_cached_tokens"] for r in rows] == [1024, 2048, 3072]  # the decode engine reuses it all
