@@ -23,7 +23,10 @@ simulator cannot express is said in the case's notes:
   page_first_direct`` makes it ``direct``, as SGLang's server arguments do); a Mooncake protocol
   stated as ``MOONCAKE_PROTOCOL``/``protocol`` is ``l3_protocol`` (default rdma);
   flags the scenario lacks (e.g. NUMA pinning) are ignored; knobs the case does not state keep
-  the scenario defaults (listed in the notes).
+  the scenario defaults (listed in the notes);
+- documented hardware: a case's ``hardware`` mapping (hardware fields the published run's text
+  states, e.g. its NICs, with the arithmetic and the source line in ``hardware_source``) overrides
+  the preset's fields; it is the run's stated setup, never a fitted knob.
 """
 from __future__ import annotations
 
@@ -232,6 +235,10 @@ def links_of(case: dict) -> tuple[dict, list]:
     protocol = _flag(text, "MOONCAKE_PROTOCOL") or _flag(text, "protocol")
     if protocol:
         out["l3_protocol"] = protocol.lower()
+    stated = case.get("hardware") or {}
+    if not isinstance(stated, dict):
+        raise CaseError(f"{case['_file']}: {case['id']}: hardware: expected a mapping of hardware fields")
+    out.update(stated)
     if out:
         notes.append("hardware " + ", ".join(f"{k} {v}" for k, v in out.items()))
     return out, notes

@@ -36,7 +36,7 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
         "L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and eviction ratio 0.05)",
         "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel to direct for this "
         "layout)",
-        "hardware pcie_io_backend direct",
+        "hardware pcie_io_backend direct, nic_bytes_per_s 50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
         "server flags not modelled: --attention-backend",
         "smoke: 3 clients x 3 rounds",
         # l1 auto by hand in tests/test_presets_new.py; L2 = --hicache-ratio 2 x L1; 80 GiB / 147,456 B
@@ -75,11 +75,16 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert (raw["cache"]["l3_model"], raw["cache"]["l3_ssd_tokens"]) == ("mooncake", int(14e12 // 147_456))
     assert notes[-4:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
                           "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel "
-                          "to direct for this layout)", "hardware pcie_io_backend direct",
+                          "to direct for this layout)", "hardware pcie_io_backend direct, nic_bytes_per_s "
+                          "50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
                           "server flags not modelled: --attention-backend"]
     # SGLang's page_first_direct layout runs the direct io backend; the A100 has no published
     # copy-engine rate, so its direct rate is the measured pinned copy rate (the kernel's)
-    assert raw["hardware"] == {"base": "a100-40gbx1", "pcie_io_backend": "direct"}
+    # the run's stated NICs (two 200 Gb/s HDR, the case's hardware_source): 50 GB/s line rate, and
+    # the preset's 47.5% of line rate for Mooncake RDMA: 23.75 GB/s (the preset's eight NICs: 95 GB/s)
+    assert raw["hardware"] == {"base": "a100-40gbx1", "pcie_io_backend": "direct", "nic_bytes_per_s": 50e9,
+                               "l3_rdma_bytes_per_s": 0.475 * 2 * 200e9 / 8}
+    assert scenario_of(cases["A2-ssdbench-l2"])[0]["hardware"] == "a100-40gbx1"
     assert scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])[0]["hardware"] == {"base": "h800x8",
                                                                                     "l3_protocol": "rdma"}
 
@@ -123,6 +128,16 @@ def test_workload_not_a_mapping_is_one_line(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2
     assert capsys.readouterr().err == (f"radixsim validate: error: {path}: A1-ssdbench-gpu-only: workload: "
                                        "expected a mapping, got str\n")
+
+
+def test_case_hardware_not_a_mapping_is_one_line(tmp_path, capsys):
+    doc = json.loads((CASE_DIR / "mooncake_ssd_offload_a100.json").read_text())
+    doc["cases"] = [dict(doc["cases"][0], hardware="two 200 Gb/s NICs")]
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path), "--smoke", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"radixsim validate: error: {path}: A1-ssdbench-gpu-only: hardware: "
+                                       "expected a mapping of hardware fields\n")
 
 
 def test_unknown_case_and_bad_json_are_one_line(tmp_path, capsys):
