@@ -23,7 +23,9 @@ simulator cannot express is said in the case's notes:
   page_first_direct`` makes it ``direct``, as SGLang's server arguments do); a Mooncake protocol
   stated as ``MOONCAKE_PROTOCOL``/``protocol`` is ``l3_protocol`` (default rdma);
   flags the scenario lacks (e.g. NUMA pinning) are ignored; knobs the case does not state keep
-  the scenario defaults (listed in the notes);
+  the scenario defaults (listed in the notes), except the two SGLang derives from the GPU's memory;
+- ``--chunked-prefill-size`` and ``--mem-fraction-static`` not stated: SGLang's own defaults for the
+  card (`sglang_memory_defaults`, from `server_args._handle_gpu_memory_settings`);
 - documented hardware: a case's ``hardware`` mapping (hardware fields the published run's text
   states, e.g. its NICs, with the arithmetic and the source line in ``hardware_source``) overrides
   the preset's fields; it is the run's stated setup, never a fitted knob.
@@ -46,9 +48,13 @@ WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length",
 SERIES = ("ttft_mean_s_per_round", "hit_rate_per_round")
 MAPPED_FLAGS = {"tp", "page-size", "enable-hierarchical-cache", "hicache-ratio", "hicache-size", "hicache-write-policy",
                 "hicache-storage-backend", "hicache-storage-prefetch-policy", "mem-fraction-static",
-                "hicache-io-backend", "hicache-mem-layout"}
+                "hicache-io-backend", "hicache-mem-layout", "chunked-prefill-size"}
 DEFAULT_L2_RATIO = 2.0  # SGLang's --hicache-ratio default
-NOT_STATED = ("engine.max_running_requests", "engine.chunked_prefill_tokens", "cache.mem_fraction_static")
+NOT_STATED = ("engine.max_running_requests",)
+# SGLang server_args._handle_gpu_memory_settings: (card memory below, MiB) -> chunked_prefill_size,
+# cuda_graph_max_bs at tp < 4, at tp >= 4; the last row is every larger card
+SGLANG_MEMORY_ROWS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160),
+                      (160 * 1024, 8192, 256, 512), (None, 16384, 512, 512))
 
 
 class CaseError(ValueError):
@@ -244,6 +250,45 @@ def links_of(case: dict) -> tuple[dict, list]:
     return out, notes
 
 
+def sglang_memory_defaults(hw, tp: int, chunk: int | None = None) -> dict:
+    """SGLang's defaults for a server that sets neither --chunked-prefill-size nor --mem-fraction-static
+    (sgl-project/sglang python/sglang/srt/server_args.py ``_handle_gpu_memory_settings``; the card's
+    memory in MiB as nvidia-smi reports it, here the preset's HBM / 2**20):
+
+        chunked_prefill_size, cuda_graph_max_bs  by the card's memory (SGLANG_MEMORY_ROWS)
+        reserved = 512 + max(chunk, 2048) x 1.5 + cuda_graph_max_bs x 2 + tp / 8 x 1024   (MiB;
+                   pp 1, no DP attention, speculative decoding or piecewise CUDA graphs)
+        reserved = max(reserved, 10 GiB) on a card above 60 GiB
+        mem_fraction_static = round((gpu_mem - reserved) / gpu_mem, 3)
+    """
+    gpu_mem = hw.hbm_bytes_per_gpu / 2**20
+    row = next(r for r in SGLANG_MEMORY_ROWS if r[0] is None or gpu_mem < r[0])
+    chunk = row[1] if chunk is None else chunk
+    graph_bs = row[2] if tp < 4 else row[3]
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return {"chunked_prefill_tokens": chunk, "cuda_graph_max_bs": graph_bs,
+            "mem_fraction_static": round((gpu_mem - reserved) / gpu_mem, 3)}
+
+
+def _memory_knobs(flags: str, hw, tp: int, cache: dict, notes: list) -> dict:
+    """The case's --mem-fraction-static (into `cache`) and SGLang's defaults for what it leaves unset."""
+    mem, chunk = _flag(flags, "mem-fraction-static"), _flag(flags, "chunked-prefill-size")
+    chunk = int(chunk) if chunk and chunk.isdigit() else None
+    sglang = sglang_memory_defaults(hw, tp, chunk)
+    if mem and re.fullmatch(r"[0-9.]+", mem):
+        cache["mem_fraction_static"] = float(mem)
+    else:
+        cache["mem_fraction_static"] = sglang["mem_fraction_static"]
+        notes.append(f"--mem-fraction-static not stated: SGLang's default for the card, "
+                     f"{sglang['mem_fraction_static']} (cuda_graph_max_bs {sglang['cuda_graph_max_bs']})")
+    if chunk is None:
+        notes.append("--chunked-prefill-size not stated: SGLang's default for the card, "
+                     f"{sglang['chunked_prefill_tokens']}")
+    return sglang
+
+
 def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     """The raw scenario (for `scenarios.scenario.resolve`) of a full case, and its notes."""
     model, hw = model_for(str(case["model"])), hardware_for(str(case["gpu"]))
@@ -252,19 +297,16 @@ def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     links, link_notes = links_of(case)
     notes += link_notes
     flags = str(case.get("server_flags", ""))
-    mem = _flag(flags, "mem-fraction-static")
-    defaults = list(NOT_STATED)
-    if mem and re.fullmatch(r"[0-9.]+", mem):
-        cache["mem_fraction_static"] = float(mem)
-        defaults.remove("cache.mem_fraction_static")
+    sglang = _memory_knobs(flags, hw, tp, cache, notes)
     cache.update(page_size=int(case["page_size"]), l1_tokens="auto")
     w = case["workload"]
     workload = {k: w[k] for k in WORKLOAD_KEYS}
     workload["kind"] = "multiturn"
     raw = {"name": case["id"], "description": f"validate: {case['_source'][:120]}", "seed": seed,
            "model": model.name, "hardware": dict(base=hw.name, **links) if links else hw.name, "tp": tp,
-           "cache": cache, "workload": workload}
-    notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(defaults)}")
+           "cache": cache, "engine": {"chunked_prefill_tokens": sglang["chunked_prefill_tokens"]},
+           "workload": workload}
+    notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(NOT_STATED)}")
     notes += _unmapped(flags, w)
     return raw, notes
 
@@ -277,5 +319,6 @@ def _unmapped(flags: str, workload: dict) -> list:
     return out + ([f"workload keys not modelled: {', '.join(extra)}"] if extra else [])
 
 
-__all__ = ["CaseError", "case_files", "check", "skip_reason", "scenario_of", "model_for", "hardware_for",
+__all__ = ["CaseError", "case_files", "check", "skip_reason", "scenario_of", "sglang_memory_defaults", "model_for",
+           "hardware_for",
            "CASE_DIR", "GPU_PRESETS"]

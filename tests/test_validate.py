@@ -9,7 +9,8 @@ import pytest
 
 from radixsim.cli import main
 from radixsim.validate import compare, validate
-from radixsim.validate_cases import CASE_DIR, CaseError, case_files, scenario_of
+from radixsim.validate_cases import CASE_DIR, CaseError, case_files, scenario_of, sglang_memory_defaults
+from scenarios import presets
 
 A3 = "A3-ssdbench-mooncake80g"
 
@@ -20,27 +21,28 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
     # 3 clients x 3 rounds of 4096 new tokens + 1 output token, page 64: round r reuses the
     # whole pages of the previous prompt + output, 4096 (r - 1) of 4096 r + (r - 1) tokens
     assert s["sim_hit_rate"] == [0.0, 4096 / 8193, 8192 / 12290]
-    assert s["sim_ttft_mean_s"] == pytest.approx([0.7335465057790419, 0.8040436357469183, 0.8811021937111442],
+    assert s["sim_ttft_mean_s"] == pytest.approx([0.6303960966261544, 0.9309411558807253, 1.0220517078805424],
                                                  rel=1e-9)
     assert (row["status"], row["model"], row["hardware"], row["rounds"]) == ("ok", "Qwen3-8B", "a100-40gbx1", 3)
     hit_mae = 100 * (abs(4096 / 8193 - 0.5) + abs(8192 / 12290 - 0.667)) / 3
     assert row["hit_mae_pts"] == pytest.approx(hit_mae, rel=1e-12) and round(hit_mae, 4) == 0.0168
-    assert row["ttft_ratio_gmean"] == pytest.approx(0.4082351403861866, rel=1e-9)
-    assert row["ttft_ratio_min"] == pytest.approx(0.8811021937111442 / 3.1, rel=1e-9)
-    assert row["ttft_ratio_max"] == pytest.approx(0.7335465057790419 / 1.12, rel=1e-9)
-    assert row["shape_error"] == pytest.approx(0.25765488591784635, rel=1e-9)
+    assert row["ttft_ratio_gmean"] == pytest.approx(0.4282217667113826, rel=1e-9)
+    assert row["ttft_ratio_min"] == pytest.approx(1.0220517078805424 / 3.1, rel=1e-9)
+    assert row["ttft_ratio_max"] == pytest.approx(0.6303960966261544 / 1.12, rel=1e-9)
+    assert row["shape_error"] == pytest.approx(0.17448328687079376, rel=1e-9)
     assert res["notes"] == [
-        "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests, "
-        "engine.chunked_prefill_tokens, cache.mem_fraction_static",
+        "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests",
         "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
         "L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and eviction ratio 0.05)",
         "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel to direct for this "
         "layout)",
         "hardware pcie_io_backend direct, nic_bytes_per_s 50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
+        "--mem-fraction-static not stated: SGLang's default for the card, 0.833 (cuda_graph_max_bs 32)",
+        "--chunked-prefill-size not stated: SGLang's default for the card, 4096",
         "server flags not modelled: --attention-backend",
         "smoke: 3 clients x 3 rounds",
         # l1 auto by hand in tests/test_presets_new.py; L2 = --hicache-ratio 2 x L1; 80 GiB / 147,456 B
-        "tokens per tier: L1 145,216, L2 290,432, L3 582,528"]  # whole pages of 64
+        "tokens per tier: L1 131,520, L2 263,040, L3 582,528"]  # whole pages of 64
 
 
 def test_compare_by_hand():
@@ -60,7 +62,8 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert (raw["model"], raw["hardware"], raw["tp"]) == ("Qwen3-235B-A22B", "h800x8", 8)
     # --hicache-size 30 (GB per rank): 4 KV heads over 8 ranks -> 192,512 / 4 B per token per rank
     assert raw["cache"] == {"l2_tokens": 30 * 10**9 // 48_128, "write_policy": "write_through",
-                            "page_size": 64, "l1_tokens": "auto"}
+                            "mem_fraction_static": 0.818, "page_size": 64, "l1_tokens": "auto"}
+    assert raw["engine"] == {"chunked_prefill_tokens": 8192}
     assert raw["workload"] == {"num_clients": 80, "num_rounds": 10, "request_length": 2048, "output_length": 1,
                                "max_parallel": 4, "request_rate": 16, "round_barrier": True,
                                "ready_queue_policy": "random", "kind": "multiturn"}
@@ -73,10 +76,12 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
     # the Mooncake pool with its SSD tier: the RAID0's ~14 TB (the case's ssd_bytes) per 147,456 B
     assert (raw["cache"]["l3_model"], raw["cache"]["l3_ssd_tokens"]) == ("mooncake", int(14e12 // 147_456))
-    assert notes[-4:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
+    assert notes[-6:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
                           "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel "
                           "to direct for this layout)", "hardware pcie_io_backend direct, nic_bytes_per_s "
                           "50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
+                          "--mem-fraction-static not stated: SGLang's default for the card, 0.833 "
+                          "(cuda_graph_max_bs 32)", "--chunked-prefill-size not stated: SGLang's default for the card, 4096",
                           "server flags not modelled: --attention-backend"]
     # SGLang's page_first_direct layout runs the direct io backend; the A100 has no published
     # copy-engine rate, so its direct rate is the measured pinned copy rate (the kernel's)
@@ -87,6 +92,20 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert scenario_of(cases["A2-ssdbench-l2"])[0]["hardware"] == "a100-40gbx1"
     assert scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])[0]["hardware"] == {"base": "h800x8",
                                                                                     "l3_protocol": "rdma"}
+
+
+def test_sglang_memory_defaults_by_hand():
+    """SGLang's server_args._handle_gpu_memory_settings for a server without --mem-fraction-static."""
+    # A100-SXM4-40GB (40,960 MiB), tp 1: chunk 4096, graphs 32; 512 + 4096 x 1.5 + 32 x 2 + 1/8 x 1024
+    a100 = sglang_memory_defaults(presets.get_hardware("a100-40gbx1"), 1)
+    assert a100 == {"chunked_prefill_tokens": 4096, "cuda_graph_max_bs": 32,
+                    "mem_fraction_static": round((40_960 - 6_848) / 40_960, 3)} and a100["mem_fraction_static"] == 0.833
+    # H800 (81,559 MiB), tp 8: chunk 8192, graphs 512; 512 + 12,288 + 1,024 + 1,024 = 14,848 (> the 10 GiB floor)
+    h800 = sglang_memory_defaults(presets.get_hardware("h800x8"), 8)
+    assert h800 == {"chunked_prefill_tokens": 8192, "cuda_graph_max_bs": 512, "mem_fraction_static": 0.818}
+    # a stated chunk size enters the reserve; the 10 GiB floor on a card above 60 GiB: 512 + 3,072 + 512 + 128
+    assert sglang_memory_defaults(presets.get_hardware("h800x8"), 1, 2048)["mem_fraction_static"] == round(
+        (81_559 - 10_240) / 81_559, 3)
 
 
 def test_partial_and_non_round_cases_are_skipped_with_their_reason():
