@@ -29,6 +29,18 @@ of present keys from the first (`leading`), mark keys read (`touch`), store keys
   the next put batch: Mooncake's eviction thread wakes every 10 ms);
 - not prefix aware: a lost middle page cuts the reusable run there (`leading` stops at it);
 - ``replicas`` copies of each object share the pool (capacity / replicas objects);
+- ``objects_per_page`` (default 1): the objects SGLang's backend stores per page (its K and V
+  per TP rank: 2 x tp for MHA/GQA, tp for MLA); a page is present only while all of them are
+  (``batch_exists`` stops at the first page with a missing object) and a put stores only the
+  missing ones; capacity is in objects (capacity_pages x objects_per_page);
+- ``shards`` (default 1: one pool-wide pass, Mooncake since #2286, 2026-06-24): Mooncake's
+  ``BatchEvict`` before that (from #374, 2025-05-21) walked its 1024 metadata shards (an
+  object's shard: a hash of its key) from a random one, and in each shard evicted
+  ceil(objects so far x target) - evicted so far of that shard's candidates, oldest lease
+  first (every candidate at the cutoff goes); a second pass takes the oldest remaining
+  candidates up to max(target / 2, used - watermark) of the pool. Eviction is then local to
+  a shard: a shard without never-read objects gives up its oldest leases (any page of any
+  history), so with ``objects_per_page`` > 1 a page's objects are lost independently;
 - an optional SSD tier (``ssd_pages``; 0 = none): what the memory pool evicts is written to
   SSD (Mooncake's offload keeps a disk replica), the oldest offloaded first out when it is
   full; a key on SSD counts as present (a get falls back to the disk replica) and is not put
@@ -37,10 +49,14 @@ of present keys from the first (`leading`), mark keys read (`touch`), store keys
 from __future__ import annotations
 
 import math
+import random
+import zlib
 from collections import OrderedDict
+from itertools import chain
 
 L3_MODELS = ("prefix", "mooncake")
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
+_M64 = (1 << 64) - 1
 
 
 class StorageIndex:
@@ -103,15 +119,20 @@ class MooncakeStore(StorageIndex):
 
     def __init__(self, capacity_pages: int | None, *, high_watermark: float = 0.90,
                  eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0,
-                 lease_ttl_s: float = LEASE_TTL_S):
-        super().__init__(None if capacity_pages is None else capacity_pages // replicas)
+                 lease_ttl_s: float = LEASE_TTL_S, shards: int = 1, objects_per_page: int = 1):
+        per = objects_per_page
+        super().__init__(None if capacity_pages is None else capacity_pages * per // replicas)
+        self.shards = shards
+        self.objects_per_page = per
+        self._start = random.Random(0)  # Mooncake's rand() % kNumShards start shard (seeded here)
+        self.evicted_objects = 0
         self.high_watermark = high_watermark
         self.eviction_ratio = eviction_ratio
         self.lease_ttl_s = lease_ttl_s
         self._fresh: OrderedDict = OrderedDict()  # never read: evicted first, in put order
         self._keys = OrderedDict()  # read: key -> lease timeout (s), oldest lease first
         self._need_eviction = False  # a put failed and no pass has evicted since
-        self.ssd_pages = ssd_pages
+        self.ssd_pages = ssd_pages * per
         self._ssd: OrderedDict = OrderedDict()  # offloaded, oldest first
         self.rejected_puts = 0
         self.eviction_batches = 0
@@ -120,11 +141,22 @@ class MooncakeStore(StorageIndex):
     def __len__(self) -> int:
         return len(self._keys) + len(self._fresh)
 
+    def _objects(self, keys: list) -> list:
+        """The objects of pages `keys` (the keys themselves with one object per page)."""
+        per = self.objects_per_page
+        return keys if per == 1 else [(k, h) for k in keys for h in range(per)]
+
+    def _in_mem(self, obj) -> bool:
+        return obj in self._keys or obj in self._fresh
+
+    def _has(self, obj) -> bool:
+        return obj in self._keys or obj in self._fresh or obj in self._ssd
+
     def in_memory(self, key) -> bool:
-        return key in self._keys or key in self._fresh
+        return all(self._in_mem(o) for o in self._objects([key]))
 
     def __contains__(self, key) -> bool:
-        return key in self._keys or key in self._fresh or key in self._ssd
+        return all(self._has(o) for o in self._objects([key]))
 
     def leading(self, keys) -> int:
         n = 0
@@ -136,10 +168,10 @@ class MooncakeStore(StorageIndex):
 
     def on_ssd(self, keys) -> int:
         """How many of `keys` only the SSD tier holds (a read of them comes from disk)."""
-        return sum(1 for k in keys.tolist() if k in self._ssd and not self.in_memory(k))
+        return sum(1 for k in keys.tolist() if k in self and not self.in_memory(k))
 
     def touch(self, keys) -> None:
-        self._lease(keys.tolist())
+        self._lease(self._objects(keys.tolist()))
 
     def _lease(self, keys) -> None:
         """Grant a read lease (Mooncake's `GrantReadLease`: timeout = max(timeout, now + ttl));
@@ -168,12 +200,12 @@ class MooncakeStore(StorageIndex):
     def put_many(self, keys: list) -> None:
         if self._need_eviction:  # a pass since the last batch, once leases may have expired
             self._evict(True)
-        present = [k for k in keys if k in self]
-        self._lease(present)
+        objs = self._objects(keys)
+        self._lease([o for o in objs if self._has(o)])
         cap = self.capacity_pages
         full = False
-        for k in keys:
-            if k in self:
+        for k in objs:
+            if self._has(k):
                 continue
             if cap is not None and len(self) >= cap:
                 self.rejected_puts += 1  # no space: the put fails, the eviction thread is woken
@@ -194,6 +226,11 @@ class MooncakeStore(StorageIndex):
         if not (used > self.high_watermark or (full and self.eviction_ratio > 0.0)):
             return
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
+        if self.shards > 1:
+            n = self._evict_by_shard(target, max(target / 2, used - self.high_watermark))
+            self._need_eviction = full and n == 0
+            self.eviction_batches += n > 0
+            return
         n = min(len(self._fresh) + self.expired(), math.ceil(n_obj * target))
         self._need_eviction = full and n == 0
         if n:
@@ -204,8 +241,73 @@ class MooncakeStore(StorageIndex):
         for _ in range(n):
             d = self._fresh if self._fresh else self._keys
             k, _v = d.popitem(last=False)
-            self.evicted_pages += 1
-            self._offload(k)
+            self._evicted(k)
+
+    def _evicted(self, obj) -> None:
+        self.evicted_objects += 1
+        self.evicted_pages = self.evicted_objects // self.objects_per_page
+        self._offload(obj)
+
+    def _drop(self, obj) -> None:
+        if obj in self._fresh:
+            del self._fresh[obj]
+        else:
+            del self._keys[obj]
+        self._evicted(obj)
+
+    def shard(self, obj) -> int:
+        """The metadata shard of an object (Mooncake: std::hash of its key string % shards)."""
+        key, half = obj if self.objects_per_page > 1 else (obj, 0)
+        salt = 0
+        if isinstance(key, tuple):  # (component, key) payloads
+            salt, key = zlib.crc32(str(key[0]).encode()), key[1]
+        x = (int(key) ^ (salt << 40) ^ (half * 0x9E3779B97F4A7C15)) & _M64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64  # splitmix64's finalizer
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+        return (x ^ (x >> 31)) % self.shards
+
+    def _candidates(self) -> dict:
+        """Evictable objects -> their lease (never read: -1, the epoch; no clock: lease order)."""
+        out = dict.fromkeys(self._fresh, -1.0)
+        now = None if self.clock is None else self.clock()
+        for i, (k, until) in enumerate(self._keys.items()):
+            if now is None:
+                out[k] = float(i)
+            elif until > now:
+                break
+            else:
+                out[k] = until
+        return out
+
+    def _evict_by_shard(self, target: float, lowerbound: float) -> int:
+        """Mooncake's BatchEvict before #2286 (see the module docstring); returns the objects evicted."""
+        lease, S = self._candidates(), self.shards
+        groups: list = [[] for _ in range(S)]
+        for o in chain(self._fresh, self._keys):
+            groups[self.shard(o)].append(o)
+        start, count, evicted, rest = self._start.randrange(S), 0, 0, []
+        for i in range(S):
+            objs = groups[(start + i) % S]
+            count += len(objs)
+            ideal = math.ceil(count * target) - evicted
+            cands = [o for o in objs if o in lease]
+            if ideal <= 0 or not cands:
+                rest += cands if ideal <= 0 else []
+                continue
+            cut = sorted(lease[o] for o in cands)[min(ideal, len(cands)) - 1]
+            for o in cands:
+                if lease[o] <= cut:
+                    self._drop(o)
+                    evicted += 1
+                else:
+                    rest.append(o)
+        want = min(math.ceil(count * lowerbound) - evicted, len(rest))
+        if want > 0:  # second pass: the oldest candidates left, in shard order
+            cut = sorted(lease[o] for o in rest)[want - 1]
+            for o in [o for o in rest if lease[o] <= cut][:want]:
+                self._drop(o)
+            evicted += want
+        return evicted
 
     def _offload(self, key) -> None:
         if not self.ssd_pages:
@@ -231,7 +333,8 @@ def make_store(cfg, page_size: int) -> StorageIndex:
         return StorageIndex(cap)
     return MooncakeStore(cap, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
                          replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size,
-                         lease_ttl_s=cfg.l3_lease_ttl_s)
+                         lease_ttl_s=cfg.l3_lease_ttl_s, shards=cfg.l3_eviction_shards,
+                         objects_per_page=cfg.l3_objects_per_page)
 
 
 __all__ = ["L3_MODELS", "LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store"]

@@ -63,6 +63,8 @@ class TierConfig:
     l3_replicas: int = 1  # mooncake: copies of each object in the pool
     l3_ssd_tokens: int | None = None  # mooncake: SSD offload tier below the pool (None: none)
     l3_lease_ttl_s: float = 10.0  # mooncake: read lease TTL (default_kv_lease_ttl), on the store's clock
+    l3_eviction_shards: int = 1  # mooncake: 1 = one pool-wide pass; 1024 = per metadata shard (before #2286)
+    l3_objects_per_page: int = 1  # mooncake: objects per page (SGLang: K and V per TP rank)
     prefetch_policy: str = "wait_complete"
     prefetch_timeout_base_s: float = 1.0
     prefetch_timeout_per_1k_s: float = 0.25
@@ -91,8 +93,10 @@ class TierConfig:
             raise ValueError("l3_high_watermark and l3_eviction_ratio must be in [0, 1]")
         if not (isinstance(self.l3_lease_ttl_s, (int, float)) and 0.0 <= self.l3_lease_ttl_s < float("inf")):
             raise ValueError(f"l3_lease_ttl_s must be a finite number >= 0, got {self.l3_lease_ttl_s!r}")
-        if isinstance(self.l3_replicas, bool) or not isinstance(self.l3_replicas, int) or self.l3_replicas < 1:
-            raise ValueError(f"l3_replicas must be an integer >= 1, got {self.l3_replicas!r}")
+        for name in ("l3_replicas", "l3_eviction_shards", "l3_objects_per_page"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if self.l3_ssd_tokens and self.l3_model != "mooncake":
             raise ValueError("l3_ssd_tokens needs l3_model 'mooncake'")
         if self.write_through_threshold < 1 or self.min_prefetch_tokens < 0:

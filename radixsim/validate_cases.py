@@ -26,6 +26,13 @@ simulator cannot express is said in the case's notes:
   the scenario defaults (listed in the notes), except the two SGLang derives from the GPU's memory;
 - ``--chunked-prefill-size`` and ``--mem-fraction-static`` not stated: SGLang's own defaults for the
   card (`sglang_memory_defaults`, from `server_args._handle_gpu_memory_settings`);
+- a Mooncake pool holds SGLang's objects: K and V per TP rank per page for GQA/MHA models, one
+  per rank for MLA (SGLang's mooncake_store.py ``_get_mha_buffer_meta``/``_get_mla_buffer_meta``);
+  with per-shard eviction (``cache.l3_eviction_shards`` > 1) they are the store's objects
+  (``cache.l3_objects_per_page`` = 2 x tp or tp); with one pool-wide pass a page's objects share
+  their lease and go together, so one object per page is the same model (and cheaper);
+- documented software: a case's ``cache`` mapping (scenario cache keys the published run's
+  software implies, e.g. Mooncake's eviction at the run's date, reasoning in ``cache_source``);
 - documented hardware: a case's ``hardware`` mapping (hardware fields the published run's text
   states, e.g. its NICs, with the arithmetic and the source line in ``hardware_source``) overrides
   the preset's fields; it is the run's stated setup, never a fitted knob.
@@ -223,7 +230,22 @@ def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
             notes.append(f"SSD tier {ssd:,.0f} B below the pool (cache.l3_ssd_tokens)")
         else:
             notes.append("SSD tier not modelled: simulated as L3 without SSD")
+    stated = _mapping(case, "cache", "scenario cache keys")
+    if stated:
+        cache.update(stated)
+        notes.append("case cache: " + ", ".join(f"{k} {v}" for k, v in stated.items()))
+    if cache.get("l3_model") == "mooncake" and cache.get("l3_eviction_shards", 1) > 1:
+        cache["l3_objects_per_page"] = (2 if model.attention == "gqa" else 1) * tp
+        notes.append(f"L3 objects per page: {cache['l3_objects_per_page']} (SGLang's K and V per rank)")
     return cache, notes
+
+
+def _mapping(case: dict, key: str, what: str) -> dict:
+    """A case's optional mapping `key` (documented setup), or a one-line CaseError."""
+    value = case.get(key) or {}
+    if not isinstance(value, dict):
+        raise CaseError(f"{case['_file']}: {case['id']}: {key}: expected a mapping of {what}")
+    return value
 
 
 def links_of(case: dict) -> tuple[dict, list]:
@@ -241,10 +263,7 @@ def links_of(case: dict) -> tuple[dict, list]:
     protocol = _flag(text, "MOONCAKE_PROTOCOL") or _flag(text, "protocol")
     if protocol:
         out["l3_protocol"] = protocol.lower()
-    stated = case.get("hardware") or {}
-    if not isinstance(stated, dict):
-        raise CaseError(f"{case['_file']}: {case['id']}: hardware: expected a mapping of hardware fields")
-    out.update(stated)
+    out.update(_mapping(case, "hardware", "hardware fields"))
     if out:
         notes.append("hardware " + ", ".join(f"{k} {v}" for k, v in out.items()))
     return out, notes

@@ -16,7 +16,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           rank, SGLang's --hicache-size; one of these three), l3_tokens (null: no L3;
           unbounded; tokens; bytes), policy, write_policy, l3_write, prefetch_policy,
           min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/store.py),
-          l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens, l3_lease_ttl_s (mooncake)
+          l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens, l3_lease_ttl_s,
+          l3_eviction_shards, l3_objects_per_page (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
            expert parallelism, priced by sim/operators.py)
@@ -219,6 +220,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                            l3_model=c["l3_model"], l3_high_watermark=c["l3_eviction_high_watermark"],
                            l3_eviction_ratio=c["l3_eviction_ratio"], l3_replicas=c["l3_replicas"],
                            l3_ssd_tokens=ssd, l3_lease_ttl_s=c["l3_lease_ttl_s"],
+                           l3_eviction_shards=c["l3_eviction_shards"], l3_objects_per_page=c["l3_objects_per_page"],
                            write_policy=c["write_policy"], l3_write=c["l3_write"],
                            prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
                            kv_bytes_per_token=int(bpt),

@@ -55,6 +55,8 @@ SCHEMA = {
         "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
         "l3_replicas": (1, "int1", "an integer >= 1"),
         "l3_lease_ttl_s": (10.0, "nonneg", "a number >= 0 (seconds; Mooncake's default_kv_lease_ttl)"),
+        "l3_eviction_shards": (1, "int1", "an integer >= 1 (1: pool-wide; 1024: Mooncake's per-shard BatchEvict)"),
+        "l3_objects_per_page": (1, "int1", "an integer >= 1 (objects per page: SGLang's K and V per TP rank)"),
         "l3_ssd_tokens": (None, "size_or_none", f"null (no SSD tier) or {_ANY_SIZE}"),
         "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
         "min_prefetch_tokens": (256, "int0", "an integer >= 0"),

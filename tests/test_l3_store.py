@@ -101,6 +101,41 @@ def test_without_a_clock_leases_only_order_eviction():
     assert held(s) == [1, 2, 3, 4]
 
 
+def test_per_shard_eviction_takes_the_oldest_lease_of_a_shard_without_never_read_objects():
+    """Mooncake's BatchEvict before #2286: shard by shard from a random one (Random(0): shard 1),
+    each evicting ceil(objects so far x target) - evicted so far, oldest lease first."""
+    s = MooncakeStore(20, high_watermark=0.5, eviction_ratio=0.1, shards=2)
+    assert [s.shard(k) for k in (0, 2, 3, 4, 5, 6, 7, 8)] == [0] * 8 and [s.shard(k) for k in (1, 9, 10)] == [1] * 3
+    s.put_many([0, 2, 1, 9, 10])
+    s.touch(np.array([1, 9, 10, 0, 2]))  # lease order 1 9 10 0 2
+    s.put_many([3, 4, 5, 6, 7, 8])  # never read, all in shard 0; 11 objects, 0.55: target 0.15
+    # shard 1 (3 objects): ceil(3 x 0.15) = 1, its oldest lease, 1; shard 0 (11 so far):
+    # ceil(11 x 0.15) - 1 = 1, a never-read object's lease: all 6 never-read go
+    assert held(s) == [0, 2, 9, 10] and s.evicted_pages == 7 and s.eviction_batches == 1
+    g = MooncakeStore(20, high_watermark=0.5, eviction_ratio=0.1)  # one pool-wide pass: only the 6
+    g.put_many([0, 2, 1, 9, 10])
+    g.touch(np.array([1, 9, 10, 0, 2]))
+    g.put_many([3, 4, 5, 6, 7, 8])
+    assert held(g) == [0, 1, 2, 9, 10]
+
+
+def test_a_page_is_lost_with_either_of_its_objects_and_only_the_missing_one_is_put_again():
+    """SGLang stores a page's K and V as two objects; per-shard eviction may take one of them."""
+    s = MooncakeStore(10, high_watermark=0.4, eviction_ratio=0.1, shards=2, objects_per_page=2)
+    assert s.capacity_pages == 20  # objects
+    assert [s.shard((9, h)) for h in (0, 1)] == [1, 1] and [s.shard((0, h)) for h in (0, 1)] == [0, 1]
+    assert {s.shard((k, h)) for k in (2, 4, 5) for h in (0, 1)} == {0}
+    s.put_many([9, 0])
+    s.touch(np.array([9, 0]))  # lease order (9, K) (9, V) (0, K) (0, V)
+    s.put_many([2, 4, 5])  # 10 objects, 0.5: target 0.2
+    # shard 1 holds (9, K) (9, V) (0, V): ceil(3 x 0.2) = 1, its oldest lease: 9's K;
+    # shard 0: ceil(10 x 0.2) - 1 = 1, a never-read object's lease: the 6 objects of 2, 4, 5
+    assert (9 in s, 0 in s, len(s), s.evicted_objects, s.evicted_pages) == (False, True, 3, 7, 3)
+    assert s.leading(np.array([0, 9, 2])) == 1 and held(s) == [0]
+    s.put_many([9])  # only 9's K is put again (its V is present: leased)
+    assert 9 in s and len(s) == 4 and s.eviction_batches == 1
+
+
 def test_replicas_share_the_pool():
     assert MooncakeStore(10, replicas=2).capacity_pages == 5
 
@@ -160,6 +195,8 @@ def test_prefix_model_is_the_default_and_keeps_its_index():
 @pytest.mark.parametrize("bad,msg", [
     (dict(l3_model="lru"), "l3_model 'lru': expected one of prefix, mooncake"),
     (dict(l3_replicas=0), "l3_replicas must be an integer >= 1, got 0"),
+    (dict(l3_eviction_shards=0), "l3_eviction_shards must be an integer >= 1, got 0"),
+    (dict(l3_objects_per_page=1.5), "l3_objects_per_page must be an integer >= 1, got 1.5"),
     (dict(l3_high_watermark=1.5), "l3_high_watermark and l3_eviction_ratio must be in [0, 1]"),
     (dict(l3_ssd_tokens=64), "l3_ssd_tokens needs l3_model 'mooncake'"),
 ])
@@ -182,11 +219,16 @@ def scenario(**cache):
 
 def test_scenario_keys_reach_the_store():
     sc = scenario(l3_tokens="1GiB", l3_model="mooncake", l3_eviction_high_watermark=0.8, l3_eviction_ratio=0.1,
-                  l3_replicas=2, l3_ssd_tokens=65536, l3_lease_ttl_s=2.5)
+                  l3_replicas=2, l3_ssd_tokens=65536, l3_lease_ttl_s=2.5, l3_eviction_shards=1024,
+                  l3_objects_per_page=2)
     t = sc.cache.tiers
     assert (t.l3_model, t.l3_high_watermark, t.l3_eviction_ratio, t.l3_replicas, t.l3_ssd_tokens,
-            t.l3_lease_ttl_s) == ("mooncake", 0.8, 0.1, 2, 65536, 2.5)
-    assert make_store(t, 64).lease_ttl_s == 2.5 and scenario(l3_tokens="1GiB").cache.tiers.l3_lease_ttl_s == 10.0
+            t.l3_lease_ttl_s, t.l3_eviction_shards, t.l3_objects_per_page) == ("mooncake", 0.8, 0.1, 2, 65536, 2.5,
+                                                                            1024, 2)
+    st = make_store(t, 64)
+    assert (st.lease_ttl_s, st.shards, st.objects_per_page) == (2.5, 1024, 2)
+    default = scenario(l3_tokens="1GiB").cache.tiers
+    assert (default.l3_lease_ttl_s, default.l3_eviction_shards, default.l3_objects_per_page) == (10.0, 1, 1)
     assert sc.doc["cache"]["l3_ssd_tokens"] == 65536
 
 

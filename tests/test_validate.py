@@ -34,6 +34,8 @@ def test_smoke_case_reproduces_its_table_from_the_fixed_seed():
         "Qwen3-8B on a100-40gbx1 tp=1; not stated, scenario defaults: engine.max_running_requests",
         "L3 pool 80GB read as 80 GiB (Mooncake's parser)",
         "L3 as Mooncake Store (cache.l3_model mooncake, Mooncake's default watermark 0.90 and eviction ratio 0.05)",
+        "case cache: l3_eviction_shards 1024",
+        "L3 objects per page: 2 (SGLang's K and V per rank)",
         "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel to direct for this "
         "layout)",
         "hardware pcie_io_backend direct, nic_bytes_per_s 50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
@@ -76,7 +78,8 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert raw["cache"]["l3_tokens"] == 80 * 2**30 // 147_456
     # the Mooncake pool with its SSD tier: the RAID0's ~14 TB (the case's ssd_bytes) per 147,456 B
     assert (raw["cache"]["l3_model"], raw["cache"]["l3_ssd_tokens"]) == ("mooncake", int(14e12 // 147_456))
-    assert notes[-6:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
+    assert notes[-8:] == ["SSD tier 14,000,000,000,000 B below the pool (cache.l3_ssd_tokens)",
+                          "case cache: l3_eviction_shards 1024", "L3 objects per page: 2 (SGLang's K and V per rank)",
                           "--hicache-mem-layout page_first_direct: io backend direct (SGLang switches kernel "
                           "to direct for this layout)", "hardware pcie_io_backend direct, nic_bytes_per_s "
                           "50000000000.0, l3_rdma_bytes_per_s 23750000000.0",
@@ -90,6 +93,9 @@ def test_mapping_uses_the_case_setup_and_presets_only():
     assert raw["hardware"] == {"base": "a100-40gbx1", "pcie_io_backend": "direct", "nic_bytes_per_s": 50e9,
                                "l3_rdma_bytes_per_s": 0.475 * 2 * 200e9 / 8}
     assert scenario_of(cases["A2-ssdbench-l2"])[0]["hardware"] == "a100-40gbx1"
+    # the run predates Mooncake #2286 (case cache): per-shard eviction of SGLang's K and V objects
+    assert (raw["cache"]["l3_eviction_shards"], raw["cache"]["l3_objects_per_page"]) == (1024, 2)
+    assert "l3_objects_per_page" not in scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])[0]["cache"]
     assert scenario_of(cases["H3-h800-qwen235b-mooncake-760g"])[0]["hardware"] == {"base": "h800x8",
                                                                                     "l3_protocol": "rdma"}
 
@@ -106,6 +112,15 @@ def test_sglang_memory_defaults_by_hand():
     # a stated chunk size enters the reserve; the 10 GiB floor on a card above 60 GiB: 512 + 3,072 + 512 + 128
     assert sglang_memory_defaults(presets.get_hardware("h800x8"), 1, 2048)["mem_fraction_static"] == round(
         (81_559 - 10_240) / 81_559, 3)
+
+
+def test_a3_cliff_with_mooncakes_per_shard_eviction():
+    """A3 (80 GiB Mooncake pool, published 83% 81% 36% 21% in rounds 6-9): evicting shard by
+    shard, a page's K or V goes with the oldest leases of its shard, cutting whole histories."""
+    (res,) = validate([A3])
+    assert [round(100 * h, 2) for h in res["series"]["sim_hit_rate"]] == [
+        0.0, 49.99, 66.66, 74.99, 79.98, 83.32, 64.54, 34.14, 23.33, 11.15]
+    assert round(res["row"]["hit_mae_pts"], 2) == 2.34
 
 
 def test_partial_and_non_round_cases_are_skipped_with_their_reason():
