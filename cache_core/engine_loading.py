@@ -12,9 +12,9 @@ and the forward pass waits only for the layer it is about to compute
 a prefill step while its loads are in flight (`_may_overlap`: L2 -> L1 loads only, with an
 executor that times steps per layer, ``executor.layers``; a storage run's L3 -> L2 fetch is
 waited for in ``loading`` and the L2 -> L1 round after it is overlapped; with SWA/MAMBA the
-FULL pages, then the window's pages and the MAMBA state in one more round, as long as the
-first round loads every FULL page of the prefix and the cache has no L3 tier, else the
-request waits as with ``none``); the loads keep occupying their
+FULL pages, the window's pages and the MAMBA state in one round, the prefix locked until
+they land, as long as the round loads every FULL page of the prefix and L1 takes those
+payloads, else the request waits as with ``none``); the loads keep occupying their
 link (contention with backups and other loads stays modelled), and the step, of compute time
 C over the model's L layers (C split evenly), ends at
 ``max(t0 + C, a_0 + C, done + C/L)`` (`overlap_end_s`): the first layer's load is exposed, and
@@ -242,12 +242,11 @@ class LoadOps:
         return ok
 
     def _relock_loaded(self, r: EngineRequest) -> None:
-        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too).
-        With SWA/MAMBA the boundary payloads (the window's pages, the checkpoint) load in one
-        more round once the path is on L1, as `_resolve`'s rounds do; the step waits for them
-        too (`_overlap_wait`). When L1 cannot serve the prefix after all (a payload found no
-        room or left L2 meanwhile) and r has not started computing, it is resolved again
-        without overlap, as it would have been."""
+        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too),
+        which then replaces the pin r held (SWA/MAMBA). A boundary payload L1 still lacks (a
+        failed transfer) loads in one more round, as `_resolve`'s rounds do; the step waits for
+        it too (`_overlap_wait`). When L1 cannot serve the prefix after all and r has not
+        started computing, it is resolved again without overlap, as it would have been."""
         cache = self.cache
         m = cache.match(r.seq, r.prefix_len)
         cache.lock(m)
