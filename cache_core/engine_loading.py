@@ -12,9 +12,9 @@ and the forward pass waits only for the layer it is about to compute
 a prefill step while its loads are in flight (`_may_overlap`: L2 -> L1 loads only, with an
 executor that times steps per layer, ``executor.layers``; a storage run's L3 -> L2 fetch is
 waited for in ``loading`` and the L2 -> L1 round after it is overlapped; with SWA/MAMBA the
-FULL pages, then the window's pages and the MAMBA state in one more round, as long as the
-first round loads every FULL page of the prefix and the cache has no L3 tier, else the
-request waits as with ``none``); the loads keep occupying their
+FULL pages, the window's pages and the MAMBA state in one round, the prefix locked until
+they land, as long as the round loads every FULL page of the prefix and L1 takes those
+payloads, else the request waits as with ``none``); the loads keep occupying their
 link (contention with backups and other loads stays modelled), and the step, of compute time
 C over the model's L layers (C split evenly), ends at
 ``max(t0 + C, a_0 + C, done + C/L)`` (`overlap_end_s`): the first layer's load is exposed, and
@@ -167,14 +167,16 @@ class LoadOps:
         if r.first_prefix is None:
             r.first_prefix = m.device
         m0 = m
+        pin = bool(cache.voters) and cache.hier is not None and self._layerwise()
+        if pin:  # the prefix stays put while its loads are planned (`_start_overlapped`)
+            cache.lock(m0)
         if cache.hier is not None:
             m = cache.load(m, r.seq)
         r.match = m
         r.resolve_rounds += 1
         issued = self._drain(r)
-        if r.waiting_ids and self._may_overlap(r, m0, issued):
+        if self._start_overlapped(r, m0, issued, pin):
             m = m0  # its prefix once the loads land; it joins steps while they are in flight
-            r.load_start_s = self.clock.now()
         elif r.waiting_ids:
             if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
                 self._set_phase(r, LOADING)
@@ -195,41 +197,63 @@ class LoadOps:
             r.cached_host = loaded - r.cached_storage
         self.ready.append(r)
 
+    def _layerwise(self) -> bool:
+        return self.config.load_overlap == "layerwise" and getattr(self.executor, "layers", None) is not None
+
+    def _start_overlapped(self, r: EngineRequest, m0, issued: list, pin: bool) -> bool:
+        """If r's loads just `issued` for match `m0` may overlap (`_may_overlap`), r joins steps
+        from now while they are in flight. A `pin` (a second lock on m0, SWA/MAMBA) then becomes
+        r's match: its whole prefix, the window's pages and the checkpoint included, stays
+        locked until the loads land (`_relock_loaded`), so no eviction on L1 and no drop of an
+        L2 copy that L3 holds (l3_copies.py) takes what they complete; otherwise it goes."""
+        ok = bool(r.waiting_ids) and self._may_overlap(r, m0, issued)
+        if pin:
+            self.cache.unlock(r.match if ok else m0)
+            if ok:
+                r.match = m0
+        if ok:
+            r.load_start_s = self.clock.now()
+        return ok
+
     def _may_overlap(self, r: EngineRequest, m0, issued: list) -> bool:
         """Layerwise overlap applies to r's transfers just `issued` for match `m0`: L2 -> L1
-        loads only (FULL pages, SWA window pages, MAMBA states). A storage run (L3 -> L2 first,
-        a prefetch or a component payload only L3 holds) is not overlapped: it precedes, and
-        the request waits for it; once it has landed on L2, the next round's L2 -> L1 loads
-        are. With SWA/MAMBA the prefix must be settled now: only when these loads bring every
-        FULL page up to m0's boundary (its components' payloads then follow in one more round,
-        `_relock_loaded`), and without an L3 tier; when L1 had no room for all of them the
-        request waits, and the rounds settle a shorter prefix, as without overlap."""
-        if (self.config.load_overlap != "layerwise" or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
-                or getattr(self.executor, "layers", None) is None
+        loads only. A storage run (L3 -> L2 first, a prefetch or a component payload only L3
+        holds) is not overlapped: it precedes, and the request waits for it; once it has
+        landed on L2, the next round's L2 -> L1 loads are (as SGLang: the prefetch from L3 is
+        waited for, the host -> device load overlaps). With SWA/MAMBA the prefix must be
+        settled now, in one round: the loads bring every FULL page up to m0's boundary, and
+        the window's pages and the MAMBA checkpoint are issued with them (`load_payloads`:
+        their L1 slots taken now, before r takes its own at its start); when an L1 pool has
+        no room for them the request waits, and the rounds settle a shorter prefix, as
+        without overlap."""
+        if (not self._layerwise() or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
                 or not all(self._kinds.get(t) == "load" for t in r.waiting_ids)):
             return False
-        if not self.cache.voters:
+        cache = self.cache
+        if not cache.voters:
             return True
-        if self.cache.hier.storage is not None:  # L2 drops component copies L3 holds first
-            return False  # (l3_copies.py): a window could leave L2 before its round; they wait
         full = sum(t.tokens for t in issued if t.kind == "load" and t.component == "full")
-        return m0.device + full >= m0.cached_tokens
+        if m0.device + full < m0.cached_tokens:
+            return False
+        if not full:  # the path was on L1: `load` issued the payloads already
+            return True
+        ok = cache.load_payloads(m0)
+        self._drain(r)
+        return ok
 
     def _relock_loaded(self, r: EngineRequest) -> None:
-        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too).
-        With SWA/MAMBA the boundary payloads (the window's pages, the checkpoint) load in one
-        more round once the path is on L1, as `_resolve`'s rounds do; the step waits for them
-        too (`_overlap_wait`). When L1 cannot serve the prefix after all (a payload found no
-        room or left L2 meanwhile) and r has not started computing, it is resolved again
-        without overlap, as it would have been."""
+        """r's overlapped loads are acknowledged: lock its whole prefix (the loaded nodes too),
+        which then replaces the pin r held (SWA/MAMBA). A boundary payload L1 still lacks (a
+        failed transfer) loads in one more round, as `_resolve`'s rounds do; the step waits for
+        it too (`_overlap_wait`). When L1 cannot serve the prefix after all and r has not
+        started computing, it is resolved again without overlap, as it would have been."""
         cache = self.cache
         m = cache.match(r.seq, r.prefix_len)
         cache.lock(m)
         if cache.voters:
-            m = cache.load(m, r.seq)  # what L1 serves now; the payloads it lacks are issued
-            cache.unlock(r.match)
-            r.match = m
+            m = cache.load(m, r.seq)  # what L1 serves now; any payload it still lacks is issued
             if self._drain(r) and r.waiting_ids:
+                cache.unlock(m)  # r.match (the pinned prefix) holds it until these land too
                 r.resolve_rounds += 1
                 return
         if m.cached_tokens != r.prefix_len and not r.started and r in self.ready:

@@ -288,17 +288,23 @@ def test_host_hit_load_overlapped_with_compute_per_layer(overlap, kv_bytes):
     assert step.prefill[0][1:] == (30, 640)  # computes only the new tokens over the (loading) context
 
 
-@pytest.mark.parametrize("comp", ["swa", "mamba"])
-def test_hybrid_host_hit_is_cheaper_overlapped_than_loaded_then_computed(comp):
+@pytest.mark.parametrize("l3", [False, True])
+@pytest.mark.parametrize("comp", ["swa", "mamba", "swa+mamba"])
+def test_hybrid_host_hit_is_cheaper_overlapped_than_loaded_then_computed(comp, l3):
     """The same lone host hit (640 tokens + 30 new) on a FULL+SWA or FULL+MAMBA cache: `none`
     waits for its loads (FULL pages and the SWA window's pages or the MAMBA state, round after
     round), T = ready - admit, then computes C; `layerwise` joins the step at once and the same
-    loads land per layer: TTFT = max(T/L + C, T + C/L) < T + C, the same prefix reused."""
+    loads, issued in one round (the payloads with the FULL pages: one link latency less,
+    T1 = T - latency), land per layer: TTFT = max(T1/L + C, T1 + C/L) < T + C, the same
+    prefix reused. With an L3 tier too (write-through stores on their own link): the same."""
     L = COST.model.num_layers
-    extra = (dict(swa=SwaConfig(window_tokens=64, capacity_tokens=1_024)) if comp == "swa"
-             else dict(mamba=MambaConfig(slots=8)))
+    extra = {}
+    if "swa" in comp:
+        extra["swa"] = SwaConfig(window_tokens=64, capacity_tokens=1_024)
+    if "mamba" in comp:
+        extra["mamba"] = MambaConfig(slots=8)
     tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=1_000_000, swa_bytes_per_token=200_000,
-                       state_bytes=50_000_000)
+                       state_bytes=50_000_000, l3=l3)
     got = {}
     for overlap in ("none", "layerwise"):
         cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers, **extra)
@@ -308,17 +314,64 @@ def test_hybrid_host_hit_is_cheaper_overlapped_than_loaded_then_computed(comp):
                  (10.0, req(2, np.concatenate([np.arange(640), [3] * 30]), 2))]
         r = run(env, e, timed)[2]
         step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
-        copies = cache.mamba.copies if comp == "mamba" else None  # the checkpoint copied once loaded
+        copies = cache.mamba.copies if "mamba" in comp else None  # the checkpoint copied once loaded
         got[overlap] = (r, step.prefill[0][1:], cache.hier.tokens_moved["L2->L1"], copies)
     (slow, slow_step, moved, copies), (fast, fast_step, moved2, copies2) = got["none"], got["layerwise"]
     assert (slow.cached_host, fast.cached_host, slow_step, fast_step, moved) == (640, 640, (30, 640), (30, 640), moved2)
     assert copies == copies2 and (comp == "swa" or copies == 1)
+    assert (slow.cached_storage, fast.cached_storage) == (0, 0)
     T = slow.ready_s - slow.admit_s
     C = slow.first_token_s - slow.ready_s
     assert T > 0 and C > 0 and fast.ready_s == fast.admit_s == slow.admit_s == 10.0
-    ttft = max(T / L + C, T + C / L)
+    T1 = T - HW.pcie_latency_s
+    ttft = max(T1 / L + C, T1 + C / L)
     assert fast.first_token_s - fast.arrival_s == pytest.approx(ttft, rel=1e-9) and ttft < T + C
     assert fast.load_s == pytest.approx(ttft - C, rel=1e-9)
+
+
+def test_overlapped_hybrid_load_with_l3_keeps_its_prefix_under_pool_pressure():
+    """FULL+SWA+MAMBA with L2 and L3, a lone host hit (640 tokens + 30 new) overlapped with its
+    compute. Right after it started (it took its own SWA pages and state slots), the pools are
+    squeezed while its loads are in flight: L2 drops every SWA page / checkpoint copy L3 holds
+    (l3_copies.py) and other requests take every L1 SWA page and state slot (evicting what is
+    unlocked). The crash condition of the Inkling figure-4 L3 run: a window planned for a
+    second round found no L1 room (or its L2 copy gone) once the request had started
+    ("overlapped loads left 0 of its ... prefix tokens"). Now its window's pages and its
+    checkpoint load with its FULL pages in one round (L1 slots taken at plan time) and its
+    prefix stays locked until they land: it reuses all 640 tokens from L2, overlapped."""
+    L = COST.model.num_layers
+    tiers = TierConfig(hicache_ratio=4, kv_bytes_per_token=1_000_000, swa_bytes_per_token=200_000,
+                       state_bytes=50_000_000, l3=True)
+    cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers,
+                      swa=SwaConfig(window_tokens=64, capacity_tokens=1_024), mamba=MambaConfig(slots=8))
+    env, cache, e, steps = make(cfg, layers=L, max_running_requests=1, chunked_prefill_tokens=None)
+    taken = {}
+
+    def squeeze():  # r started at 10.0; its FULL pages take 18.2 ms on the link, all its loads 19.9 ms
+        yield env.timeout(10.001)
+        swa, mamba = cache.swa, cache.mamba
+        taken["dropped"] = swa.l3_copies.drop(swa.host_pool.capacity_pages) + mamba.l3_copies.drop(8)
+        swa.evict(swa.pool.capacity_pages)
+        mamba.evict(8)
+        taken["swa"], taken["mamba"] = swa.pool.alloc(swa.pool.free_pages), mamba.pool.alloc(mamba.pool.free_pages)
+        taken["inflight"] = [e.inflight]
+        yield env.timeout(0.0175)  # past the FULL pages' landing (when a second round was planned)
+        taken["inflight"].append(e.inflight)
+        swa.pool.free(taken["swa"])
+        mamba.pool.free(taken["mamba"])
+        e.clock.kick()  # a request waiting for room may go on
+
+    env.process(squeeze())
+    timed = [(0.0, req(0, np.arange(640), 2)), (5.0, req(1, np.arange(640) + 5000, 2)),
+             (10.0, req(2, np.concatenate([np.arange(640), [3] * 30]), 2))]
+    r = run(env, e, timed)[2]
+    # the squeeze dropped copies and took pages, and lasted while its loads were in flight
+    assert taken["dropped"] > 0 and len(taken["swa"]) > 0 and min(taken["inflight"]) > 0
+    assert (r.cached_tokens, r.cached_host, r.cached_storage, r.ready_s, r.admit_s) == (640, 640, 0, 10.0, 10.0)
+    step = next(s for s in steps if s.prefill and s.prefill[0][0].rid == 2)
+    assert step.prefill[0][1:] == (30, 640)
+    # its FULL pages, its window's SWA pages and its checkpoint, each loaded once
+    assert cache.hier.bytes_moved["L2->L1"] == 640 * 1_000_000 + 64 * 200_000 + 50_000_000
 
 
 def test_overlap_end_s_two_loads():
