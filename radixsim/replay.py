@@ -14,7 +14,7 @@ import numpy as np
 from cache_core import CacheConfig, RadixCache, ReplayStepper
 from cache_core.belady import Belady, NextUseOracle
 from cache_core.keys import page_keys
-from cache_core.replay import MissSplit
+from cache_core.miss_split import MissSplit
 from cache_core.config import MambaConfig, SidecarConfig, SwaConfig
 from cache_core.tiers import TierConfig
 from cache_core import invariants
