@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-EXIT_BAD_INPUT = 2
+from .args import EXIT_BAD_INPUT, Parser
+
 _KIND_COLOURS = {"question": "#4c72b0", "sample": "#4c72b0", "turn": "#4c72b0", "thought": "#55a868",
                  "score": "#c44e52", "step": "#4c72b0", "subagent": "#8172b2", "join": "#dd8452"}
 
@@ -144,10 +145,8 @@ def plot_dag(program, path: str) -> None:
 def main(argv=None) -> int:
     """``python -m radixsim.workload_cli workload show NAME ...`` (the same command, until the
     main CLI wires `add_parsers` and `dispatch` in)."""
-    from .cli import _Parser
-
-    p = _Parser(prog="radixsim")
-    add_parsers(p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND"))
+    p = Parser(prog="radixsim")
+    add_parsers(p.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND"))
     rc = dispatch(p.parse_args(argv))
     if rc is None:
         p.print_help()

@@ -7,7 +7,6 @@ import dataclasses
 import numbers
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 
 from .traces import MAX_PROMPT_TOKENS
@@ -173,6 +172,8 @@ class AgentConfig(ProgramConfig):
 # ------------------------------------------------------------------------------------------
 class _Dag:
     def __init__(self, cfg: ProgramConfig, prefix_len: int = 0):
+        import networkx as nx  # here: a program is built only by the commands that run one
+
         self.g = nx.DiGraph(sessions=1, prefix=prefix_len)
         self.commit = None
         if cfg.commit_prefix and prefix_len:  # the prefix goes first, alone; the roots become its children
