@@ -7,8 +7,9 @@ import copy
 import math
 import numbers
 
-from cache_core.engine_types import LOAD_OVERLAPS, SCHEDULE_POLICIES
+from cache_core.engine_types import LOAD_OVERLAPS
 from cache_core.eviction import policy_names
+from cache_core.scheduling import schedule_policy_names
 from cache_core.store import L3_MODELS
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
@@ -65,7 +66,7 @@ SCHEMA = {
         "max_running_requests": (16, "int1", "an integer >= 1"),
         "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
         "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
-        "schedule_policy": ("fcfs", ("choice", SCHEDULE_POLICIES), "one of " + ", ".join(SCHEDULE_POLICIES)),
+        "schedule_policy": ("fcfs", "schedule_policy", "one of " + ", ".join(schedule_policy_names())),
         "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
         "mixed_chunk": (False, "bool", "true or false"),
         "load_overlap": ("layerwise", ("choice", LOAD_OVERLAPS), "one of " + ", ".join(LOAD_OVERLAPS)),
@@ -170,6 +171,7 @@ def _ok(check, v) -> bool:
         "model": lambda: isinstance(v, (str, dict)),
         "hardware": lambda: isinstance(v, (str, dict)),
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
+        "schedule_policy": lambda: isinstance(v, str) and v in schedule_policy_names(),
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
