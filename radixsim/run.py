@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from cache_core import RadixCache, invariants
+from scenarios.workload_kinds import workload_kind
 
 from . import results
 from .outputs import result_dir
@@ -62,7 +63,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     if setup is not None:
         setup(eng)
-    source, total = _source(env, eng, sc.workload)
+    source, total = workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
         eng.listeners.append(progress_listener(bar, env))
@@ -118,37 +119,6 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     eng.listeners.append(ex.release)
     eng.links = links
     return env, eng, label
-
-
-def _source(env, eng, wl):
-    """The SimPy process that feeds `eng`, and the request count when known up front."""
-    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
-    from sim.simulator import multiturn_clients, timed_arrivals
-
-    from . import sources
-
-    if isinstance(wl, MultiTurnConfig):
-        w = MultiTurnWorkload(wl)
-        return multiturn_clients(env, eng, w), len(w)
-    if wl.kind == "program":
-        from scenarios.programs import ProgramWorkload
-        from sim.program_clients import program_clients
-
-        w = ProgramWorkload(wl.config)
-        return program_clients(env, eng, w, max_parallel=wl.max_parallel, request_rate=wl.request_rate), \
-            w.total_calls()
-    if wl.kind == "agentic" and wl.closed_loop:
-        from scenarios.agentic import AgenticWorkload
-        from sim.agent_clients import agentic_clients
-
-        w = AgenticWorkload(wl.config)
-        return agentic_clients(env, eng, w), w.summary()["requests"]
-    if wl.kind == "agentic":
-        return timed_arrivals(env, eng, sources.agentic_items(wl.config), speedup=wl.speedup), None
-    if wl.kind == "azure":
-        return timed_arrivals(env, eng, sources.azure_items(wl.path, wl.max_requests), speedup=wl.speedup), None
-    items = sources.trace_items(wl.path, wl.block_size, wl.max_requests)
-    return timed_arrivals(env, eng, items, speedup=wl.speedup), None
 
 
 def _progress(total, enabled: bool, desc: str):

@@ -13,6 +13,7 @@ from cache_core.scheduling import schedule_policy_names
 from cache_core.store import L3_MODELS
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
+from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES
 
 REPLAY_ONLY_POLICIES = ("belady",)
@@ -73,8 +74,7 @@ SCHEMA = {
         "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
     },
     "workload": {
-        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),
-                 "multiturn, trace, agentic, azure or program"),
+        "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
         "num_clients": (48, "int1", "an integer >= 1"),
         "num_rounds": (60, "int1", "an integer >= 1"),
         "request_length": (4096, "int1", "an integer >= 1"),
@@ -144,7 +144,11 @@ WORKLOAD_SCHEMAS = {
                 "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
                 "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},
 }
-_WORKLOAD_UNION = {k: v for sch in WORKLOAD_SCHEMAS.values() for k, v in sch.items()}
+
+
+def _workload_union() -> dict:
+    """Every key of every registered workload kind (what `--set workload.KEY` may name)."""
+    return {k: v for name in workload_kind_names() for k, v in workload_kind(name).schema.items()}
 
 
 def _ok(check, v) -> bool:
@@ -172,6 +176,7 @@ def _ok(check, v) -> bool:
         "hardware": lambda: isinstance(v, (str, dict)),
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
         "schedule_policy": lambda: isinstance(v, str) and v in schedule_policy_names(),
+        "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
@@ -203,9 +208,10 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
         if k == "workload" and not prefix:
             sub = raw.get(k) or {}
             kind = sub.get("kind", "multiturn") if isinstance(sub, dict) else "multiturn"
-            if kind not in WORKLOAD_SCHEMAS:
-                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected {_KIND[2]}")
-            spec = WORKLOAD_SCHEMAS[kind]
+            if workload_kind(kind) is None:
+                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected one of "
+                                    f"{', '.join(workload_kind_names())}")
+            spec = workload_kind(kind).schema
         if isinstance(spec, dict):
             out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
             continue
@@ -229,7 +235,7 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             node[parts[-1]] = value
             return
         if schema is SCHEMA["workload"]:
-            schema = _WORKLOAD_UNION
+            schema = _workload_union()
         if not isinstance(schema, dict) or part not in schema:
             known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
             raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")
