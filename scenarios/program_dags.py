@@ -9,15 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62
 MAX_CALLS = 1_000_000  # calls of one instance
 _STREAM_TOKENS, _STREAM_STRUCTURE = 0, 1  # sim/program_clients.py uses 2
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def _knob(default: int, lo: int = 1):

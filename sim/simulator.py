@@ -27,6 +27,7 @@ import simpy
 from cache_core.engine import Engine
 from cache_core.engine_types import EngineRequest
 from cache_core.records import TokenSeq
+from scenarios.seeding import rng as _rng
 
 from .links import DataPlane, LinkSet
 
@@ -116,10 +117,6 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
 # ----------------------------------------------------------------------------------------------
 # clients
 # ----------------------------------------------------------------------------------------------
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
-
-
 _STREAM_SEND = 3  # scenarios.workloads uses 0..2
 
 
