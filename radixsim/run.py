@@ -63,7 +63,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     if setup is not None:
         setup(eng)
-    source, total = workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
+    source, total = workload_source(env, eng, sc)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
         eng.listeners.append(progress_listener(bar, env))
@@ -119,6 +119,12 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     eng.listeners.append(ex.release)
     eng.links = links
     return env, eng, label
+
+
+def workload_source(env, eng, sc):
+    """The SimPy process that feeds `eng` (an engine or a fleet front) with the scenario's
+    workload, and the request count when known up front: its kind's feed."""
+    return workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
 
 
 def _progress(total, enabled: bool, desc: str):
