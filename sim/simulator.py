@@ -54,6 +54,8 @@ class SimClock:
 class SimDataPlane:
     """Transfers onto modelled links; ``on_done`` is called when the bytes have arrived."""
 
+    mode = "sim"  # what the results call this run's mode (sim/recorder.py)
+
     def __init__(self, links: LinkSet, shards: dict | None = None):
         self.links = links
         self.plane = DataPlane(links, shards)
