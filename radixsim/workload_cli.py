@@ -22,9 +22,9 @@ _KIND_COLOURS = {"question": "#4c72b0", "sample": "#4c72b0", "turn": "#4c72b0", 
 
 def add_parsers(subparsers):
     """Add the ``workload`` command (with its ``show`` action) to the main CLI's subparsers."""
-    from scenarios.programs import PROGRAMS
+    from scenarios.program_names import PROGRAM_NAMES
 
-    names = ", ".join(PROGRAMS)
+    names = ", ".join(PROGRAM_NAMES)
     w = subparsers.add_parser("workload", help="inspect an LM-program workload (few-shot, tree-of-thought, ...)",
                               description=f"Inspect an LM-program workload. Programs: {names}.")
     actions = w.add_subparsers(dest="workload_command", parser_class=type(w), metavar="ACTION")

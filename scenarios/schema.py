@@ -13,6 +13,7 @@ from cache_core.scheduling import schedule_policy_names
 from cache_core.store import L3_MODELS
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
+from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES
 
@@ -136,10 +137,8 @@ WORKLOAD_SCHEMAS = {
                 "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
                 "vocab_size": (128_000, "int1", "an integer >= 1"),
                 "lengths": ("uniform", ("choice", ("uniform", "lognormal")), "uniform or lognormal")},
-    "program": {"kind": _KIND, "program": ("few_shot", ("choice", ("few_shot", "self_consistency", "multi_turn_chat",
-                                                                   "tree_of_thought", "agent_with_subagents")),
-                                           "few_shot, self_consistency, multi_turn_chat, tree_of_thought or "
-                                           "agent_with_subagents"),
+    "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
+                                           ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
                 "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
                 "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
                 "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},

@@ -419,3 +419,10 @@ def test_dispatch_ignores_other_commands():
     class Args:
         command = "run"
     assert dispatch(Args()) is None
+
+
+def test_program_names_list_every_program_in_order():
+    from scenarios.program_names import PROGRAM_NAMES
+    from scenarios.programs import PROGRAMS
+
+    assert PROGRAM_NAMES == tuple(PROGRAMS)
