@@ -10,7 +10,7 @@ import numbers
 from cache_core.engine_types import LOAD_OVERLAPS
 from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
-from cache_core.store import L3_MODELS
+from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
 from .program_names import PROGRAM_NAMES
@@ -53,7 +53,7 @@ SCHEMA = {
         "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
         "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
-        "l3_model": ("prefix", ("choice", L3_MODELS), "one of " + ", ".join(L3_MODELS)),
+        "l3_model": ("prefix", "l3_model", "one of " + ", ".join(l3_model_names())),
         "l3_eviction_high_watermark": (0.90, "fraction", "a number in (0, 1] (Mooncake's eviction_high_watermark_ratio)"),
         "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
         "l3_replicas": (1, "int1", "an integer >= 1"),
@@ -176,6 +176,7 @@ def _ok(check, v) -> bool:
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
         "schedule_policy": lambda: isinstance(v, str) and v in schedule_policy_names(),
         "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
+        "l3_model": lambda: isinstance(v, str) and v in l3_model_names(),
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
