@@ -15,28 +15,13 @@ import numpy as np
 from cache_core import RadixCache, invariants
 from scenarios.workload_kinds import workload_kind
 
+from sim.cost_models import make_cost
 from sim.recorder import TIMELINE_MAX_ROWS, request_rows, summarise, timeline_rows  # noqa: F401
 
 from . import results
 from .outputs import result_dir
 
 DEFAULT_SCENARIO = "quickstart"
-
-
-def make_cost(sc):
-    """The scenario's step-time model: operators (default) or roofline (with efficiency
-    overrides), or a fitted table."""
-    from sim.cost import Efficiency, RooflineCostModel
-    from sim.operators import OperatorCostModel
-    from sim.optable import load_cost_table
-
-    if sc.cost_table:
-        return load_cost_table(sc.cost_table, sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
-                               ep=sc.doc["engine"]["ep_size"])
-    if sc.doc["cost"]["kind"] == "operators":
-        return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
-                                 ep=sc.doc["engine"]["ep_size"])
-    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
 
 
 def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,

@@ -106,7 +106,7 @@ SCHEMA = {
                   "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
-        "kind": ("operators", ("choice", ("operators", "roofline", "table")), "operators, roofline or table"),
+        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): operators, roofline or table"),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
@@ -150,6 +150,12 @@ def _workload_union() -> dict:
     return {k: v for name in workload_kind_names() for k, v in workload_kind(name).schema.items()}
 
 
+def _cost_model_names() -> list[str]:
+    from sim.cost_models import cost_model_names  # (the simulator's registry; imported when checked)
+
+    return cost_model_names()
+
+
 def _ok(check, v) -> bool:
     if isinstance(check, tuple):
         return v in check[1]
@@ -177,6 +183,7 @@ def _ok(check, v) -> bool:
         "schedule_policy": lambda: isinstance(v, str) and v in schedule_policy_names(),
         "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
         "l3_model": lambda: isinstance(v, str) and v in l3_model_names(),
+        "cost_kind": lambda: isinstance(v, str) and v in _cost_model_names(),
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
