@@ -1,5 +1,5 @@
-"""Argument parsing shared by radixsim's commands: the parser class (one-line errors, exit 2)
-and the option types."""
+"""Argument parsing shared by radixsim's commands: the parser class (one-line errors, exit 2),
+the option types and the check of a --device option."""
 from __future__ import annotations
 
 import argparse
@@ -68,3 +68,24 @@ def workload_sets(sets) -> tuple:
             raise ValueError(f"--set {item!r}: expected workload.KEY=VALUE")
         out.append((key[len("workload."):], yaml.safe_load(value)))
     return tuple(out)
+
+
+class DeviceError(RuntimeError):
+    """A torch device this machine cannot use, or a torch device failure (one line)."""
+
+
+def check_device(device: str, option: str) -> None:
+    """Refuse, before any work, a torch device that does not exist or is not available here."""
+    try:
+        import torch
+    except ImportError:
+        raise DeviceError(f"{option} {device}: the torch backend needs torch (pip install torch)") from None
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise DeviceError(f"{option} {device!r}: not a torch device; expected cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"{option} {device}: CUDA is not available on this machine (torch {torch.__version__}); "
+                          "expected cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")

@@ -12,29 +12,9 @@ import shlex
 import sys
 import time
 
+from .args import DeviceError, check_device  # noqa: F401  (re-exported)
 from .args import EXIT_BAD_INPUT, Parser as _Parser, nonneg_int as _nonneg_int, policy as _policy, pos_int as _pos_int
 from .args import size as _size, sizes as _sizes, workload_sets as _workload_sets
-
-
-class DeviceError(RuntimeError):
-    """A torch device this machine cannot use, or a torch device failure (one line)."""
-
-
-def check_device(device: str, option: str) -> None:
-    """Refuse, before any work, a torch device that does not exist or is not available here."""
-    try:
-        import torch
-    except ImportError:
-        raise DeviceError(f"{option} {device}: the torch backend needs torch (pip install torch)") from None
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise DeviceError(f"{option} {device!r}: not a torch device; expected cpu or cuda[:N]") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceError(f"{option} {device}: CUDA is not available on this machine (torch {torch.__version__}); "
-                          "expected cpu")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        raise DeviceError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
 
 
 def _torch_device(args, sc) -> str:
