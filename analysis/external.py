@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .load import Run
+from .runs import Run
 from .metrics import ROUND_COLUMNS
 
 SUMMARY_MAP = {  # radixsim summary key <- bench_multiturn summary key

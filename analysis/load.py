@@ -12,34 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from .runs import Run, flatten  # noqa: F401  (re-exported)
+
 REQUIRED_REQUEST_COLUMNS = ("rid", "prompt_tokens", "cached_tokens")
 REQUIRED_ROUND_COLUMNS = ("round", "prompt_tokens", "cached_tokens", "hit_rate")
 TEXT_COLUMNS = ("session_id",)  # any id type; every other column is numeric
-
-
-@dataclass
-class Run:
-    """One run, as read from its files. DataFrames are None when the file is absent."""
-
-    name: str
-    label: str
-    config: dict
-    summary: dict
-    requests: pd.DataFrame | None = None
-    rounds: pd.DataFrame | None = None
-    timeline: pd.DataFrame | None = None
-    tree: dict | None = None
-    mode: str = "unknown"  # sim, replay, torch; "sglang" for an external bench_multiturn log
-    path: Path | None = None
-    extra: dict = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        return f"Run({self.label!r}, mode={self.mode!r}, path={str(self.path)!r})"
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -157,18 +138,6 @@ def load_runs(sources, labels=None) -> list:
         if k > 1:
             runs[i] = dataclasses.replace(r, label=f"{r.label} ({k})")
     return runs
-
-
-def flatten(doc: dict, prefix: str = "") -> dict:
-    """{'cache': {'page_size': 64}} -> {'cache.page_size': 64} (lists kept as values)."""
-    out = {}
-    for k, v in doc.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
 
 
 def config_value(run: Run, key: str):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .runs import flatten
+
 ROUND_COLUMNS = ["round", "requests", "prompt_tokens", "cached_tokens", "hit_rate", "hit_rate_device",
                  "hit_rate_host", "hit_rate_storage", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s"]
 HIT_KEYS = ("hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage")
@@ -213,8 +215,6 @@ def sim_hw_errors(sim, hw, by: str = "rid") -> dict:
 def runs_table(runs) -> pd.DataFrame:
     """One row per run: label, every flattened config key (provenance left out) and every
     scalar summary field: the input of capacity curves built from runs."""
-    from .load import flatten
-
     rows = []
     for r in runs:
         row = {"label": r.label}

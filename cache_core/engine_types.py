@@ -24,9 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from .scheduling import Request, _int
+from .scheduling import Request, _int, schedule_policy_names
 
-SCHEDULE_POLICIES = ("fcfs", "lpm", "dfs-weight", "random")
 LOAD_OVERLAPS = ("layerwise", "none")
 
 # request phases (Request.state keeps the scheduler's waiting/running/finished view)
@@ -91,8 +90,8 @@ class EngineConfig:
         _int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)
         if self.chunked_prefill_tokens is not None:
             _int(self.chunked_prefill_tokens, "engine.chunked_prefill_tokens", 1)
-        if self.schedule_policy not in SCHEDULE_POLICIES:
-            raise ValueError(f"engine.schedule_policy must be one of {', '.join(SCHEDULE_POLICIES)}, "
+        if self.schedule_policy not in schedule_policy_names():
+            raise ValueError(f"engine.schedule_policy must be one of {', '.join(schedule_policy_names())}, "
                              f"got {self.schedule_policy!r}")
         if self.prefetch_policy not in ("wait_complete", "best_effort", "timeout"):
             raise ValueError("engine.prefetch_policy must be wait_complete, best_effort or timeout, "
@@ -170,4 +169,4 @@ class Step:
 
 
 __all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "EngineStalled", "Step",
-           "LOAD_OVERLAPS", "SCHEDULE_POLICIES"]
+           "LOAD_OVERLAPS"]

@@ -167,29 +167,3 @@ class ReplayStepper:
             want = 1
         slots = cache.alloc_states(want)
         return None if slots is None else [int(x) for x in slots]
-
-
-class MissSplit:
-    """Splits each request's miss into *cold* tokens (no earlier request ever cached that
-    prefix) and *evicted* tokens (it was cached once: evicted since, or not reusable under the
-    component votes). A bare, unbounded radix topology (no pools, no policy) records every
-    sequence a request would cache; its match length is "ever cached"."""
-
-    def __init__(self, page_size: int):
-        from .tree import RadixTree
-
-        self.P = page_size
-        self.tree = RadixTree(page_size, lambda *a: None, lambda n: None)
-
-    def observe(self, prompt, output, seq: TokenSeq, cached: int) -> tuple[int, int]:
-        """(cold_tokens, evicted_miss_tokens) of a request that got `cached` tokens."""
-        P, tree = self.P, self.tree
-        lp = len(prompt)
-        node, ever, _ = tree.walk(seq.data, max(lp - 1, 0) // P * P, tree.fresh())
-        aligned = seq.length // P * P
-        if aligned > ever:
-            end, prefix, _ = tree.walk(seq.data, aligned, tree.fresh(), node, ever)
-            if prefix < aligned:
-                tree.add_leaf(end, seq.data[prefix << 3 : aligned << 3])
-        evicted = max(0, ever - cached)
-        return lp - cached - evicted, evicted

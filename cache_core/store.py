@@ -54,9 +54,21 @@ import zlib
 from collections import OrderedDict
 from itertools import chain
 
-L3_MODELS = ("prefix", "mooncake")
+from .registry import Registry
+
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
 _M64 = (1 << 64) - 1
+_MODELS = Registry("L3 model")
+
+
+def register_l3_model(name: str):
+    """Decorator: `builder(cfg, capacity_pages, page_size) -> store` is what `l3_model: name`
+    builds (cfg: the TierConfig; capacity_pages None = unbounded)."""
+    return _MODELS.register(name)
+
+
+def l3_model_names() -> list[str]:
+    return _MODELS.names()
 
 
 class StorageIndex:
@@ -326,15 +338,23 @@ class MooncakeStore(StorageIndex):
         return out
 
 
-def make_store(cfg, page_size: int) -> StorageIndex:
-    """The L3 store `cfg` (a TierConfig with l3) asks for."""
-    cap = None if cfg.l3_tokens is None else cfg.l3_tokens // page_size
-    if cfg.l3_model == "prefix":
-        return StorageIndex(cap)
-    return MooncakeStore(cap, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
+@register_l3_model("prefix")
+def _prefix_store(cfg, capacity_pages, page_size: int) -> StorageIndex:
+    return StorageIndex(capacity_pages)
+
+
+@register_l3_model("mooncake")
+def _mooncake_store(cfg, capacity_pages, page_size: int) -> MooncakeStore:
+    return MooncakeStore(capacity_pages, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
                          replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size,
                          lease_ttl_s=cfg.l3_lease_ttl_s, shards=cfg.l3_eviction_shards,
                          objects_per_page=cfg.l3_objects_per_page)
 
 
-__all__ = ["L3_MODELS", "LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store"]
+def make_store(cfg, page_size: int) -> StorageIndex:
+    """The L3 store `cfg` (a TierConfig with l3) asks for (its registered `l3_model`)."""
+    cap = None if cfg.l3_tokens is None else cfg.l3_tokens // page_size
+    return _MODELS.make(cfg.l3_model, cfg=cfg, capacity_pages=cap, page_size=page_size)
+
+
+__all__ = ["LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store", "register_l3_model", "l3_model_names"]

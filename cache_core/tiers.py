@@ -37,7 +37,7 @@ from .allocator import PagePool
 from .components.full import FullComponent
 from .eviction import EvictionQueue
 from .records import LockHandle, MatchResult
-from .store import L3_MODELS, make_store
+from .store import l3_model_names, make_store
 from .tiers_hybrid import backup_components, demote_components, store_payloads
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
@@ -87,8 +87,8 @@ class TierConfig:
                              f"{', '.join(PREFETCH_POLICIES)}")
         if self.l3_write not in L3_WRITES:
             raise ValueError(f"l3_write {self.l3_write!r}: expected one of {', '.join(L3_WRITES)}")
-        if self.l3_model not in L3_MODELS:
-            raise ValueError(f"l3_model {self.l3_model!r}: expected one of {', '.join(L3_MODELS)}")
+        if self.l3_model not in l3_model_names():
+            raise ValueError(f"l3_model {self.l3_model!r}: expected one of {', '.join(l3_model_names())}")
         if not (0.0 <= self.l3_high_watermark <= 1.0 and 0.0 <= self.l3_eviction_ratio <= 1.0):
             raise ValueError("l3_high_watermark and l3_eviction_ratio must be in [0, 1]")
         if not (isinstance(self.l3_lease_ttl_s, (int, float)) and 0.0 <= self.l3_lease_ttl_s < float("inf")):

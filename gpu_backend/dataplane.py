@@ -58,6 +58,8 @@ def _idx(x) -> list:
 class TorchDataPlane:
     """Executes Transfer and CopyState actions on `pools` and `store` (module docstring)."""
 
+    mode = "torch"  # what the results call this run's mode (sim/recorder.py)
+
     def __init__(self, env, pools, store=None, pace=None, layer_scale: float = 1.0, overlap: str = "none"):
         if overlap not in LOAD_OVERLAPS:
             raise ValueError(f"load overlap {overlap!r}: expected {', '.join(LOAD_OVERLAPS)}")

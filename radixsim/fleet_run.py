@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import results
-from .run import _progress, _source, request_rows, sim_engine, summarise, timeline_rows, write_result_dir
+from .run import _progress, request_rows, sim_engine, summarise, timeline_rows, workload_source, write_result_dir
 
 ENGINE_COLUMNS = ["engine", "role", "requests", "prompt_tokens", "hit_rate", "hit_rate_device", "hit_rate_host",
                   "hit_rate_storage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
@@ -31,7 +31,7 @@ def simulate_fleet(sc, *, progress: bool = False):
     t0 = time.perf_counter()
     env = simpy.Environment()
     fleet, costs, store = build_fleet(env, sc, sim_engine)
-    source, total = _source(env, fleet, sc.workload)
+    source, total = workload_source(env, fleet, sc)
     bar = _progress(total, progress, sc.doc.get("name") or "fleet")
     if bar is not None:
         fleet.listeners.append(lambda r: bar.update())

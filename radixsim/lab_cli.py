@@ -8,12 +8,10 @@ from __future__ import annotations
 import os
 import sys
 
-EXIT_BAD_INPUT = 2
+from .args import EXIT_BAD_INPUT, policy, pos_int, workload_sets
 
 
 def add_parsers(subparsers) -> None:
-    from .cli import _policy, _pos_int
-
     c = subparsers.add_parser(
         "curve", help="hit rate vs capacity for one or more policies (LRU in one stack-distance pass)",
         description=("Hit rate at every capacity: LRU from one Mattson stack-distance pass over the trace "
@@ -24,14 +22,14 @@ def add_parsers(subparsers) -> None:
     c.add_argument("--workload", choices=["multiturn", "agentic"], help="generate the requests instead")
     c.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=16 (repeatable)")
-    c.add_argument("--policy", type=_policy, default="lru", help="comma-separated policies (default lru)")
-    c.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")
-    c.add_argument("--points", type=_pos_int, default=20,
+    c.add_argument("--policy", type=policy, default="lru", help="comma-separated policies (default lru)")
+    c.add_argument("--page-size", type=pos_int, default=1, help="tokens per KV page (default 1)")
+    c.add_argument("--points", type=pos_int, default=20,
                    help="capacities, geometric from 1%% of the working set to all of it (default 20)")
     c.add_argument("--capacities", type=_int_list, default=None, help="comma-separated capacities in tokens")
     c.add_argument("--check", type=int, default=0, metavar="K",
                    help="also replay LRU exactly at K capacities and record the largest difference")
-    c.add_argument("--jobs", type=_pos_int, default=os.cpu_count() or 1, help="parallel replays (default: all cores)")
+    c.add_argument("--jobs", type=pos_int, default=os.cpu_count() or 1, help="parallel replays (default: all cores)")
     c.add_argument("--out", default="runs/curve", help="output directory (default runs/curve)")
     b = subparsers.add_parser(
         "leaderboard", help="every registered policy on every trace at several capacities",
@@ -41,9 +39,9 @@ def add_parsers(subparsers) -> None:
     b.add_argument("traces", nargs="*", help="JSONL trace files (default: the built-in corpus)")
     b.add_argument("--capacities", type=_int_list, default=None,
                    help="capacities in tokens (default: 10%%, 25%%, 50%% of each trace's working set)")
-    b.add_argument("--policy", type=_policy, default=None, help="comma-separated policies (default: all)")
-    b.add_argument("--page-size", type=_pos_int, default=16, help="tokens per KV page (default 16)")
-    b.add_argument("--jobs", type=_pos_int, default=os.cpu_count() or 1, help="parallel replays (default: all cores)")
+    b.add_argument("--policy", type=policy, default=None, help="comma-separated policies (default: all)")
+    b.add_argument("--page-size", type=pos_int, default=16, help="tokens per KV page (default 16)")
+    b.add_argument("--jobs", type=pos_int, default=os.cpu_count() or 1, help="parallel replays (default: all cores)")
     b.add_argument("--out", default="runs/leaderboard", help="output directory (default runs/leaderboard)")
 
 
@@ -76,13 +74,12 @@ def dispatch(args) -> int | None:
 
 
 def _curve(args) -> None:
-    from .cli import _workload_sets
     from .curve import run_curve
     from .replay import ReplayOptions
 
     if (args.trace is None) == (args.workload is None):
         raise ValueError("give a TRACE file or --workload (one of them)")
-    opts = ReplayOptions(trace=args.trace, workload=args.workload, workload_set=_workload_sets(args.sets),
+    opts = ReplayOptions(trace=args.trace, workload=args.workload, workload_set=workload_sets(args.sets),
                          page_size=args.page_size, progress=False)
     doc = run_curve(opts, args.policy.split(","), args.capacities, args.points, args.out, args.jobs, args.check,
                     progress=True)

@@ -14,12 +14,13 @@ import numpy as np
 from cache_core import CacheConfig, RadixCache, ReplayStepper
 from cache_core.belady import Belady, NextUseOracle
 from cache_core.keys import page_keys
-from cache_core.replay import MissSplit
+from cache_core.miss_split import MissSplit
 from cache_core.config import MambaConfig, SidecarConfig, SwaConfig
 from cache_core.tiers import TierConfig
 from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
 from scenarios.units import check_pool, floor_pages, tier_warnings
+from sim.recorder import evictions
 
 from . import results
 from .outputs import result_dir
@@ -357,7 +358,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
                                "open_with_references": cache.sessions.referenced_sessions()}
     summary.update({
         "evicted_tokens": sum(r.evicted_tokens for _, r in rows),
-        "evictions": _evictions(cache),
+        "evictions": evictions(cache),
         "bytes_per_link": {},
         "cache": cache.stats(),
     })
@@ -385,22 +386,6 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
                                                                 config.page_size)}
     results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)
     return summary
-
-
-def _evictions(cache) -> dict:
-    """Tokens (MAMBA: slots) dropped per component and tier; FULL's L1 demotions to L2 (still
-    cached) are counted apart, under "L1_demoted_to_L2"."""
-    out = {c.name: {"L1": c.stats()["evicted_" + ("slots" if c.name == "mamba" else "tokens")]}
-           for c in cache.components}
-    if cache.hier is not None:
-        # an L1 eviction of a node backed up on L2 is a demotion: the tokens stay cached
-        demoted = cache.full.demoted_tokens
-        out["full"]["L1"] -= demoted
-        out["full"]["L1_demoted_to_L2"] = demoted
-        out["full"]["L2"] = cache.hier.evicted_l2_tokens
-        if cache.hier.storage is not None:
-            out["full"]["L3"] = cache.hier.storage.evicted_pages * cache.page_size
-    return out
 
 
 def request_stream(opts: ReplayOptions):

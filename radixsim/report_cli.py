@@ -12,7 +12,8 @@ import re
 import sys
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+from .args import EXIT_BAD_INPUT, Parser
+
 KINDS = ("rounds", "fig6", "policy", "capacity", "timeline", "tree", "simhw", "all")
 INPUT_HELP = ("result directories (radixsim run/replay), bench_multiturn JSONL logs (a real SGLang run), "
               "comparison directories or comparison.csv (radixsim replay --policy a,b), or a sweep.csv")
@@ -181,10 +182,8 @@ def dispatch(args) -> int | None:
 
 def build_parser():
     """A stand-alone parser with just these two commands (radixsim's own parser class)."""
-    from .cli import _Parser
-
-    parser = _Parser(prog="radixsim", description="Figures and reports from radixsim result directories.")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    parser = Parser(prog="radixsim", description="Figures and reports from radixsim result directories.")
+    sub = parser.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
     add_parsers(sub)
     return parser
 

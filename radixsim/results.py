@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
+from sim.recorder import rate, round_table, totals  # noqa: F401  (row math, shared with replay)
+
 from .outputs import write
 
 REQUEST_COLUMNS = [
@@ -82,54 +84,9 @@ def write_summary(out: Path, summary: dict) -> None:
     write(out / "summary.json", ordered)
 
 
-def rate(num: int, den: int) -> float | None:
-    return None if den == 0 else num / den
-
-
 ROUND_COLUMNS = ["round", "requests", "prompt_tokens", "cached_tokens", "hit_rate", "hit_rate_device",
                  "hit_rate_host", "hit_rate_storage", "ttft_mean_s", "ttft_p50_s", "ttft_p90_s"]
 
 
-def _tier_split(rows) -> tuple:
-    prompt = sum(r["prompt_tokens"] for r in rows)
-    cached = sum(r["cached_tokens"] for r in rows)
-    dev = sum(r["cached_device"] for r in rows)
-    host = sum(r["cached_host"] for r in rows)
-    sto = sum(r["cached_storage"] for r in rows)
-    return prompt, cached, rate(cached, prompt), rate(dev, prompt), rate(host, prompt), rate(sto, prompt)
-
-
-def round_table(rows) -> list:
-    """Per-round sums and hit rates (empty when requests have no round). Time columns are
-    filled only when rows carry ttft_s."""
-    by: dict = {}
-    for r in rows:
-        if r.get("round") is not None:
-            by.setdefault(r["round"], []).append(r)
-    out = []
-    for rnd in sorted(by):
-        rs = by[rnd]
-        prompt, cached, hit, dev, host, sto = _tier_split(rs)
-        t = [r["ttft_s"] for r in rs if r.get("ttft_s") is not None]
-        out.append({"round": rnd, "requests": len(rs), "prompt_tokens": prompt, "cached_tokens": cached,
-                    "hit_rate": hit, "hit_rate_device": dev, "hit_rate_host": host, "hit_rate_storage": sto,
-                    "ttft_mean_s": float(np.mean(t)) if t else None,
-                    "ttft_p50_s": float(np.percentile(t, 50)) if t else None,
-                    "ttft_p90_s": float(np.percentile(t, 90)) if t else None})
-    return out
-
-
 def write_rounds(out: Path, rounds) -> None:
     write(out / "rounds.csv", rounds, columns=ROUND_COLUMNS)
-
-
-def totals(rows, rounds) -> dict:
-    """The hit-rate part of summary.json (hit_rate_last10 over the last 10 rounds)."""
-    prompt, cached, hit, dev, host, sto = _tier_split(rows)
-    last = None
-    if rounds:
-        tail = rounds[-10:]
-        last = rate(sum(r["cached_tokens"] for r in tail), sum(r["prompt_tokens"] for r in tail))
-    return {"requests": len(rows), "total_prompt_tokens": prompt, "total_cached_tokens": cached,
-            "hit_rate": hit, "hit_rate_device": dev, "hit_rate_host": host, "hit_rate_storage": sto,
-            "hit_rate_last10": last}

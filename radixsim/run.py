@@ -13,28 +13,15 @@ from pathlib import Path
 import numpy as np
 
 from cache_core import RadixCache, invariants
+from scenarios.workload_kinds import workload_kind
+
+from sim.cost_models import make_cost
+from sim.recorder import TIMELINE_MAX_ROWS, request_rows, summarise, timeline_rows  # noqa: F401
 
 from . import results
 from .outputs import result_dir
 
 DEFAULT_SCENARIO = "quickstart"
-TIMELINE_MAX_ROWS = 2000
-
-
-def make_cost(sc):
-    """The scenario's step-time model: operators (default) or roofline (with efficiency
-    overrides), or a fitted table."""
-    from sim.cost import Efficiency, RooflineCostModel
-    from sim.operators import OperatorCostModel
-    from sim.optable import load_cost_table
-
-    if sc.cost_table:
-        return load_cost_table(sc.cost_table, sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
-                               ep=sc.doc["engine"]["ep_size"])
-    if sc.doc["cost"]["kind"] == "operators":
-        return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
-                                 ep=sc.doc["engine"]["ep_size"])
-    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
 
 
 def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | None = None,
@@ -62,7 +49,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         raise ValueError(f"backend {backend!r}: expected sim or torch")
     if setup is not None:
         setup(eng)
-    source, total = _source(env, eng, sc.workload)
+    source, total = workload_source(env, eng, sc)
     bar = _progress(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
         eng.listeners.append(progress_listener(bar, env))
@@ -120,35 +107,10 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     return env, eng, label
 
 
-def _source(env, eng, wl):
-    """The SimPy process that feeds `eng`, and the request count when known up front."""
-    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
-    from sim.simulator import multiturn_clients, timed_arrivals
-
-    from . import sources
-
-    if isinstance(wl, MultiTurnConfig):
-        w = MultiTurnWorkload(wl)
-        return multiturn_clients(env, eng, w), len(w)
-    if wl.kind == "program":
-        from scenarios.programs import ProgramWorkload
-        from sim.program_clients import program_clients
-
-        w = ProgramWorkload(wl.config)
-        return program_clients(env, eng, w, max_parallel=wl.max_parallel, request_rate=wl.request_rate), \
-            w.total_calls()
-    if wl.kind == "agentic" and wl.closed_loop:
-        from scenarios.agentic import AgenticWorkload
-        from sim.agent_clients import agentic_clients
-
-        w = AgenticWorkload(wl.config)
-        return agentic_clients(env, eng, w), w.summary()["requests"]
-    if wl.kind == "agentic":
-        return timed_arrivals(env, eng, sources.agentic_items(wl.config), speedup=wl.speedup), None
-    if wl.kind == "azure":
-        return timed_arrivals(env, eng, sources.azure_items(wl.path, wl.max_requests), speedup=wl.speedup), None
-    items = sources.trace_items(wl.path, wl.block_size, wl.max_requests)
-    return timed_arrivals(env, eng, items, speedup=wl.speedup), None
+def workload_source(env, eng, sc):
+    """The SimPy process that feeds `eng` (an engine or a fleet front) with the scenario's
+    workload, and the request count when known up front: its kind's feed."""
+    return workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
 
 
 def _progress(total, enabled: bool, desc: str):
@@ -167,112 +129,6 @@ def progress_listener(bar, env):
         bar.update()
 
     return done
-
-
-def request_rows(eng) -> list:
-    rows = []
-    for r in sorted(eng.finished, key=lambda x: x.rid):
-        ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
-        row = {"rid": r.rid, "session_id": r.session_id, "round": r.round, "arrival_s": r.arrival_s,
-               "start_s": r.admit_s, "first_token_s": r.first_token_s, "finish_s": r.finish_s, "ttft_s": ttft,
-               "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_length,
-               "cached_tokens": r.cached_tokens, "cached_device": r.cached_device, "cached_host": r.cached_host,
-               "cached_storage": r.cached_storage, "evicted_tokens": r.evicted_tokens, "rejected": r.rejected}
-        if ttft is not None:
-            row.update(queue_s=r.queue_s, load_s=r.load_s, compute_s=ttft - r.queue_s - r.load_s)
-        rows.append(row)
-    return rows
-
-
-def _cumulative_busy(points, now: float):
-    """(times, busy seconds up to each time) of a link timeline [(t, active), ...]."""
-    t = np.array([p[0] for p in points] + [now], dtype=float)
-    busy = np.array([1.0 if p[1] > 0 else 0.0 for p in points])
-    cum = np.concatenate([[0.0], np.cumsum(np.diff(t) * busy)])
-    return t, cum
-
-
-def _links(eng) -> list:
-    """The links the run's tiers use: none without L2, PCIe with L2, and the L3 ones with L3."""
-    hier = eng.cache.hier
-    if hier is None:
-        return []
-    names = {"L2->L1", "L1->L2"} | ({"L3->L2", "L2->L3"} if hier.storage is not None else set())
-    return [ln for ln in eng.links if ln.name in names]
-
-
-def timeline_rows(eng, end_s: float) -> tuple[list, list]:
-    """timeline.csv: engine samples after each step, at most TIMELINE_MAX_ROWS (the last
-    sample of each equal time bin), with each link's busy fraction over the bin."""
-    samples = eng.timeline
-    links = _links(eng)
-    names = [f"util_{ln.name.replace('->', '_to_')}" for ln in links]
-    if not samples:
-        return ["t_s", "running", "waiting", "l1_used_tokens", "l2_used_tokens", "l3_used_tokens"] + names, []
-    ts = np.array([s[0] for s in samples])
-    if len(samples) > TIMELINE_MAX_ROWS:
-        edges = np.linspace(0.0, end_s, TIMELINE_MAX_ROWS + 1)[1:]
-        idx = np.unique(np.clip(np.searchsorted(ts, edges, side="right") - 1, 0, len(ts) - 1))
-    else:
-        idx = np.arange(len(samples))
-    picked = [samples[i] for i in idx]
-    times = np.array([p[0] for p in picked])
-    prev = np.concatenate([[0.0], times[:-1]])
-    cols = []
-    for ln in links:
-        t, cum = _cumulative_busy(ln.timeline(), max(end_s, float(times[-1])))
-        a, b = np.interp(prev, t, cum), np.interp(times, t, cum)
-        width = np.where(times > prev, times - prev, 1.0)
-        cols.append(np.where(times > prev, (b - a) / width, 0.0))
-    rows = []
-    for i, p in enumerate(picked):
-        rows.append([p[0], p[1], p[2], p[3], p[4], p[5]] + [round(float(c[i]), 6) for c in cols])
-    return ["t_s", "running", "waiting", "l1_used_tokens", "l2_used_tokens", "l3_used_tokens"] + names, rows
-
-
-def summarise(eng, rows, rounds, env_now: float) -> dict:
-    ok = [r for r in rows if not r["rejected"] and r["ttft_s"] is not None]
-    ttft = np.array([r["ttft_s"] for r in ok]) if ok else np.array([])
-    start = min((r["arrival_s"] for r in rows), default=0.0)
-    end = max((r["finish_s"] for r in rows if r["finish_s"] is not None), default=0.0)
-    duration = end - start
-    tpot = [(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1) for r in ok if r["output_tokens"] > 1]
-    e2e = [r["finish_s"] - r["arrival_s"] for r in ok]
-
-    def pct(a, q):
-        return float(np.percentile(a, q)) if len(a) else None
-
-    s = {"mode": "torch" if hasattr(eng.dataplane, "pools") else "sim", **results.totals(rows, rounds)}
-    s.update({
-        "effective_input_tps": s["total_prompt_tokens"] / duration if duration > 0 else None,
-        "duration_s": duration,
-        "ttft_mean_s": float(ttft.mean()) if len(ttft) else None,
-        "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
-        "tpot_mean_s": float(np.mean(tpot)) if tpot else None,
-        "e2e_p50_s": pct(e2e, 50),
-        "rejected": sum(1 for r in rows if r["rejected"]),
-        "queue_mean_s": float(np.mean([r["queue_s"] for r in ok])) if ok else None,
-        "load_mean_s": float(np.mean([r["load_s"] for r in ok])) if ok else None,
-        "compute_mean_s": float(np.mean([r["compute_s"] for r in ok])) if ok else None,
-    })
-    cache = eng.cache
-    hier = cache.hier
-    s["bytes_per_link"] = {ln.name: int(ln.bytes_done) for ln in _links(eng)}
-    if hasattr(eng.dataplane, "bytes_moved"):  # torch: what the real copies moved
-        s["bytes_per_link"] = dict(sorted(eng.dataplane.bytes_moved.items()))
-    s["evictions"] = _evictions(cache)
-    s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
-                   "simulated_end_s": env_now}
-    if hier is not None:
-        s["tokens_per_link"] = dict(hier.tokens_moved)
-    s["cache"] = cache.stats()
-    return s
-
-
-def _evictions(cache) -> dict:
-    from .replay import _evictions as ev
-
-    return ev(cache)
 
 
 def write_timeline(out: Path, header, rows) -> None:

@@ -36,13 +36,6 @@ import os
 import sys
 from pathlib import Path
 
-from scenarios.presets import HARDWARE_FIELDS
-from scenarios.scenario import ScenarioError, resolve, set_key
-
-from .outputs import write
-from .sweep import progress_bar
-from .workers import process_map
-
 HEADLINE = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "ttft_mean_s", "ttft_p90_s",
             "effective_input_tps"]
 DEFAULT_PCT = 20.0
@@ -61,6 +54,8 @@ class Input:
 
 def inputs(raw: dict, sc) -> list[Input]:
     """The uncertain inputs of resolved scenario `sc` (from `raw`), those with keys only."""
+    from scenarios.presets import HARDWARE_FIELDS  # (imports here: `radixsim --help` stays light)
+
     hw, tiers = sc.hardware, sc.cache.tiers
     caps = capacity_keys(sc)
     out = [Input(tier, keys) for tier, keys in caps.items()]
@@ -159,6 +154,7 @@ def headline(task) -> dict:
     """The headline figures of one run (a worker: task = (raw, where))."""
     from . import results
     from .run import request_rows, simulate, summarise
+    from scenarios.scenario import resolve
 
     raw, where = task
     sc = resolve(raw, where)
@@ -172,6 +168,8 @@ def sensitivity(raw: dict, pct: float = DEFAULT_PCT, *, where: str = "<scenario>
                 progress: bool = False) -> dict:
     """Run every variant of `raw` (ScenarioError before any runs if one does not resolve) and
     return {"pct", "runs": [{input, factor, sets, figures...}], "band", "cliff"}."""
+    from scenarios.scenario import ScenarioError, resolve
+
     if not (isinstance(pct, (int, float)) and 0 < pct < 100):
         raise ScenarioError(f"--pct {pct!r}: expected a number in (0, 100)")
     sc = resolve(raw, where)
@@ -186,6 +184,8 @@ def sensitivity(raw: dict, pct: float = DEFAULT_PCT, *, where: str = "<scenario>
 def _tasks(raw: dict, runs, where: str) -> list[tuple[dict, str]]:
     """(scenario mapping, name) of every run, each resolved once here so that a bad variant
     stops the command before anything runs."""
+    from scenarios.scenario import resolve, set_key
+
     tasks = []
     for label, f, sets in runs:
         r = copy.deepcopy(raw)
@@ -199,6 +199,9 @@ def _tasks(raw: dict, runs, where: str) -> list[tuple[dict, str]]:
 
 def _run_all(tasks, jobs: int, progress: bool) -> list[dict]:
     """`headline` of every task, in task order (a process pool when jobs > 1; a bar on a TTY)."""
+    from .sweep import progress_bar
+    from .workers import process_map
+
     bar = progress_bar(progress, len(tasks), 0, "sensitivity")
     figures = []
     try:
@@ -235,6 +238,8 @@ def _cliff(rows) -> dict:
 
 def write_outputs(res: dict, out_dir) -> None:
     """sensitivity.json (everything) and sensitivity.csv (one row per run) in `out_dir`."""
+    from .outputs import write
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     write(out / "sensitivity.json", res)
@@ -288,7 +293,7 @@ def dispatch(args) -> int | None:
     """Run `radixsim sensitivity`; None when `args` belong to another command."""
     if getattr(args, "command", None) != "sensitivity":
         return None
-    from scenarios.scenario import apply_sets, load, scenario_path, smoke
+    from scenarios.scenario import ScenarioError, apply_sets, load, scenario_path, smoke
 
     try:
         raw = load(args.scenario)

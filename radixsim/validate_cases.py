@@ -43,8 +43,6 @@ import json
 import re
 from pathlib import Path
 
-from scenarios import presets
-
 CASE_DIR = Path(__file__).resolve().parent.parent / "validation"
 # GPU names as cases write them -> hardware preset family (longest name first wins)
 GPU_PRESETS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb", "A100-40GB": "a100-40gb",
@@ -140,6 +138,8 @@ def check(case: dict) -> None:
 
 def model_for(text: str):
     """The model preset a case's ``model`` names, or None."""
+    from scenarios import presets  # here: `radixsim --help` imports no numpy
+
     name = re.split(r"[\s,(]", text.strip().split("/")[-1])[0]
     parts = name.split("-")
     for n in range(len(parts), 0, -1):
@@ -152,6 +152,8 @@ def model_for(text: str):
 
 def hardware_for(text: str):
     """The hardware preset a case's ``gpu`` names (``8x NVIDIA H800 ...`` -> h800x8), or None."""
+    from scenarios import presets  # here: `radixsim --help` imports no numpy
+
     m = re.match(r"\s*(\d+)\s*x\s*(.*)", text)
     if not m:
         return None
@@ -196,6 +198,8 @@ def _pool_bytes(case: dict):
 
 def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
     """The scenario's cache keys for the case's tiers, and notes on the mapping."""
+    from scenarios import presets  # here: `radixsim --help` imports no numpy
+
     flags, notes = str(case.get("server_flags", "")), []
     cache: dict = {}
     shard_bytes = presets.bytes_per_token(model, "full") / presets.kv_shards(model, tp)

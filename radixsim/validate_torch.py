@@ -153,7 +153,7 @@ def run(args) -> int:
     """`radixsim validate --backend torch SCENARIO...` (arguments of `validate.add_parser`)."""
     from scenarios.scenario import ScenarioError
 
-    from .cli import DeviceError, check_device
+    from .args import DeviceError, check_device
 
     if not args.cases:
         sys.stderr.write("radixsim validate: --backend torch: expected one or more scenarios (a file or a "

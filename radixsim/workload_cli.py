@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import sys
 
-EXIT_BAD_INPUT = 2
+from .args import EXIT_BAD_INPUT, Parser
+
 _KIND_COLOURS = {"question": "#4c72b0", "sample": "#4c72b0", "turn": "#4c72b0", "thought": "#55a868",
                  "score": "#c44e52", "step": "#4c72b0", "subagent": "#8172b2", "join": "#dd8452"}
 
 
 def add_parsers(subparsers):
     """Add the ``workload`` command (with its ``show`` action) to the main CLI's subparsers."""
-    from scenarios.programs import PROGRAMS
+    from scenarios.program_names import PROGRAM_NAMES
 
-    names = ", ".join(PROGRAMS)
+    names = ", ".join(PROGRAM_NAMES)
     w = subparsers.add_parser("workload", help="inspect an LM-program workload (few-shot, tree-of-thought, ...)",
                               description=f"Inspect an LM-program workload. Programs: {names}.")
     actions = w.add_subparsers(dest="workload_command", parser_class=type(w), metavar="ACTION")
@@ -144,10 +145,8 @@ def plot_dag(program, path: str) -> None:
 def main(argv=None) -> int:
     """``python -m radixsim.workload_cli workload show NAME ...`` (the same command, until the
     main CLI wires `add_parsers` and `dispatch` in)."""
-    from .cli import _Parser
-
-    p = _Parser(prog="radixsim")
-    add_parsers(p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND"))
+    p = Parser(prog="radixsim")
+    add_parsers(p.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND"))
     rc = dispatch(p.parse_args(argv))
     if rc is None:
         p.print_help()

@@ -105,6 +105,7 @@ from typing import Iterator
 
 import numpy as np
 
+from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's bound)
@@ -113,10 +114,6 @@ LENGTHS = ("uniform", "lognormal")  # AgenticConfig.lengths
 # SeedSequence spawn keys: one independent stream per purpose.
 _STREAM_STRUCTURE, _STREAM_ARRIVALS, _STREAM_TOKENS, _STREAM_SYSTEM = 0, 1, 2, 3
 _CLOSE, _REQUEST = 0, 1  # sort rank at equal timestamps
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def _is_int(v) -> bool:

@@ -7,18 +7,14 @@ import dataclasses
 import numbers
 from dataclasses import dataclass, field
 
-import networkx as nx
 import numpy as np
 
+from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62
 MAX_CALLS = 1_000_000  # calls of one instance
 _STREAM_TOKENS, _STREAM_STRUCTURE = 0, 1  # sim/program_clients.py uses 2
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def _knob(default: int, lo: int = 1):
@@ -173,6 +169,8 @@ class AgentConfig(ProgramConfig):
 # ------------------------------------------------------------------------------------------
 class _Dag:
     def __init__(self, cfg: ProgramConfig, prefix_len: int = 0):
+        import networkx as nx  # here: a program is built only by the commands that run one
+
         self.g = nx.DiGraph(sessions=1, prefix=prefix_len)
         self.commit = None
         if cfg.commit_prefix and prefix_len:  # the prefix goes first, alone; the roots become its children

@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq
@@ -58,6 +58,9 @@ from .program_dags import (MAX_CALLS, MAX_VOCAB_SIZE, _STREAM_STRUCTURE, _STREAM
                            AgentConfig, FewShotConfig, MultiTurnChatConfig, ProgramConfig, SelfConsistencyConfig,
                            TreeOfThoughtConfig, _agent_dag, _chat_dag, _few_shot_dag, _rng, _self_consistency_dag,
                            _tot_dag)
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -87,6 +90,8 @@ class Program:
             raise ValueError(f"instance {instance} out of range 0..{config.num_instances - 1}")
         self.name, self.config, self.instance, self.graph = name, config, instance, graph
         self.prefix_len = graph.graph["prefix"]
+        import networkx as nx  # here: `radixsim --help` lists the programs without it
+
         self.order = tuple(nx.lexicographical_topological_sort(graph))
         self.sessions_per_instance = graph.graph["sessions"]
         self._plan()

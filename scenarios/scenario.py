@@ -49,6 +49,7 @@ from cache_core.tiers import TierConfig
 from . import presets
 from .schema import REPLAY_ONLY_POLICIES, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
 from .units import check_pool, floor_pages, parse_size, tier_warnings
+from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import read_mapping
 from .workloads import MultiTurnConfig
 
@@ -119,12 +120,13 @@ class Scenario:
     tp: int
     cache: CacheConfig
     engine: EngineConfig
-    workload: object  # MultiTurnConfig | TraceSpec | AgenticSpec
+    workload: object  # what its kind's build made: MultiTurnConfig | TraceSpec | AgenticSpec | ProgramSpec | ...
     efficiency: dict
     cost_table: str | None
     source: str
     warnings: tuple = ()  # legal but odd settings (tier sizes), one line each, for the command to show once
     fleet: object = None  # scenarios.fleet.FleetSpec of a `fleet:` section (None: one engine)
+    workload_kind: str = "multiturn"  # scenarios/workload_kinds.py
 
     @property
     def seed(self) -> int:
@@ -289,7 +291,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         spec = resolve_fleet(raw, fleet, where, resolve)
         doc["fleet"] = spec.doc
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
-                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec)
+                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec,
+                    workload_kind=w["kind"])
 
 
 def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
@@ -338,49 +341,60 @@ class AgenticSpec:
 
 
 def _workload(w: dict, seed: int, P: int, l1: int, where: str):
-    """The workload object of a validated `workload` section."""
-    kind = w["kind"]
-    if kind in ("trace", "azure"):
-        if not w["path"]:
-            raise ScenarioError(f"{where}: workload.path: missing; expected a {kind} file")
-        path = Path(w["path"])
-        if not path.is_file() and (Path(where).parent / path).is_file():
-            path = Path(where).parent / path
-        if not path.is_file():
-            raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
-        if kind == "trace":
-            _check_trace_has_requests(path, w.get("block_size"), where)
-        return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
-    if kind == "program":
-        from .programs import program_config
+    """The workload object of a validated `workload` section (its kind's build)."""
+    return workload_kind(w["kind"]).build(w, WorkloadContext(seed, P, l1, where))
 
-        knobs = dict(w["knobs"])
-        knobs.setdefault("seed", seed)
-        try:
-            cfg = program_config(w["program"], **knobs)
-        except (ValueError, TypeError) as err:
-            raise ScenarioError(f"{where}: workload.knobs: {err}") from None
-        rate = w["request_rate"]
-        return ProgramSpec(cfg, w["max_parallel"], math.inf if isinstance(rate, str) else float(rate))
-    if kind == "agentic":
-        from .agentic import AgenticConfig
 
-        rate = w["arrival_rate"]
-        knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in w.items()
-                 if k not in ("kind", "speedup", "closed_loop")}
-        knobs["arrival_rate"] = math.inf if isinstance(rate, str) else float(rate)
-        try:
-            cfg = AgenticConfig(seed=seed, **knobs)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: workload.{str(err).removeprefix('AgenticConfig.')}") from None
-        return AgenticSpec(cfg, float(w["speedup"]), closed_loop=w["closed_loop"])
+def _file_workload(w: dict, ctx: WorkloadContext) -> TraceSpec:
+    kind, where = w["kind"], ctx.where
+    if not w["path"]:
+        raise ScenarioError(f"{where}: workload.path: missing; expected a {kind} file")
+    path = Path(w["path"])
+    if not path.is_file() and (Path(where).parent / path).is_file():
+        path = Path(where).parent / path
+    if not path.is_file():
+        raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
+    if kind == "trace":
+        _check_trace_has_requests(path, w.get("block_size"), where)
+    return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
+
+
+def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
+    from .programs import program_config
+
+    knobs = dict(w["knobs"])
+    knobs.setdefault("seed", ctx.seed)
+    try:
+        cfg = program_config(w["program"], **knobs)
+    except (ValueError, TypeError) as err:
+        raise ScenarioError(f"{ctx.where}: workload.knobs: {err}") from None
+    rate = w["request_rate"]
+    return ProgramSpec(cfg, w["max_parallel"], math.inf if isinstance(rate, str) else float(rate))
+
+
+def _agentic_workload(w: dict, ctx: WorkloadContext) -> AgenticSpec:
+    from .agentic import AgenticConfig
+
+    rate = w["arrival_rate"]
+    knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in w.items()
+             if k not in ("kind", "speedup", "closed_loop")}
+    knobs["arrival_rate"] = math.inf if isinstance(rate, str) else float(rate)
+    try:
+        cfg = AgenticConfig(seed=ctx.seed, **knobs)
+    except ValueError as err:
+        raise ScenarioError(f"{ctx.where}: workload.{str(err).removeprefix('AgenticConfig.')}") from None
+    return AgenticSpec(cfg, float(w["speedup"]), closed_loop=w["closed_loop"])
+
+
+def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
+    P, l1, where = ctx.page_size, ctx.l1_tokens, ctx.where
     rate = w["request_rate"]
     rate = math.inf if isinstance(rate, str) else float(rate)
     try:
         wl = MultiTurnConfig(num_clients=w["num_clients"], num_rounds=w["num_rounds"],
                              request_length=w["request_length"], output_length=w["output_length"],
                              max_parallel=w["max_parallel"], request_rate=rate, round_barrier=w["round_barrier"],
-                             ready_queue_policy=w["ready_queue_policy"], seed=seed, page_size=P,
+                             ready_queue_policy=w["ready_queue_policy"], seed=ctx.seed, page_size=P,
                              vocab_size=w["vocab_size"])
     except ValueError as err:
         raise ScenarioError(f"{where}: workload.{str(err).removeprefix('MultiTurnConfig.')}") from None
@@ -390,6 +404,10 @@ def _workload(w: dict, seed: int, P: int, l1: int, where: str):
                             f"({longest} tokens); expected more L1, or fewer rounds")
     return wl
 
+
+for _name, _build in (("multiturn", _multiturn_workload), ("trace", _file_workload), ("azure", _file_workload),
+                      ("agentic", _agentic_workload), ("program", _program_workload)):
+    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}")
 
 def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
     """Refuse a trace without a single request (reads up to its first request line)."""

@@ -7,11 +7,14 @@ import copy
 import math
 import numbers
 
-from cache_core.engine_types import LOAD_OVERLAPS, SCHEDULE_POLICIES
+from cache_core.engine_types import LOAD_OVERLAPS
 from cache_core.eviction import policy_names
-from cache_core.store import L3_MODELS
+from cache_core.scheduling import schedule_policy_names
+from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
+from .program_names import PROGRAM_NAMES
+from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES
 
 REPLAY_ONLY_POLICIES = ("belady",)
@@ -50,7 +53,7 @@ SCHEMA = {
         "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
         "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
-        "l3_model": ("prefix", ("choice", L3_MODELS), "one of " + ", ".join(L3_MODELS)),
+        "l3_model": ("prefix", "l3_model", "one of " + ", ".join(l3_model_names())),
         "l3_eviction_high_watermark": (0.90, "fraction", "a number in (0, 1] (Mooncake's eviction_high_watermark_ratio)"),
         "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
         "l3_replicas": (1, "int1", "an integer >= 1"),
@@ -65,15 +68,14 @@ SCHEMA = {
         "max_running_requests": (16, "int1", "an integer >= 1"),
         "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
         "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
-        "schedule_policy": ("fcfs", ("choice", SCHEDULE_POLICIES), "one of " + ", ".join(SCHEDULE_POLICIES)),
+        "schedule_policy": ("fcfs", "schedule_policy", "one of " + ", ".join(schedule_policy_names())),
         "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
         "mixed_chunk": (False, "bool", "true or false"),
         "load_overlap": ("layerwise", ("choice", LOAD_OVERLAPS), "one of " + ", ".join(LOAD_OVERLAPS)),
         "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
     },
     "workload": {
-        "kind": ("multiturn", ("choice", ("multiturn", "trace", "agentic", "azure", "program")),
-                 "multiturn, trace, agentic, azure or program"),
+        "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
         "num_clients": (48, "int1", "an integer >= 1"),
         "num_rounds": (60, "int1", "an integer >= 1"),
         "request_length": (4096, "int1", "an integer >= 1"),
@@ -104,7 +106,7 @@ SCHEMA = {
                   "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
-        "kind": ("operators", ("choice", ("operators", "roofline", "table")), "operators, roofline or table"),
+        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): operators, roofline or table"),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
@@ -135,15 +137,23 @@ WORKLOAD_SCHEMAS = {
                 "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
                 "vocab_size": (128_000, "int1", "an integer >= 1"),
                 "lengths": ("uniform", ("choice", ("uniform", "lognormal")), "uniform or lognormal")},
-    "program": {"kind": _KIND, "program": ("few_shot", ("choice", ("few_shot", "self_consistency", "multi_turn_chat",
-                                                                   "tree_of_thought", "agent_with_subagents")),
-                                           "few_shot, self_consistency, multi_turn_chat, tree_of_thought or "
-                                           "agent_with_subagents"),
+    "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
+                                           ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
                 "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
                 "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
                 "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},
 }
-_WORKLOAD_UNION = {k: v for sch in WORKLOAD_SCHEMAS.values() for k, v in sch.items()}
+
+
+def _workload_union() -> dict:
+    """Every key of every registered workload kind (what `--set workload.KEY` may name)."""
+    return {k: v for name in workload_kind_names() for k, v in workload_kind(name).schema.items()}
+
+
+def _cost_model_names() -> list[str]:
+    from sim.cost_models import cost_model_names  # (the simulator's registry; imported when checked)
+
+    return cost_model_names()
 
 
 def _ok(check, v) -> bool:
@@ -170,6 +180,10 @@ def _ok(check, v) -> bool:
         "model": lambda: isinstance(v, (str, dict)),
         "hardware": lambda: isinstance(v, (str, dict)),
         "policy": lambda: isinstance(v, str) and v in policy_names() and v not in REPLAY_ONLY_POLICIES,
+        "schedule_policy": lambda: isinstance(v, str) and v in schedule_policy_names(),
+        "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
+        "l3_model": lambda: isinstance(v, str) and v in l3_model_names(),
+        "cost_kind": lambda: isinstance(v, str) and v in _cost_model_names(),
         "components": lambda: v is None or (isinstance(v, list) and v and
                                             all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
@@ -201,9 +215,10 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
         if k == "workload" and not prefix:
             sub = raw.get(k) or {}
             kind = sub.get("kind", "multiturn") if isinstance(sub, dict) else "multiturn"
-            if kind not in WORKLOAD_SCHEMAS:
-                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected {_KIND[2]}")
-            spec = WORKLOAD_SCHEMAS[kind]
+            if workload_kind(kind) is None:
+                raise ScenarioError(f"{where}: workload.kind: got {kind!r}; expected one of "
+                                    f"{', '.join(workload_kind_names())}")
+            spec = workload_kind(kind).schema
         if isinstance(spec, dict):
             out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
             continue
@@ -227,7 +242,7 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             node[parts[-1]] = value
             return
         if schema is SCHEMA["workload"]:
-            schema = _WORKLOAD_UNION
+            schema = _workload_union()
         if not isinstance(schema, dict) or part not in schema:
             known = ", ".join(sorted(schema)) if isinstance(schema, dict) else "(none)"
             raise ScenarioError(f"{where} {key}: unknown key {'.'.join(parts[:i + 1])!r}; expected one of {known}")

@@ -66,6 +66,7 @@ import numpy as np
 
 from cache_core.keys import ROOT_STATE, TOKEN_DTYPE, KeyState, page_keys
 
+from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
 
 READY_QUEUE_POLICIES = ("fifo", "random")
@@ -73,10 +74,6 @@ MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's 
 
 # SeedSequence spawn keys: one independent stream per purpose.
 _STREAM_TOKENS, _STREAM_ORDER, _STREAM_ARRIVALS = 0, 1, 2
-
-
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
 
 
 def _check_int(name: str, value, lo: int) -> None:

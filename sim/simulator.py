@@ -27,6 +27,7 @@ import simpy
 from cache_core.engine import Engine
 from cache_core.engine_types import EngineRequest
 from cache_core.records import TokenSeq
+from scenarios.seeding import rng as _rng
 
 from .links import DataPlane, LinkSet
 
@@ -52,6 +53,8 @@ class SimClock:
 
 class SimDataPlane:
     """Transfers onto modelled links; ``on_done`` is called when the bytes have arrived."""
+
+    mode = "sim"  # what the results call this run's mode (sim/recorder.py)
 
     def __init__(self, links: LinkSet, shards: dict | None = None):
         self.links = links
@@ -116,10 +119,6 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
 # ----------------------------------------------------------------------------------------------
 # clients
 # ----------------------------------------------------------------------------------------------
-def _rng(seed: int, *key: int) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
-
-
 _STREAM_SEND = 3  # scenarios.workloads uses 0..2
 
 

@@ -370,3 +370,27 @@ def test_a_decode_token_is_a_one_token_prefill(key, hw, tp):
     d, p = m.cost((), ctx), m.cost([(1, c) for c in ctx])
     for f in ("attention_flops", "indexer_flops", "recurrent_flops", "linear_flops", "kv_bytes", "state_bytes"):
         assert getattr(d, f) == pytest.approx(getattr(p, f), **EXACT), f
+
+
+def test_a_registered_cost_model_is_built_by_cost_kind():
+    """Cost models are a registry (issue 16 item 4): one registration and `cost.kind` names it."""
+    from radixsim.run import make_cost
+    from scenarios.scenario import resolve
+    from sim.cost_models import _MODELS, register_cost_model
+
+    class Flat:
+        def __init__(self, s):
+            self.s = s
+
+    @register_cost_model("test-flat")
+    def flat(sc):
+        return Flat(0.001 * sc.tp)
+
+    try:
+        sc = resolve({"model": "qwen3-32b", "hardware": "h200x2", "tp": 2, "cache": {"l1_tokens": 4096},
+                      "workload": {"num_rounds": 2, "request_length": 256, "output_length": 8},
+                      "cost": {"kind": "test-flat"}}, "s.yaml")
+        cost = make_cost(sc)
+        assert type(cost) is Flat and cost.s == 0.002
+    finally:
+        del _MODELS._classes["test-flat"]

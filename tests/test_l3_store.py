@@ -193,7 +193,7 @@ def test_prefix_model_is_the_default_and_keeps_its_index():
 
 
 @pytest.mark.parametrize("bad,msg", [
-    (dict(l3_model="lru"), "l3_model 'lru': expected one of prefix, mooncake"),
+    (dict(l3_model="lru"), "l3_model 'lru': expected one of mooncake, prefix"),
     (dict(l3_replicas=0), "l3_replicas must be an integer >= 1, got 0"),
     (dict(l3_eviction_shards=0), "l3_eviction_shards must be an integer >= 1, got 0"),
     (dict(l3_objects_per_page=1.5), "l3_objects_per_page must be an integer >= 1, got 1.5"),
@@ -233,7 +233,7 @@ def test_scenario_keys_reach_the_store():
 
 
 @pytest.mark.parametrize("cache,msg", [
-    (dict(l3_tokens="1GiB", l3_model="lru"), "t.yaml: cache.l3_model: got 'lru'; expected one of prefix, mooncake"),
+    (dict(l3_tokens="1GiB", l3_model="lru"), "t.yaml: cache.l3_model: got 'lru'; expected one of mooncake, prefix"),
     (dict(l3_tokens="1GiB", l3_ssd_tokens=64), "t.yaml: cache.l3_ssd_tokens: an SSD tier needs an L3 with "
                                                "cache.l3_model mooncake; expected both"),
 ])
@@ -323,3 +323,26 @@ def test_the_core_names_the_ssd_pages_of_a_prefetch():
     request(c, ABC)
     (pf,) = [t for t in c.actions[n0:] if getattr(t, "kind", None) == "prefetch"]
     assert (pf.tokens, pf.ssd_pages) == (16, 2)  # B's 2 pages from the SSD, C's from the pool
+
+
+def test_a_registered_l3_model_is_built_by_name():
+    """L3 stores are a registry (issue 16 item 4): one registration line and `l3_model` (the
+    core's TierConfig and the scenario schema) builds it."""
+    from cache_core import CacheConfig, RadixCache
+    from cache_core.store import _MODELS, register_l3_model
+    from scenarios.schema import SCHEMA, _validate
+
+    class HalfStore(StorageIndex):
+        """A prefix index with half the capacity (a toy)."""
+
+    @register_l3_model("test-half")
+    def half(cfg, capacity_pages, page_size):
+        return HalfStore(capacity_pages // 2)
+
+    try:
+        c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, tiers=TierConfig(
+            hicache_ratio=2, l3=True, l3_tokens=400, l3_model="test-half")))
+        assert type(c.hier.storage) is HalfStore and c.hier.storage.capacity_pages == 50
+        assert _validate({"l3_model": "test-half"}, SCHEMA["cache"], "s.yaml", "cache.")["l3_model"] == "test-half"
+    finally:
+        del _MODELS._classes["test-half"]

@@ -12,7 +12,7 @@ import simpy
 from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq, invariants
 from cache_core.engine_types import EngineConfig
 from cache_core.keys import page_keys
-from radixsim.cli import _Parser
+from radixsim.args import Parser
 from radixsim.workload_cli import add_parsers, dispatch, main
 from scenarios.presets import get_hardware
 from scenarios.programs import (PROGRAMS, AgentConfig, FewShotConfig, MultiTurnChatConfig, ProgramWorkload,
@@ -377,8 +377,8 @@ def test_program_clients_rejects_bad_arguments():
 
 # ---------------------------------------------------------------- CLI
 def cli(argv):
-    p = _Parser(prog="radixsim")  # wired as radixsim/cli.py will wire it
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    p = Parser(prog="radixsim")  # wired as radixsim/cli.py will wire it
+    sub = p.add_subparsers(dest="command", parser_class=Parser, metavar="COMMAND")
     add_parsers(sub)
     return dispatch(p.parse_args(argv))
 
@@ -419,3 +419,10 @@ def test_dispatch_ignores_other_commands():
     class Args:
         command = "run"
     assert dispatch(Args()) is None
+
+
+def test_program_names_list_every_program_in_order():
+    from scenarios.program_names import PROGRAM_NAMES
+    from scenarios.programs import PROGRAMS
+
+    assert PROGRAM_NAMES == tuple(PROGRAMS)

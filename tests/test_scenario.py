@@ -110,7 +110,7 @@ BROKEN = [
     ("bad-prefetch-policy", valid_with(cache={"prefetch_policy": "eager"}),
      ["cache.prefetch_policy: got 'eager'", "expected one of best_effort, wait_complete, timeout"]),
     ("bad-schedule-policy", valid_with(engine={"schedule_policy": "sjf"}),
-     ["engine.schedule_policy: got 'sjf'", "expected one of fcfs, lpm, dfs-weight, random"]),
+     ["engine.schedule_policy: got 'sjf'", "expected one of dfs-weight, fcfs, lpm, random"]),
     ("bad-load-overlap", valid_with(engine={"load_overlap": "always"}),
      ["engine.load_overlap: got 'always'", "expected one of layerwise, none"]),
     ("chunk-not-page-multiple", valid_with(engine={"chunked_prefill_tokens": 100}),

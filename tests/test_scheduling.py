@@ -663,3 +663,22 @@ def test_module_reads_no_clock_and_imports_only_stdlib_and_numpy():
             mods.add((node.module or "").split(".")[0] if node.level == 0 else "." + (node.module or ""))
     # standard library, numpy, and the core's own name registry (cache_core/registry.py)
     assert mods == {"__future__", "operator", "dataclasses", "fractions", "typing", "numpy", ".registry"}
+
+
+def test_a_registered_schedule_policy_is_accepted_by_the_engine_config_and_scenarios():
+    """No hard-coded list beside the registry (issue 16 item 4): registering is enough."""
+    from cache_core.engine_types import EngineConfig
+    from cache_core.scheduling import _REGISTRY, SchedulePolicy, register_schedule_policy
+    from scenarios.schema import SCHEMA, _validate
+
+    @register_schedule_policy("test-reverse")
+    class Reverse(SchedulePolicy):
+        def order(self, waiting, ctx=None):
+            return list(reversed(waiting))
+
+    try:
+        assert EngineConfig(schedule_policy="test-reverse").schedule_policy == "test-reverse"
+        out = _validate({"schedule_policy": "test-reverse"}, SCHEMA["engine"], "s.yaml", "engine.")
+        assert out["schedule_policy"] == "test-reverse"
+    finally:
+        del _REGISTRY._classes["test-reverse"]

@@ -1,0 +1,55 @@
+"""Simulation cost against conversation length (a benchmark, not a test).
+
+Runs one scenario (default: the Inkling figure-4 L3 one) as `radixsim run` in a fresh process
+at 1x, 2x and 4x its rounds (`--set workload.num_rounds=...`) and prints, per run, the wall
+time of the simulator, the prompt tokens simulated, simulated tokens per wall second, and the
+cost relative to the 1x run. Flat tokens/s = cost linear in the work.
+
+    python benchmarks/bench_scaling.py [SCENARIO] [--factors 1,2,4]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def rounds_of(scenario: str) -> int:
+    from scenarios.scenario import load
+
+    return int(load(scenario)["workload"]["num_rounds"])
+
+
+def run(scenario: str, rounds: int, out: Path) -> tuple[float, int]:
+    cmd = [sys.executable, "-m", "radixsim", "run", scenario, "--set", f"workload.num_rounds={rounds}",
+           "--out", str(out), "--no-progress", "--no-plots"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{p.stderr}")
+    sim_s = float(p.stdout.rsplit("wall ", 1)[1].split(" s")[0])
+    with open(out / "summary.json") as f:
+        s = json.load(f)
+    return sim_s, int(s["total_prompt_tokens"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("scenario", nargs="?", default="fig4-inkling-small-l3")
+    ap.add_argument("--factors", default="1,2,4", help="multiples of the scenario's rounds (default 1,2,4)")
+    args = ap.parse_args()
+    base = rounds_of(args.scenario)
+    print(f"{'rounds':>7} {'sim s':>8} {'prompt tokens':>14} {'tokens/s':>12} {'cost vs 1x':>11} {'tokens vs 1x':>13}")
+    first = None
+    with tempfile.TemporaryDirectory() as tmp:
+        for f in (int(x) for x in args.factors.split(",")):
+            sim_s, tokens = run(args.scenario, base * f, Path(tmp) / f"x{f}")
+            first = first or (sim_s, tokens)
+            print(f"{base * f:7d} {sim_s:8.1f} {tokens:14,d} {tokens / sim_s:12,.0f} {sim_s / first[0]:10.1f}x "
+                  f"{tokens / first[1]:12.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Argument parsing shared by radixsim's commands: the parser class (one-line errors, exit 2),
+the option types and the check of a --device option."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EXIT_BAD_INPUT = 2
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse prints usage too; keep it short)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def nonneg_int(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
+    return v
+
+
+def pos_int(text: str) -> int:
+    v = nonneg_int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def sizes(text: str) -> str:
+    """A comma-separated list of sizes (a comparison run over capacities)."""
+    for part in text.split(","):
+        size(part)
+    return text
+
+
+def size(text: str) -> str:
+    """Syntax check of a size option (tokens, bytes with a unit, or 'unbounded'); the value is
+    converted once --kv-bytes-per-token is known."""
+    from scenarios.units import is_size_text
+
+    if not is_size_text(text):
+        raise argparse.ArgumentTypeError(f"expected a non-negative token count or a size like 500GiB, got {text!r}")
+    return text
+
+
+def policy(text: str) -> str:
+    """One policy name, or a comma-separated list (a comparison run)."""
+    from cache_core.eviction import policy_names
+
+    for name in text.split(","):
+        if name not in policy_names():
+            raise argparse.ArgumentTypeError(f"unknown policy {name!r}; expected one of {', '.join(policy_names())}")
+    return text
+
+
+def workload_sets(sets) -> tuple:
+    import yaml
+
+    out = []
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key.startswith("workload.") or len(key) <= len("workload."):
+            raise ValueError(f"--set {item!r}: expected workload.KEY=VALUE")
+        out.append((key[len("workload."):], yaml.safe_load(value)))
+    return tuple(out)
+
+
+class DeviceError(RuntimeError):
+    """A torch device this machine cannot use, or a torch device failure (one line)."""
+
+
+def check_device(device: str, option: str) -> None:
+    """Refuse, before any work, a torch device that does not exist or is not available here."""
+    try:
+        import torch
+    except ImportError:
+        raise DeviceError(f"{option} {device}: the torch backend needs torch (pip install torch)") from None
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise DeviceError(f"{option} {device!r}: not a torch device; expected cpu or cuda[:N]") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(f"{option} {device}: CUDA is not available on this machine (torch {torch.__version__}); "
+                          "expected cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise DeviceError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")

@@ -1,0 +1,45 @@
+"""Step-time models by the scenario's `cost.kind`: a registry, as eviction policies have.
+A builder takes the resolved scenario and returns the model (sim/operators.py, sim/cost.py)."""
+from __future__ import annotations
+
+from cache_core.registry import Registry
+
+_MODELS = Registry("cost model")
+
+
+def register_cost_model(name: str):
+    """Decorator: `builder(sc) -> cost model` is what `cost: {kind: name}` builds."""
+    return _MODELS.register(name)
+
+
+def cost_model_names() -> list[str]:
+    return _MODELS.names()
+
+
+def make_cost(sc):
+    """The scenario's step-time model (its `cost.kind`'s builder)."""
+    return _MODELS.make(sc.doc["cost"]["kind"], sc=sc)
+
+
+@register_cost_model("operators")
+def _operators(sc):
+    from .cost import Efficiency
+    from .operators import OperatorCostModel
+
+    return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency), ep=sc.doc["engine"]["ep_size"])
+
+
+@register_cost_model("roofline")
+def _roofline(sc):
+    from .cost import Efficiency, RooflineCostModel
+
+    return RooflineCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency))
+
+
+@register_cost_model("table")
+def _table(sc):
+    from .cost import Efficiency
+    from .optable import load_cost_table
+
+    return load_cost_table(sc.cost_table, sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency),
+                           ep=sc.doc["engine"]["ep_size"])
