@@ -95,3 +95,17 @@ class PagePool:
         if self.capacity_pages is None:
             return rec.copy()
         return np.concatenate([rec, np.arange(self._next, self.capacity_pages, dtype=INDEX_DTYPE)])
+
+
+def pool_errors(name, pool, held: np.ndarray, outstanding: int, errors: list) -> None:
+    """Recount a pool: `held` indices in use, `outstanding` handed out; append error lines."""
+    free = pool.free_view()
+    both = np.concatenate([held, free])
+    bound = pool.capacity_pages if pool.capacity_pages is not None else pool._next
+    if len(both) and (both.min() < 0 or both.max() >= bound):
+        errors.append(f"{name}: index out of range [0, {bound})")
+    elif len(both) and np.bincount(both, minlength=bound).max() > 1:
+        errors.append(f"{name}: an index is in two places")
+    if pool.capacity_pages is not None and len(free) + len(held) + outstanding != pool.capacity_pages:
+        errors.append(f"{name}: free {len(free)} + held {len(held)} + handed out {outstanding} "
+                      f"!= capacity {pool.capacity_pages}")

@@ -292,13 +292,11 @@ class Engine(StepOps, LoadOps):
         cache = self.cache
         if r.pages:
             cache.free(np.concatenate(r.pages))
-        if r.swa_pages is not None:
-            cache.free_swa(r.swa_pages)
-        if r.states is not None:
-            cache.free_states(r.states)
+        if r.slots is not None:
+            cache.release_slots(r.slots)
         if r.match is not None:
             cache.unlock(r.match)
-        r.pages, r.swa_pages, r.states, r.match = [], None, None, None
+        r.pages, r.slots, r.match = [], None, None
         r.load_start_s = r.load_done_s = None
         r.started = False
         r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
@@ -310,16 +308,11 @@ class Engine(StepOps, LoadOps):
         cache = self.cache
         r.started = True
         n = r.seq.length - r.prefix_len
-        if cache.swa is not None:
-            r.swa_pages = self.stepper._swa_pages(n)
-            if r.swa_pages is None:
-                return False
-        if cache.mamba is not None:
-            r.states = self.stepper._states(r.prefix_len, r.seq.length // self.P * self.P)
-            if r.states is None:
-                return False
-            if r.load_start_s is None or r.load_done_s is not None:  # else at the overlapped loads' end
-                cache.finalize(r.match, r.states[0])
+        r.slots, ok = cache.request_slots(n, r.prefix_len, r.seq.length // self.P * self.P)
+        if not ok:
+            return False
+        if r.load_start_s is None or r.load_done_s is not None:  # else at the overlapped loads' end
+            cache.finalize(r.match, r.slots)
         return True
 
     def _fail_start(self, r: EngineRequest) -> None:

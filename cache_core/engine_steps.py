@@ -291,10 +291,10 @@ class StepOps:
 
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
-        self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.swa_pages, r.states, r.session_id, r.gen,
+        self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.slots or {}, r.session_id, r.gen,
                             r.priority, r.inserted_tokens)
         r.match = None
-        r.pages, r.swa_pages, r.states = [], None, None
+        r.pages, r.slots = [], None
         r.phase = DONE
         r.state = FINISHED
         r.finish_s = now

@@ -113,8 +113,7 @@ class EngineRequest(Request):
     pages: list = field(default_factory=list)  # FULL pages owned: KV of tokens prefix .. kv_pages*P
     kv_pages: int = 0  # pages from token 0 the request has KV in (prefix pages + owned)
     inserted_tokens: int = 0  # tokens it inserted into the tree so far (chunks): they count no hit again
-    swa_pages: object = None
-    states: object = None
+    slots: dict | None = None  # the voting components' units by name (RadixCache.request_slots)
     started: bool = False  # SWA window pages and MAMBA slots taken (first prefill chunk)
     gen: int = 0  # session generation
     waiting_ids: set = field(default_factory=set)  # transfers it waits for
@@ -148,6 +147,16 @@ class EngineRequest(Request):
     @property
     def limit(self) -> int:
         return max(self.fill_len - 1, 0)
+
+    @property
+    def swa_pages(self):
+        """The SWA window pages it computes into (None: none taken)."""
+        return None if self.slots is None else self.slots.get("swa")
+
+    @property
+    def states(self):
+        """Its MAMBA state slots, private state first (None: none taken)."""
+        return None if self.slots is None else self.slots.get("mamba")
 
 
 @dataclass(frozen=True, slots=True)

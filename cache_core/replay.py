@@ -93,30 +93,22 @@ class ReplayStepper:
             pages = cache.alloc(need_pages)
             if pages is None:
                 return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        swa_pages = states = None
-        if cache.swa is not None and n > 0:
-            swa_pages = self._swa_pages(n)
-            if swa_pages is None:
+        slots, ok = cache.request_slots(n, cached, aligned)  # SWA window pages, MAMBA slots, ...
+        if not ok:
+            if pages is not None:
                 cache.free(pages)
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        if cache.mamba is not None:
-            states = self._states(cached, aligned)
-            if states is None:
-                if pages is not None:
-                    cache.free(pages)
-                if swa_pages is not None:
-                    cache.free_swa(swa_pages)
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-            cache.finalize(m, states[0])
-        self.commit(seq, lp, m, pages, swa_pages, states, session_id, gen, priority)
+            cache.release_slots(slots)
+            return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
+        cache.finalize(m, slots)
+        self.commit(seq, lp, m, pages, slots, session_id, gen, priority)
         return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
                           m.device, m.host_tokens, m.storage_tokens)
 
-    def commit(self, seq: TokenSeq, lp: int, m, pages, swa_pages, states, session_id=None, gen: int = 0,
+    def commit(self, seq: TokenSeq, lp: int, m, pages, slots: dict, session_id=None, gen: int = 0,
                priority: int = 0, inserted_len: int = 0):
         """Steps (d) and (e) for a request that computed `seq` (prompt of `lp` tokens plus
         output[:-1]) over the locked match `m`: `pages` (or None) hold the KV of tokens
-        m.cached_tokens .. ceil(len(seq) / P) * P; `swa_pages`/`states` as allocated for it.
+        m.cached_tokens .. ceil(len(seq) / P) * P; `slots` the voting components' units as allocated for it (`RadixCache.request_slots`).
         Inserts, registers the session's region, unlocks `m`. `inserted_len`: tokens the
         request inserted already (chunked prefill), which count no hit again. Shared with the engine loop,
         so a simulated or real run caches exactly what replay caches."""
@@ -126,12 +118,12 @@ class ReplayStepper:
         aligned = ls // P * P
         done = m
         if pages is not None:  # (d)
-            done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, swa_pages=swa_pages,
-                                state_slots=states, priority=priority, inserted_len=inserted_len)
-        elif states is not None:
-            cache.free_states(states)
+            done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, slots=slots,
+                                priority=priority, inserted_len=inserted_len)
+        elif slots:
+            cache.release_slots(slots)
         prompt_aligned = lp // P * P
-        inserted = pages is not None and done.handle is not None and done.handle._node.end == aligned
+        inserted = pages is not None and done.handle is not None and done.handle.node.end == aligned
         if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
             cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None,
                          priority=priority + 1, inserted_len=prompt_aligned)
@@ -145,25 +137,3 @@ class ReplayStepper:
         self.cache.unlock(m)
         return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost,
                           m.device, m.host_tokens, m.storage_tokens)
-
-    def _swa_pages(self, n: int):
-        cache = self.cache
-        P = cache.page_size
-        need = min(-(-n // P), cache.swa.window_pages + 1)
-        if not cache.swa.pool.unbounded and cache.free_swa_tokens < need * P:
-            cache.evict_swa(need * P - cache.free_swa_tokens)
-        return cache.alloc_swa(need)
-
-    def _states(self, cached: int, aligned: int):
-        """Private state + snapshot slots for every-K checkpoints in (cached, aligned)."""
-        cache = self.cache
-        every = cache.mamba.every
-        snaps = 0
-        if every and aligned > cached:
-            snaps = max(0, (aligned - 1) // every - cached // every)
-        want = 1 + snaps
-        avail = cache.mamba.available_slots
-        if avail is not None and avail < want:  # all snapshots or none: evict nothing in vain
-            want = 1
-        slots = cache.alloc_states(want)
-        return None if slots is None else [int(x) for x in slots]
