@@ -142,13 +142,14 @@ class Component:
 
     def storage_mask(self, keys, run_pages: int, voter) -> np.ndarray:
         """Boundaries after page j < run_pages of an L3 run (page keys `keys`) that this
-        component accepts; `voter`: its validator at the end of the tree walk."""
-        return np.ones(run_pages, dtype=bool)
+        component accepts; `voter`: its validator at the end of the tree walk. Default: none
+        (a component that keeps nothing in L3 serves no boundary through it)."""
+        return np.zeros(run_pages, dtype=bool)
 
     def l3_mask(self, visited, traversed: int, keys, lo_b: int, cap: int) -> np.ndarray:
         """Page boundaries b in [lo_b, cap] of a tree path this component can serve from the
-        tree (L1 or L2) or from L3, as a mask indexed by b - lo_b."""
-        return np.ones(cap - lo_b + 1, dtype=bool)
+        tree (L1 or L2) or from L3, as a mask indexed by b - lo_b. Default: none."""
+        return np.zeros(cap - lo_b + 1, dtype=bool)
 
     def prepare_fetch(self, node) -> None:
         """Before a boundary at `node`'s end is locked for an L3 fetch."""
