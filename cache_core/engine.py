@@ -77,7 +77,7 @@ from .engine_loading import MAX_RESOLVE_ROUNDS, LoadOps, overlap_end_s
 from .engine_steps import StepOps
 from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
                            EngineStalled)
-from .replay import ReplayStepper
+from .lifecycle import take_slots
 from .scheduling import FINISHED, Admission, BatchLimits, RunningBatch, SchedulingContext, make_schedule_policy
 from .scheduling import WAITING as Q_WAITING
 
@@ -100,7 +100,6 @@ class Engine(StepOps, LoadOps):
         self.config = config
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.P = P = cache.page_size
-        self.stepper = ReplayStepper(cache)
         kw = {"seed": config.seed} if config.schedule_policy == "random" else {}
         self.policy = make_schedule_policy(config.schedule_policy, **kw)
         self.admission = Admission(config.new_token_ratio, page_size=P)
@@ -308,12 +307,10 @@ class Engine(StepOps, LoadOps):
         cache = self.cache
         r.started = True
         n = r.seq.length - r.prefix_len
-        r.slots, ok = cache.request_slots(n, r.prefix_len, r.seq.length // self.P * self.P)
-        if not ok:
-            return False
-        if r.load_start_s is None or r.load_done_s is not None:  # else at the overlapped loads' end
-            cache.finalize(r.match, r.slots)
-        return True
+        # with loads still overlapped, the finalizers run at their end (engine_loading.py)
+        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.P * self.P,
+                                 finalize=r.load_start_s is None or r.load_done_s is not None)
+        return ok
 
     def _fail_start(self, r: EngineRequest) -> None:
         self.counters["alloc_waits"] += 1

@@ -9,6 +9,7 @@ import numpy as np
 
 from .allocator import INDEX_DTYPE
 from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, Step
+from .lifecycle import CommitParams, commit
 from .records import MatchResult
 from .scheduling import FINISHED, RUNNING, BatchLimits
 
@@ -291,8 +292,9 @@ class StepOps:
 
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
-        self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.slots or {}, r.session_id, r.gen,
-                            r.priority, r.inserted_tokens)
+        commit(self.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
+                                        slots=r.slots or {}, session_id=r.session_id, gen=r.gen,
+                                        priority=r.priority, inserted_len=r.inserted_tokens))
         r.match = None
         r.pages, r.slots = [], None
         r.phase = DONE

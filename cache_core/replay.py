@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .cache import RadixCache, TokenSeq
 from .keys import as_tokens
+from .lifecycle import AdmitParams, CommitParams, admit, commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,6 @@ class ReplayStepper:
         session-aware policy a request with `session_id` registers its session's region when
         it completes."""
         cache = self.cache
-        P = cache.page_size
         prompt = as_tokens(prompt)
         lp = len(prompt)
         n_out = 0 if output is None else len(output)
@@ -69,71 +69,10 @@ class ReplayStepper:
                 seq = TokenSeq.join(prompt, as_tokens(output)[:-1])
             else:
                 seq = TokenSeq(prompt)
-        ls = seq.length
-
-        gen = cache.session_begin(session_id) if session_id is not None else 0
-        m = cache.match(seq, max(lp - 1, 0) // P * P)  # (a)
-        cache.lock(m)  # (b)
-        if cache.hier is not None:  # host and storage hits load into L1 (acks are immediate)
-            m = cache.load(m, seq)
-        cached = m.cached_tokens
-        evicted0 = cache.full.evicted_tokens
-        n = ls - cached  # (c)
-        aligned = ls // P * P
-        pages = None
-        if n > 0:
-            need_pages = -(-n // P)
-            if not cache.full.pool.unbounded:
-                demand = n + P if P > 1 else n
-                free = cache.free_tokens
-                if free < demand:
-                    cache.evict(demand - free)
-                if cache.free_tokens < need_pages * P:
-                    cache.evict(need_pages * P - cache.free_tokens)
-            pages = cache.alloc(need_pages)
-            if pages is None:
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        slots, ok = cache.request_slots(n, cached, aligned)  # SWA window pages, MAMBA slots, ...
-        if not ok:
-            if pages is not None:
-                cache.free(pages)
-            cache.release_slots(slots)
-            return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        cache.finalize(m, slots)
-        self.commit(seq, lp, m, pages, slots, session_id, gen, priority)
-        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
-                          m.device, m.host_tokens, m.storage_tokens)
-
-    def commit(self, seq: TokenSeq, lp: int, m, pages, slots: dict, session_id=None, gen: int = 0,
-               priority: int = 0, inserted_len: int = 0):
-        """Steps (d) and (e) for a request that computed `seq` (prompt of `lp` tokens plus
-        output[:-1]) over the locked match `m`: `pages` (or None) hold the KV of tokens
-        m.cached_tokens .. ceil(len(seq) / P) * P; `slots` the voting components' units as allocated for it (`RadixCache.request_slots`).
-        Inserts, registers the session's region, unlocks `m`. `inserted_len`: tokens the
-        request inserted already (chunked prefill), which count no hit again. Shared with the engine loop,
-        so a simulated or real run caches exactly what replay caches."""
-        cache = self.cache
-        P = cache.page_size
-        ls = seq.length
-        aligned = ls // P * P
-        done = m
-        if pages is not None:  # (d)
-            done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, slots=slots,
-                                priority=priority, inserted_len=inserted_len)
-        elif slots:
-            cache.release_slots(slots)
-        prompt_aligned = lp // P * P
-        inserted = pages is not None and done.handle is not None and done.handle.node.end == aligned
-        if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
-            cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None,
-                         priority=priority + 1, inserted_len=prompt_aligned)
-        if session_id is not None:
-            cache.session_finish(session_id, gen, done)
-        cache.unlock(m)  # (e)
-        return done
-
-    def _reject(self, m, lp, n_out, cached, evicted) -> StepResult:
-        # evicted counts every FULL token removed meanwhile (also by SWA/MAMBA pressure)
-        self.cache.unlock(m)
-        return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost,
+        a = admit(cache, AdmitParams(seq=seq, prompt_len=lp, session_id=session_id))
+        m = a.match
+        if not a.rejected:
+            commit(cache, CommitParams(seq=seq, prompt_len=lp, match=m, pages=a.pages, slots=a.slots,
+                                       session_id=session_id, gen=a.gen, priority=priority))
+        return StepResult(lp, n_out, a.cached_tokens, a.evicted_tokens, a.rejected, m.traversed, m.lost,
                           m.device, m.host_tokens, m.storage_tokens)
