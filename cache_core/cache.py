@@ -200,7 +200,7 @@ class RadixCache(TierOps):
         are freed. `state_slots`: the request's MAMBA slots (private state first, then
         snapshot slots): they become checkpoints where the strategy says, or are freed.
         `slots`: every voting component's request units by component name (what
-        `request_slots` gave; `swa_pages`/`state_slots` are the same for SWA and MAMBA).
+        `lifecycle.request_slots` gave; `swa_pages`/`state_slots` are the same for SWA and MAMBA).
         `priority`: the request's priority; every node on the inserted path keeps the highest
         it has seen (the `priority` and `session` policies read it).
         `keep_uncached`: pages of new tokens the tree cannot take (a node above them is not on
@@ -226,6 +226,30 @@ class RadixCache(TierOps):
         else:
             node, prefix, last = tree.walk(seq.data, num_tokens, tick, visited=visited)
         self.full.touched(last)
+        leaf, freed = self._take_pages(seq, node, prefix, num_tokens, pages, pages_from, keep_uncached, priority)
+        final = leaf or node
+        self._count_hit_and_priority(final, inserted_len, priority)
+        if self.voters:
+            given = dict(slots) if slots else {}
+            given.update((k, v) for k, v in (("swa", swa_pages), ("mamba", state_slots)) if v is not None)
+            self.topo.touch_path(visited)
+            hi = min(num_tokens, final.end)  # nothing was cached past a node still in flight (tiers)
+            for c in self.voters:
+                c.place(final, leaf, min(pages_from, hi), hi, given.get(c.name))
+        if self.hier is not None:
+            for nd in visited:
+                self.full.touched(nd)
+                self.hier.touched(nd)
+            self._on_hits(final, inserted_len)
+            if leaf is not None:
+                self.hier.on_insert(leaf)
+        return InsertResult(prefix, freed, LockHandle(final))
+
+    def _take_pages(self, seq, node, prefix: int, num_tokens: int, pages, pages_from: int, keep_uncached: bool,
+                    priority: int):
+        """`insert`'s pages: free the duplicates and the partial tail, give the new tokens a
+        new leaf (unless a node above them is not on L1 yet). Returns (leaf or None, freed)."""
+        P, tree = self.page_size, self.tree
         freed = 0
         leaf = None
         if len(pages):
@@ -256,8 +280,12 @@ class RadixCache(TierOps):
                 self.full.attach(leaf, pages[lo:hi])
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
-        final = leaf or node
-        touched = tree.count_hits(final, inserted_len)
+        return leaf, freed
+
+    def _count_hit_and_priority(self, final, inserted_len: int, priority: int) -> None:
+        """Every node of the path past `inserted_len` counts one hit; every node on it keeps
+        the highest priority it has seen; queues whose keys changed are told."""
+        touched = self.tree.count_hits(final, inserted_len)
         if self.policy.reads_hits:  # their policy keys changed
             for n in touched:
                 self.topo.touch_all(n)
@@ -271,25 +299,6 @@ class RadixCache(TierOps):
                 n = n.parent
             if self.policy.reads_priority:
                 self.full.touched(final)  # its key may have changed
-        if self.voters:
-            given = dict(slots) if slots else {}
-            if swa_pages is not None:
-                given["swa"] = swa_pages
-            if state_slots is not None:
-                given["mamba"] = state_slots
-            self.topo.touch_path(visited)
-            hi = min(num_tokens, final.end)  # nothing was cached past a node still in flight (tiers)
-            lo = min(pages_from, hi)
-            for c in self.voters:
-                c.place(final, leaf, lo, hi, given.get(c.name))
-        if self.hier is not None:
-            for nd in visited:
-                self.full.touched(nd)
-                self.hier.touched(nd)
-            self._on_hits(final, inserted_len)
-            if leaf is not None:
-                self.hier.on_insert(leaf)
-        return InsertResult(prefix, freed, LockHandle(final))
 
     def _on_hits(self, n, inserted_len: int) -> None:
         """Tiers: the nodes that just counted a hit (top-down) may now be backed up
@@ -301,25 +310,7 @@ class RadixCache(TierOps):
         for n in reversed(path):
             self.hier.on_hit(n)
 
-    # -- one request's units of the voting components ----------------------------------------------
-    def request_slots(self, new_tokens: int, cached: int, aligned: int) -> tuple[dict, bool]:
-        """Every voting component's units for one request, in component order, each pool
-        evicting when short: (units by component name, True), or (those taken before the
-        one that failed, False): the caller releases them (`release_slots`)."""
-        got: dict = {}
-        for c in self.voters:
-            s = c.request_slots(new_tokens, cached, aligned)
-            if s is None:
-                return got, False
-            got[c.name] = s
-        return got, True
-
-    def release_slots(self, slots: dict) -> None:
-        """Return units from `request_slots` that will not be inserted."""
-        for c in self.voters:
-            if c.name in slots:
-                c.release_slots(slots[c.name])
-
+    # -- one request's units of the voting components (lifecycle.py takes and returns them) ---------
     def finalize(self, m: MatchResult, slots) -> list:
         """Component finalizers for one request that reuses `m` (`slots`: its units by
         component name; a bare int is MAMBA's private slot): MAMBA copies the shared

@@ -17,7 +17,7 @@ Life of a request (``EngineRequest.phase``)::
 2. **Admission** (`schedule`), each step, in this order and under one prefill budget:
    the request chunked in the previous step; requests whose loads finished (``ready``,
    admitted earlier); then the waiting queue in the schedule policy's order through
-   `scheduling.Admission.select` (SGLang's PrefillAdder rules: max running, memory =
+   `admission.Admission.select` (SGLang's PrefillAdder rules: max running, memory =
    free + evictable L1 tokens minus reservations, prefill and chunk budgets). Each waiting
    request is matched just before it is considered; its prefix counts device and host hits
    (what it will not compute).
@@ -77,8 +77,9 @@ from .engine_loading import MAX_RESOLVE_ROUNDS, LoadOps, overlap_end_s
 from .engine_steps import StepOps
 from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
                            EngineStalled)
-from .lifecycle import take_slots
-from .scheduling import FINISHED, Admission, BatchLimits, RunningBatch, SchedulingContext, make_schedule_policy
+from .lifecycle import release_slots, take_slots
+from .admission import Admission, BatchLimits, RunningBatch
+from .scheduling import FINISHED, SchedulingContext, make_schedule_policy
 from .scheduling import WAITING as Q_WAITING
 
 _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
@@ -199,7 +200,7 @@ class Engine(StepOps, LoadOps):
         self.arrived += 1
         r.phase = ARRIVED
         r.phase_since_s = r.arrival_s
-        if self.admission._ceil(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
+        if self.admission.ceil_pages(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
             r.rejected = True
             r.phase = DONE
             r.state = FINISHED
@@ -257,7 +258,7 @@ class Engine(StepOps, LoadOps):
         return m.device + m.host_tokens if self.cache.hier is not None else m.cached_tokens
 
     def _path_key(self, r: EngineRequest) -> tuple:
-        node = self.cache.match(r.seq, r.limit).handle._node
+        node = self.cache.match(r.seq, r.limit).handle.node
         ids = []
         while node.parent is not None:
             ids.append(node.id)
@@ -292,7 +293,7 @@ class Engine(StepOps, LoadOps):
         if r.pages:
             cache.free(np.concatenate(r.pages))
         if r.slots is not None:
-            cache.release_slots(r.slots)
+            release_slots(cache, r.slots)
         if r.match is not None:
             cache.unlock(r.match)
         r.pages, r.slots, r.match = [], None, None

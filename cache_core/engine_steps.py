@@ -1,5 +1,5 @@
 """One step of the engine loop (a mixin of `cache_core.engine.Engine`): forming a step
-(the chunked request, ready requests, the waiting queue through `scheduling.Admission`),
+(the chunked request, ready requests, the waiting queue through `admission.Admission`),
 prefill page allocation, the decode batch with retraction, the step's pricing entries, and
 completing a step (first tokens, decode progress, inserts after prefill chunks and at finish).
 The rules are in engine.py's module docstring."""
@@ -11,7 +11,8 @@ from .allocator import INDEX_DTYPE
 from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, Step
 from .lifecycle import CommitParams, commit
 from .records import MatchResult
-from .scheduling import FINISHED, RUNNING, BatchLimits
+from .admission import BatchLimits
+from .scheduling import FINISHED, RUNNING
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
@@ -279,7 +280,7 @@ class StepOps:
         res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
                            keep_uncached=True, inserted_len=r.inserted_tokens)
         r.inserted_tokens = aligned
-        end = res.handle._node.end
+        end = res.handle.node.end
         # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
         # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
         rest = [pages[(end - start) // P:]] if (end - start) // P < len(pages) else []

@@ -105,7 +105,7 @@ def check(cache) -> None:
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
     cap = full.pool.capacity_pages
-    bound = cap if cap is not None else full.pool._next
+    bound = full.pool.index_bound
     if len(both) and (both.min() < 0 or both.max() >= bound):
         errors.append(f"page index out of range [0, {bound})")
     elif len(both) and np.bincount(both, minlength=bound).max() > 1:

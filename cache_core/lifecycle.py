@@ -48,13 +48,31 @@ class CommitParams:
     inserted_len: int = 0  # tokens the request inserted before (chunked prefill): no second hit
 
 
+def request_slots(cache, new_tokens: int, cached: int, aligned: int) -> tuple[dict, bool]:
+    """Every voting component's units for one request, in component order, each pool evicting
+    when short: (units by component name, True), or (those taken before the one that failed,
+    False): the caller gives them back (`release_slots`)."""
+    got: dict = {}
+    for c in cache.voters:
+        s = c.request_slots(new_tokens, cached, aligned)
+        if s is None:
+            return got, False
+        got[c.name] = s
+    return got, True
+
+
+def release_slots(cache, slots: dict) -> None:
+    """Return units from `request_slots` that will not be inserted."""
+    for c in cache.voters:
+        if c.name in slots:
+            c.release_slots(slots[c.name])
+
+
 def take_slots(cache, match: MatchResult, new_tokens: int, cached: int, aligned: int,
                finalize: bool = True) -> tuple[dict, bool]:
-    """Every voting component's units for one request, then (unless `finalize` is False: the
-    caller runs them later) their finalizers (MAMBA copies the reused checkpoint into the
-    private slot). (units, False) when a pool was short: the caller gives back the units
-    taken (`cache.release_slots`)."""
-    slots, ok = cache.request_slots(new_tokens, cached, aligned)
+    """`request_slots`, then (unless `finalize` is False: the caller runs them later) the
+    components' finalizers (MAMBA copies the reused checkpoint into the private slot)."""
+    slots, ok = request_slots(cache, new_tokens, cached, aligned)
     if ok and finalize:
         cache.finalize(match, slots)
     return slots, ok
@@ -76,11 +94,11 @@ def admit(cache, p: AdmitParams) -> Admitted:
         cache.unlock(m)
         return Admitted(match=m, cached_tokens=cached, evicted_tokens=cache.full.evicted_tokens - evicted0,
                         rejected=True, gen=gen)
-    slots, ok = cache.request_slots(n, cached, seq.length // P * P)
+    slots, ok = request_slots(cache, n, cached, seq.length // P * P)
     if not ok:
         if pages is not None:
             cache.free(pages)
-        cache.release_slots(slots)
+        release_slots(cache, slots)
         cache.unlock(m)
         return Admitted(match=m, cached_tokens=cached, evicted_tokens=cache.full.evicted_tokens - evicted0,
                         rejected=True, gen=gen)
@@ -116,7 +134,7 @@ def commit(cache, p: CommitParams):
         done = cache.insert(seq, aligned, p.pages, m.cached_tokens, after=m, slots=p.slots,
                             priority=p.priority, inserted_len=p.inserted_len)
     elif p.slots:
-        cache.release_slots(p.slots)
+        release_slots(cache, p.slots)
     prompt_aligned = p.prompt_len // P * P
     inserted = p.pages is not None and done.handle is not None and done.handle.node.end == aligned
     if ls > p.prompt_len and 0 < prompt_aligned < aligned and (inserted or p.pages is None):
