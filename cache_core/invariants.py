@@ -48,14 +48,24 @@ def dump(cache, limit: int = 60) -> str:
 
 def check(cache) -> None:
     errors: list[str] = []
-    tree, full = cache.tree, cache.full
+    nodes = _walk(cache, errors)
+    _check_locks(cache, nodes, errors)
+    _check_full(cache, nodes, errors)
+    if cache.hier is not None:
+        _check_tiers(cache, nodes, errors)
+    locks = list(cache.topo.locks.values())
+    for c in cache.voters:
+        c.check(nodes, locks, lambda tier, component: _in_flight(cache, tier, component), errors)
+    if errors:
+        raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))
+
+
+def _walk(cache, errors: list) -> list:
+    """Every reachable node (root first, parents before children), checking the topology."""
+    tree = cache.tree
     P = tree.page_size
     pb = 8 * P
     root = tree.root
-
-    # lock handles per node id -> count
-    held = {nid: cnt for nid, (node, cnt) in cache.topo.locks.items()}
-
     nodes = []
     stack = [(root, None)]
     while stack:
@@ -83,8 +93,13 @@ def check(cache) -> None:
             stack.append((child, node))
     if len(nodes) != tree.num_nodes:
         errors.append(f"num_nodes {tree.num_nodes} != {len(nodes)} reachable")
+    return nodes
 
-    # locks: post-order accumulation
+
+def _check_locks(cache, nodes, errors: list) -> None:
+    """lock_ref = the lock handles at or below a node (post-order accumulation)."""
+    held = {nid: cnt for nid, (node, cnt) in cache.topo.locks.items()}
+    root = cache.tree.root
     expect = {}
     for node in reversed(nodes):  # children after parents in `nodes`, so reversed = bottom-up
         expect[node.id] = held.get(node.id, 0) + sum(expect[c.id] for c in node.children.values())
@@ -93,6 +108,10 @@ def check(cache) -> None:
         if node.lock_ref != want:
             errors.append(f"node #{node.id}: lock_ref {node.lock_ref}, expected {want}")
 
+
+def _check_full(cache, nodes, errors: list) -> None:
+    """FULL: evictable/protected sizes, the L1 page pool, the eviction queue."""
+    full = cache.full
     on_l1 = [n for n in nodes[1:] if n.value is not None]
     evictable = sum(len(n.key) for n in on_l1 if n.lock_ref == 0) // 8
     protected = sum(len(n.key) for n in on_l1 if n.lock_ref > 0) // 8
@@ -100,7 +119,6 @@ def check(cache) -> None:
         errors.append(f"evictable_tokens {full.evictable_tokens}, recount {evictable}")
     if protected != full.protected_tokens:
         errors.append(f"protected_tokens {full.protected_tokens}, recount {protected}")
-
     in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, "L1")])
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
@@ -115,19 +133,10 @@ def check(cache) -> None:
         if total != cap:
             errors.append(f"pages: free {len(free)} + tree {len(in_tree)} + handed out "
                           f"{cache.outstanding_pages} = {total} != capacity {cap}")
-
     live = full.queue.live_ids()
     for n in nodes[1:]:
         if full.is_candidate(n) and n.id not in live:
             errors.append(f"node #{n.id}: evictable leaf missing from the eviction queue")
-    if cache.hier is not None:
-        _check_tiers(cache, nodes, errors)
-    locks = list(cache.topo.locks.values())
-    for c in cache.voters:
-        c.check(nodes, locks, lambda tier, component: _in_flight(cache, tier, component), errors)
-
-    if errors:
-        raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))
 
 
 def _in_flight(cache, tier: str, component: str = "full") -> np.ndarray:
