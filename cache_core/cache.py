@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .actions import L1, Alloc, Free
 from .allocator import INDEX_DTYPE
-from .cache_tiers import TierOps
+from .cache_tiers import TieredAccess
 from .components.full import FullComponent
 from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
@@ -35,7 +34,7 @@ from .vote import vote
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
 
-class RadixCache(TierOps):
+class RadixCache:
     """One radix tree with its components on the device tier (L1).
 
     `record_actions=True` makes every pool allocation and free, every state copy and every
@@ -76,6 +75,7 @@ class RadixCache(TierOps):
             topo.add(spec.build(topo.link(3 + i)))
         self.components = topo.components
         self.voters = topo.voters
+        self.tiered = TieredAccess(topo, self.hier, P) if self.hier is not None else None
         if self.hier is not None:
             topo.tiers = self.hier
             link = self.hier.link()
@@ -87,26 +87,9 @@ class RadixCache(TierOps):
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
-        self.outstanding_pages = 0  # FULL pages allocated to callers, not yet in the tree or freed
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             for c in self.components:
-                self._watch(c.pool, c.name)
-
-    def _watch(self, pool, name: str) -> None:
-        sidecars = self.topo.sidecars_of(name)
-        acts = self.actions
-
-        def listener(kind, indices):
-            rec = Alloc if kind == "alloc" else Free
-            acts.append(rec(name, L1, tuple(int(i) for i in indices), sidecars))
-
-        pool.listener = listener
-
-    def useless_leaf(self, node) -> bool:
-        """A leaf no voting component can reuse at any boundary (e.g. all SWA tombstones on
-        every tier, or no whole SWA window at any boundary in it; no MAMBA checkpoint):
-        keeping it only takes memory."""
-        return self.topo.useless_leaf(node)
+                topo.watch(c.pool, c.name)
 
     # -- match / lock ------------------------------------------------------------------------
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:
@@ -120,7 +103,7 @@ class RadixCache(TierOps):
         tree = self.tree
         tick = tree.fresh()
         if self.hier is not None:
-            return self._match_tiers(seq, n, tick)
+            return self.tiered.match(seq, n, tick)
         if not self.voters:
             node, matched, last = tree.walk(seq.data, n, tick)
             self.full.touched(last)
@@ -160,7 +143,27 @@ class RadixCache(TierOps):
     def unlock(self, m: MatchResult) -> None:
         self.topo.unlock(m.handle.node)
 
+    # -- tiers (cache_tiers.TieredAccess) ----------------------------------------------------------
+    def load(self, m: MatchResult, seq) -> MatchResult:
+        """Load a locked match's host and storage hits into L1 (TieredAccess.load); returns
+        the match to use from now on (locked, `m` unlocked). Without tiers: `m` itself."""
+        return m if self.tiered is None else self.tiered.load(m, seq, self.pipeline_loads)
+
+    def prefetch(self, m: MatchResult, seq) -> int:
+        """Start bringing a locked match's storage run (L3) into L2 without loading anything
+        into L1 (TieredAccess.prefetch). Returns the tokens being prefetched (0: none)."""
+        return 0 if self.tiered is None else self.tiered.prefetch(m, seq)
+
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        """Transfer `action_id` finished (ok) or failed (its destination slots are freed)."""
+        self.hier.ack(action_id, ok)
+
     # -- memory ------------------------------------------------------------------------------
+    @property
+    def outstanding_pages(self) -> int:
+        """FULL pages allocated to callers, not yet in the tree or freed."""
+        return self.full.outstanding
+
     @property
     def free_tokens(self) -> int:
         return self.full.free_tokens
@@ -175,12 +178,12 @@ class RadixCache(TierOps):
         """Take `num_pages` L1 pages without evicting; None if not enough are free."""
         pages = self.full.pool.alloc(num_pages)
         if pages is not None:
-            self.outstanding_pages += len(pages)
+            self.full.outstanding += len(pages)
         return pages
 
     def free(self, pages: np.ndarray) -> None:
         """Return pages obtained from `alloc` that will not be inserted."""
-        self.outstanding_pages -= len(pages)
+        self.full.outstanding -= len(pages)
         self.full.pool.free(pages)
 
     # -- insert -----------------------------------------------------------------------------------
@@ -259,7 +262,7 @@ class RadixCache(TierOps):
             hi = (num_tokens - pages_from) // P
             dup = lo  # leading pages of tokens the tree already holds on L1: duplicates
             if self.hier is not None:  # recomputed tokens the tree holds on L2 only: back to L1
-                dup = self._heal_l1(node, pages, pages_from, lo)
+                dup = self.tiered.heal_l1(node, pages, pages_from, lo)
             if dup:
                 self.free(pages[:dup])
             if hi < len(pages):
@@ -273,7 +276,7 @@ class RadixCache(TierOps):
                 if hi > len(pages):
                     raise ValueError("not enough pages for the new tokens")
                 leaf = tree.add_leaf(node, seq.data[prefix << 3 : num_tokens << 3])
-                self.outstanding_pages -= hi - lo
+                self.full.outstanding -= hi - lo
                 if self._track_keys:
                     leaf.pkeys = seq.page_keys(P)[prefix // P : num_tokens // P]
                 leaf.priority = priority

@@ -1,5 +1,6 @@
-"""RadixCache's tier operations (a mixin): the tiered match, loads, acknowledgements and
-healing of host-only nodes. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
+"""`TieredAccess`: the tiered matcher and loader a `RadixCache` with tiers holds (composed, not
+a mixin): the tiered match, loads, prefetches, acknowledgements and healing of host-only
+nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
 this is the orchestration on the cache."""
 from __future__ import annotations
 
@@ -8,11 +9,22 @@ from .tier_votes import fetch_boundary, l3_boundary, load_boundary, prefetch_com
 from .vote import vote
 
 
-class TierOps:
-    def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
+class TieredAccess:
+    def __init__(self, topo, hier, page_size: int):
+        self.topo, self.hier, self.page_size = topo, hier, page_size
+        self.tree, self.full = topo.tree, topo.full
+        self.voters, self.components = topo.voters, topo.components
+
+    def lock(self, m: MatchResult) -> None:
+        self.topo.lock(m.handle.node)
+
+    def unlock(self, m: MatchResult) -> None:
+        self.topo.unlock(m.handle.node)
+
+    def match(self, seq, n: int, tick: int) -> MatchResult:
         """Device run, then host run (tree), then storage run (L3, by page key)."""
         if self.voters:
-            return self._match_tiers_voted(seq, n, tick)
+            return self._match_voted(seq, n, tick)
         hier, P = self.hier, self.page_size
         visited = []
         node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
@@ -34,7 +46,7 @@ class TierOps:
             storage = run if run >= hier.cfg.min_prefetch_tokens else 0
         return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
 
-    def _match_tiers_voted(self, seq, n: int, tick: int) -> MatchResult:
+    def _match_voted(self, seq, n: int, tick: int) -> MatchResult:
         """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
         every component accepts (tier_votes.storage_boundary)."""
         hier, P, tree = self.hier, self.page_size, self.tree
@@ -128,13 +140,30 @@ class TierOps:
             return self.tree.root
         return self.tree.split(bnode, cut) if cut < bnode.num_tokens else bnode
 
-    def load(self, m: MatchResult, seq) -> MatchResult:
+    def _reuse_l1_now(self, m: MatchResult, top, chain) -> MatchResult:
+        """Loads in flight (an engine acknowledges them later): reuse what L1 holds now; the
+        caller matches again once they are acknowledged (storage and the voters' boundary
+        payloads are dealt with then)."""
+        for c in chain:
+            if c.value is None:
+                break
+            top = c
+        if self.voters and top.parent is not None:
+            top = self._fallback_l1(top)
+        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end),
+                          max(0, top.end - m.device), 0)
+        self.lock(new)
+        self.unlock(m)
+        return new
+
+    def load(self, m: MatchResult, seq, pipeline: bool = False) -> MatchResult:
         """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
         newly allocated L1 pages. Returns the match to use from now on: locked, its
         cached_tokens = device + loaded host + loaded storage tokens (tokens count as
-        cached only once loaded), the old lock released. Without tiers: `m` itself."""
+        cached only once loaded), the old lock released. `pipeline`: emit every load of a
+        host run at once (RadixCache.pipeline_loads)."""
         hier = self.hier
-        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
+        if m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters:
             return m
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         if m.l3_boundary > m.cached_tokens and hier.storage is not None:
@@ -147,23 +176,9 @@ class TierOps:
             n = n.parent
         chain.reverse()
         ids0 = hier.ids
-        host = hier.load_host(chain, pipeline=self.pipeline_loads)
-        top = n
-        if self.pipeline_loads and hier.ids != ids0 and any(c.value is None for c in chain):
-            # loads in flight (an engine acknowledges them later): reuse what L1 holds now; the
-            # caller matches again once they are acknowledged (storage and the voters' boundary
-            # payloads are dealt with then)
-            for c in chain:
-                if c.value is None:
-                    break
-                top = c
-            if self.voters and top.parent is not None:
-                top = self._fallback_l1(top)
-            new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end),
-                              max(0, top.end - m.device), 0)
-            self.lock(new)
-            self.unlock(m)
-            return new
+        host = hier.load_host(chain, pipeline=pipeline)
+        if pipeline and hier.ids != ids0 and any(c.value is None for c in chain):
+            return self._reuse_l1_now(m, n, chain)
         top = n
         for c in chain:
             if c.value is None:
@@ -217,7 +232,7 @@ class TierOps:
         A match with an `l3_boundary` (component payloads on the tree path only in L3) gets
         those payloads fetched L3 -> L2 instead; that returns 0 (no FULL tokens come from L3)."""
         hier = self.hier
-        if hier is None or hier.storage is None:
+        if hier.storage is None:
             return 0
         if not m.storage_tokens:
             if m.l3_boundary > m.cached_tokens:
@@ -243,7 +258,7 @@ class TierOps:
         self.hier.ack(action_id, ok)
 
 
-    def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
+    def heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
         """Give nodes at the bottom of the path (at or after pages_from) that are not on L1 the
         pages the request computed for them, so L1 stays prefix-closed: host-only nodes and,
         FULL-only, nodes still in flight (a prefetch L3 -> L2 or a load L2 -> L1 not yet
@@ -263,6 +278,6 @@ class TierOps:
         P = self.page_size
         for h in chain:
             a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P
-            self.outstanding_pages -= b - a
+            self.full.outstanding -= b - a
             self.full.set_l1(h, pages[a:b])
         return (n.end - pages_from) // P if chain else lo

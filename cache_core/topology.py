@@ -8,6 +8,7 @@ registered with `add` (FULL first); each gets a `ports.TreeLink` from `link(slot
 """
 from __future__ import annotations
 
+from .actions import L1, Alloc, Free
 from .components.ports import TreeLink
 from .tree import RadixTree
 
@@ -98,3 +99,14 @@ class Topology:
     def record(self, action) -> None:
         if self.actions is not None:
             self.actions.append(action)
+
+    def watch(self, pool, name: str) -> None:
+        """Record every allocation and free of `pool` (component `name`) as Alloc/Free actions."""
+        sidecars = self.sidecars_of(name)
+        acts = self.actions
+
+        def listener(kind, indices):
+            rec = Alloc if kind == "alloc" else Free
+            acts.append(rec(name, L1, tuple(int(i) for i in indices), sidecars))
+
+        pool.listener = listener

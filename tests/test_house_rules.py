@@ -18,16 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent / "cache_core"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
-# the engine is still one class over three modules (Engine + LoadOps + StepOps mixins) and
-# the tiered match/load a mixin of RadixCache: their private names cross those modules
+# the engine is still one class over three modules (Engine + LoadOps + StepOps mixins): its
+# private names cross those modules
 KNOWN_LONG: set[tuple[str, str]] = {
     ("admission.py", "select"),
-    ("cache_tiers.py", "load"),
     ("engine_steps.py", "schedule"),
     ("tree.py", "walk"),
 }
 KNOWN_PRIVATE: set[tuple[str, str]] = {
-    ("cache.py", "_heal_l1"), ("cache.py", "_match_tiers"),
     ("engine.py", "_done_request"), ("engine.py", "_drain"), ("engine.py", "_overlap_wait"),
     ("engine_loading.py", "_done"), ("engine_loading.py", "_kinds"), ("engine_loading.py", "_owner"),
     ("engine_loading.py", "_set_phase"), ("engine_loading.py", "_to_waiting"),

@@ -34,6 +34,7 @@ class FullComponent(Component):
         self.protected_tokens = 0
         self.evicted_tokens = 0  # lifetime total
         self.evicted_nodes = 0
+        self.outstanding = 0  # pages handed out to callers (RadixCache.alloc), not yet in the tree
 
     # -- capacity ------------------------------------------------------------------------
     @property
