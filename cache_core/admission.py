@@ -356,9 +356,4 @@ class RunningBatch:
         return out
 
 
-__all__ = [
-    "Request", "SchedulingContext", "SchedulePolicy", "register_schedule_policy", "make_schedule_policy",
-    "schedule_policy_names", "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder", "BatchLimits",
-    "Admission", "AdmissionResult", "RunningBatch", "CLIP_MAX_NEW_TOKENS", "LPM_MAX_QUEUE",
-    "WAITING", "RUNNING", "FINISHED",
-]
+__all__ = ["Admission", "AdmissionResult", "BatchLimits", "RunningBatch"]

@@ -25,7 +25,7 @@ land evenly between the loads' issue and their completion on the link.
 """
 from __future__ import annotations
 
-from .actions import CopyState, Transfer
+from .actions import LOAD, PREFETCH, CopyState, Transfer
 from .engine_types import DONE, LOADING, PREFETCHING, READY, WAITING, EngineRequest
 
 MAX_RESOLVE_ROUNDS = 8
@@ -99,7 +99,7 @@ class LoadOps:
             for c in copies:
                 run_copy(c)
         for t in batch:
-            if owner is not None and t.kind in ("load", "prefetch"):
+            if owner is not None and t.kind in (LOAD, PREFETCH):
                 owner.waiting_ids.add(t.id)
                 self._owner[t.id] = owner
                 self._kinds[t.id] = t.kind
@@ -227,12 +227,12 @@ class LoadOps:
         no room for them the request waits, and the rounds settle a shorter prefix, as
         without overlap."""
         if (not self._layerwise() or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
-                or not all(self._kinds.get(t) == "load" for t in r.waiting_ids)):
+                or not all(self._kinds.get(t) == LOAD for t in r.waiting_ids)):
             return False
         cache = self.cache
         if not cache.voters:
             return True
-        full = sum(t.tokens for t in issued if t.kind == "load" and t.component == "full")
+        full = sum(t.tokens for t in issued if t.kind == LOAD and t.component == "full")
         if m0.device + full < m0.cached_tokens:
             return False
         if not full:  # the path was on L1: `load` issued the payloads already

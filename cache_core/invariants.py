@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .actions import L1, L2
 from .allocator import pool_errors
 
 
@@ -36,7 +37,7 @@ def dump(cache, limit: int = 60) -> str:
         lines.append(f"{'  ' * depth}#{node.id} len={len(toks)} {shown}{more} lock={node.lock_ref} "
                      f"tick={node.tick} hits={node.hits} "
                      + " ".join(f"{t}={pg[:4].tolist()}{'...' if len(pg) > 4 else ''}"
-                                for t, pg in (("L1", node.value), ("L2", node.host)) if pg is not None))
+                                for t, pg in ((L1, node.value), (L2, node.host)) if pg is not None))
         for c in node.children.values():
             rec(c, depth + 1)
 
@@ -78,7 +79,7 @@ def _walk(cache, errors: list) -> list:
                 errors.append(f"node #{node.id}: edge of {len(node.key) // 8} tokens is not a whole number of pages")
             elif parent.children.get(node.key[:pb]) is not node:
                 errors.append(f"node #{node.id}: not filed under its first page in the parent")
-            for tier, pg in (("L1", node.value), ("L2", node.host)):
+            for tier, pg in ((L1, node.value), (L2, node.host)):
                 if pg is not None and len(pg) * P != len(node.key) // 8:
                     errors.append(f"node #{node.id}: {len(pg)} {tier} pages for {len(node.key) // 8} tokens")
             if node.value is None and cache.hier is None:
@@ -119,7 +120,7 @@ def _check_full(cache, nodes, errors: list) -> None:
         errors.append(f"evictable_tokens {full.evictable_tokens}, recount {evictable}")
     if protected != full.protected_tokens:
         errors.append(f"protected_tokens {full.protected_tokens}, recount {protected}")
-    in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, "L1")])
+    in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, L1)])
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
     cap = full.pool.capacity_pages
@@ -165,5 +166,5 @@ def _check_tiers(cache, nodes, errors) -> None:
         if hier.storage is not None and n.pkeys is not None and len(n.pkeys) * cache.page_size != n.num_tokens:
             errors.append(f"node #{n.id}: {len(n.pkeys)} page keys for {n.num_tokens} tokens")
     if hier.pool is not None:
-        held = [n.host for n in nodes[1:] if n.host is not None] + [_in_flight(cache, "L2")]
+        held = [n.host for n in nodes[1:] if n.host is not None] + [_in_flight(cache, L2)]
         pool_errors("L2 pool", hier.pool, np.concatenate(held) if held else np.empty(0, dtype=np.int64), 0, errors)

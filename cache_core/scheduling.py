@@ -315,3 +315,10 @@ class RandomOrder(SchedulePolicy):
     def order(self, waiting, ctx=None):
         base = _fcfs(waiting)
         return [base[i] for i in self.rng.permutation(len(base))]
+
+
+__all__ = [
+    "Request", "SchedulingContext", "SchedulePolicy", "register_schedule_policy", "make_schedule_policy",
+    "schedule_policy_names", "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder", "CLIP_MAX_NEW_TOKENS",
+    "LPM_MAX_QUEUE", "WAITING", "RUNNING", "FINISHED", "check_int",
+]

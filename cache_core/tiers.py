@@ -30,7 +30,7 @@ run, then (beyond the tree) a run of pages found in L3.
 """
 from __future__ import annotations
 
-from .actions import L1, L2, L3, Transfer
+from .actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE, Transfer
 from .allocator import PagePool
 from .components.full_tiered import TieredFull
 from .components.ports import TierLink
@@ -59,7 +59,7 @@ class Hierarchy:
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
         self.ids = 0  # transfers emitted so far
-        self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}  # FULL tokens
+        self.tokens_moved = {f"{a}->{b}": 0 for a, b in ((L1, L2), (L2, L1), (L2, L3), (L3, L2))}  # FULL tokens
         self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
         self.evicted_l2_tokens = 0
         self.failed = 0
@@ -249,7 +249,7 @@ class Hierarchy:
             if ok and rest and rest[0].alive and rest[0].value is not None and rest[0].host is None:
                 self._backup(rest[0], rest[1:])
 
-        self.emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
+        self.emit(BACKUP, L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
         return True
 
     def _store(self, node, remove: bool = False) -> None:
@@ -269,7 +269,7 @@ class Hierarchy:
             if remove:
                 self._drop(node)
 
-        self.emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
+        self.emit(STORE, L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
                   payloads=payloads)
 
     def _drop(self, node) -> None:
@@ -325,7 +325,7 @@ class Hierarchy:
                         ok = False
                     self.touched(x)
 
-            self.emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
+            self.emit(LOAD, L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
                 if pipeline:
                     continue
@@ -363,7 +363,7 @@ class Hierarchy:
                 x.host = pages[sl]
                 self.touched(x)
 
-        self.emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
+        self.emit(PREFETCH, L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
                    ssd_pages=self.storage.on_ssd(keys))
         return node
 

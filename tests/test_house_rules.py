@@ -104,3 +104,41 @@ def test_no_private_name_used_across_modules():
 def test_the_scanner_sees_a_private_reach():
     tree = ast.parse("from .x import _hidden\nclass A:\n    def f(self, o):\n        self._mine = o._theirs\n")
     assert private_uses(tree) == {"_hidden", "_theirs"}
+
+
+ENUM_STRINGS = {"L1", "L2", "L3", "load", "backup", "store", "prefetch"}
+
+
+def enum_literals(tree: ast.Module) -> list[tuple[int, str]]:
+    """String constants that spell a tier or a transfer kind, docstrings left out."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and n.value in ENUM_STRINGS and id(n) not in docs]
+
+
+def test_tiers_and_transfer_kinds_are_enums_in_the_logic():
+    found = {rel: enum_literals(tree) for rel, tree, _ in modules() if rel != "actions.py"}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert enum_literals(ast.parse('def f(t):\n    "load"\n    return t == "L1"\n')) == [(3, "L1")]
+
+
+def test_transfers_carry_the_enums():
+    from cache_core import CacheConfig, RadixCache, ReplayStepper
+    from cache_core.actions import Tier, Transfer, TransferKind
+    from cache_core.tiers import TierConfig
+
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=32, tiers=TierConfig(hicache_ratio=2)),
+                       record_actions="transfers")
+    st = ReplayStepper(cache)
+    st.step(list(range(16)))
+    cache.evict(16)
+    st.step(list(range(20)))
+    ts = [a for a in cache.actions if isinstance(a, Transfer)]
+    assert [(t.kind, t.src_tier, t.dst_tier) for t in ts] == [
+        (TransferKind.BACKUP, Tier.L1, Tier.L2), (TransferKind.LOAD, Tier.L2, Tier.L1),
+        (TransferKind.BACKUP, Tier.L1, Tier.L2)]
+    assert all(type(t.kind) is TransferKind and type(t.src_tier) is Tier for t in ts)
+    assert ts[1].kind == "load" and f"{ts[1].src_tier}->{ts[1].dst_tier}" == "L2->L1"  # reads as before
+    assert cache.hier.tokens_moved == {"L1->L2": 20, "L2->L1": 16, "L2->L3": 0, "L3->L2": 0}

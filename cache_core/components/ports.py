@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..actions import L2, L3
+from ..actions import L2, L3, STORE
 from ..allocator import INDEX_DTYPE
 
 
@@ -81,4 +81,4 @@ def store_late(tiers: TierLink, comp, node, rel, src) -> None:
             if node.alive:  # its L2 copy may now be dropped under pressure
                 comp.touched(node)
 
-    tiers.emit("store", L2, L3, tokens, src, None, page_keys, done, comp.name, comp.transfer_bytes(tokens))
+    tiers.emit(STORE, L2, L3, tokens, src, None, page_keys, done, comp.name, comp.transfer_bytes(tokens))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...actions import L1, L3, CopyState
+from ...actions import BACKUP, L1, L2, L3, PREFETCH, CopyState
 from ...allocator import PagePool, pool_errors
 from ...eviction import EvictionQueue
 from ..base import Component
@@ -101,7 +101,7 @@ class MambaComponent(Component):
     def backup(self, node) -> None:
         pl = node.comp[self.kind]
         if pl is not None and pl.slot >= 0 and pl.host < 0:
-            mamba_tiers.checkpoint_to_host(self, node, "backup", L1, pl.slot, None)
+            mamba_tiers.checkpoint_to_host(self, node, BACKUP, L1, pl.slot, None)
 
     def store_payloads(self, node) -> list:
         pl, pk = node.comp[self.kind], node.pkeys
@@ -126,7 +126,7 @@ class MambaComponent(Component):
     def prefetch(self, node, keys) -> None:
         node.comp[self.kind] = MambaPayload(-1)
         if len(keys) and (self.name, int(keys[-1])) in self.tiers.storage:
-            mamba_tiers.checkpoint_to_host(self, node, "prefetch", L3, None, keys[-1:])
+            mamba_tiers.checkpoint_to_host(self, node, PREFETCH, L3, None, keys[-1:])
 
     def load_boundary(self, node) -> bool:
         return mamba_tiers.load_checkpoint(self, node)
@@ -304,12 +304,12 @@ class MambaComponent(Component):
             if pl.locks != handles.get(n.id, 0):
                 errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")
         pool_errors("mamba pool", self.pool, np.concatenate([np.array(held, dtype=np.int64),
-                                                             in_flight("L1", self.name)]), self.private, errors)
+                                                             in_flight(L1, self.name)]), self.private, errors)
         if self.host_pool is not None:
             host = [n.comp[self.kind].host for n in nodes[1:]
                     if n.comp[self.kind] is not None and n.comp[self.kind].host >= 0]
             pool_errors("mamba L2 pool", self.host_pool,
-                        np.concatenate([np.array(host, dtype=np.int64), in_flight("L2", self.name)]), 0, errors)
+                        np.concatenate([np.array(host, dtype=np.int64), in_flight(L2, self.name)]), 0, errors)
 
     def stats(self) -> dict:
         ckpt = tombs = 0

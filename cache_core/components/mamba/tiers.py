@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...actions import L1, L2, L3
+from ...actions import BACKUP, L1, L2, L3, LOAD, PREFETCH
 from ..ports import alloc_host, store_late
 from .payload import MambaPayload
 
@@ -24,7 +24,7 @@ def checkpoint_to_host(mamba, node, kind: str, src_tier, src, keys) -> None:
         q = node.comp[mamba.kind] if node.alive else None
         if ok and q is not None and q.host < 0:  # (a copy that landed first keeps its slot)
             q.host = slot
-            if kind == "backup" and node.pkeys is not None and len(node.pkeys):
+            if kind == BACKUP and node.pkeys is not None and len(node.pkeys):
                 store_late(tiers, mamba, node, None, slot)
         else:
             mamba.host_pool.free_one(slot)
@@ -61,7 +61,7 @@ def fetch_checkpoint(mamba, bnode, keys) -> bool:
     if pl is None:
         bnode.comp[mamba.kind] = MambaPayload(-1)
     ids0 = mamba.tiers.emitted()
-    checkpoint_to_host(mamba, bnode, "prefetch", L3, None, keys[j - 1 : j])
+    checkpoint_to_host(mamba, bnode, PREFETCH, L3, None, keys[j - 1 : j])
     return mamba.tiers.emitted() != ids0
 
 
@@ -89,5 +89,5 @@ def load_checkpoint(mamba, node) -> bool:
             mamba.pool.free_one(slot)
         tiers.settled(node)
 
-    tiers.emit("load", L2, L1, 0, pl.host, int(got[0]), None, done, mamba.name, mamba.transfer_bytes(0))
+    tiers.emit(LOAD, L2, L1, 0, pl.host, int(got[0]), None, done, mamba.name, mamba.transfer_bytes(0))
     return True

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...actions import L1, L2
 from ...allocator import INDEX_DTYPE, PagePool, pool_errors
 from ...eviction import EvictionQueue
 from ..base import Component
@@ -327,12 +328,12 @@ class SwaComponent(Component):
                               f"{sorted(expect_locks.get(n.id, []))}")
             if self.is_candidate(n) and n.id not in live:
                 errors.append(f"node #{n.id}: SWA candidate missing from its eviction queue")
-        held.append(in_flight("L1", self.name))
+        held.append(in_flight(L1, self.name))
         pool_errors("swa pool", self.pool, np.concatenate(held), self.outstanding, errors)
         if self.host_pool is not None:
             host = [n.comp[self.kind].host[n.comp[self.kind].host >= 0] for n in nodes[1:]
                     if n.comp[self.kind] is not None and n.comp[self.kind].host is not None]
-            host.append(in_flight("L2", self.name))
+            host.append(in_flight(L2, self.name))
             pool_errors("swa L2 pool", self.host_pool, np.concatenate(host), 0, errors)
 
     def stats(self) -> dict:

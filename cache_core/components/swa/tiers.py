@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...actions import L1, L2, L3
+from ...actions import BACKUP, L1, L2, L3, LOAD, PREFETCH
 from ...allocator import INDEX_DTYPE
 from ..ports import alloc_host, store_late
 from .payload import SwaPayload
@@ -32,7 +32,7 @@ def backup(swa, node) -> None:
                 store_late(tiers, swa, x, loc, d)
 
         tokens = len(idx) * swa.P
-        tiers.emit("backup", L1, L2, tokens, pl.pages[idx], dst, None, done, swa.name, swa.transfer_bytes(tokens),
+        tiers.emit(BACKUP, L1, L2, tokens, pl.pages[idx], dst, None, done, swa.name, swa.transfer_bytes(tokens),
                    node=node)
 
 
@@ -131,7 +131,7 @@ def fetch_window(swa, bnode, keys) -> bool:
         def done(ok, pieces, idx=idx, dst=dst):  # valid on L2 only once acknowledged
             land_l2(swa, ok, pieces, idx, dst)
 
-        tiers.emit("prefetch", L3, L2, len(idx) * P, None, dst, ks, done, swa.name,
+        tiers.emit(PREFETCH, L3, L2, len(idx) * P, None, dst, ks, done, swa.name,
                    swa.transfer_bytes(len(idx) * P), node=n)
     return True
 
@@ -153,7 +153,7 @@ def prefetch(swa, node, keys) -> None:
             land_l2(swa, ok, pieces, idx, dst)
 
         tokens = len(dst) * swa.P
-        tiers.emit("prefetch", L3, L2, tokens, None, dst, keys[have], done, swa.name, swa.transfer_bytes(tokens),
+        tiers.emit(PREFETCH, L3, L2, tokens, None, dst, keys[have], done, swa.name, swa.transfer_bytes(tokens),
                    node=node)
 
 
@@ -199,6 +199,6 @@ def load_window(swa, node) -> bool:
                     swa.pool.free(dst[sel])
 
         tokens = len(idx) * P
-        swa.tiers.emit("load", L2, L1, tokens, pl.host[idx], dst, None, done, swa.name, swa.transfer_bytes(tokens),
+        swa.tiers.emit(LOAD, L2, L1, tokens, pl.host[idx], dst, None, done, swa.name, swa.transfer_bytes(tokens),
                        node=n)
     return True
