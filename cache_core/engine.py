@@ -41,7 +41,7 @@ Life of a request (``EngineRequest.phase``)::
    When L1 cannot supply the pages even after eviction, running requests are retracted
    (`RunningBatch.retract`, SGLang's order): their pages are freed, their lock released, and
    they go back to the front of the waiting queue to re-prefill prompt + generated tokens.
-6. **Finish**: `ReplayStepper.commit` inserts prompt + output[:-1] with the request's pages
+6. **Finish**: `lifecycle.commit` inserts prompt + output[:-1] with the request's pages
    (and window pages and checkpoint), registers its session region and unlocks: the cache
    ends up exactly as replay leaves it.
 
