@@ -270,6 +270,6 @@ class LoadOps:
         if m is not r.match:
             cache.unlock(r.match)
             r.match = m
-        if r.states is not None:  # started before its loads landed: the checkpoint is on L1 now
-            cache.finalize(m, r.states[0])
+        if r.slots:  # started before its loads landed: the reused payloads (checkpoint) are on L1 now
+            cache.finalize(m, r.slots)
             self._drain()  # its copy runs before the step's forward (a torch executor's settle)
