@@ -149,6 +149,11 @@ class RadixCache:
         the match to use from now on (locked, `m` unlocked). Without tiers: `m` itself."""
         return m if self.tiered is None else self.tiered.load(m, seq, self.pipeline_loads)
 
+    def load_payloads(self, m: MatchResult) -> bool:
+        """Issue the component payloads reuse at `m` needs, L2 -> L1, in the same round as its
+        FULL loads (TieredAccess.load_payloads). False when an L1 pool cannot take them all."""
+        return self.tiered.load_payloads(m)
+
     def prefetch(self, m: MatchResult, seq) -> int:
         """Start bringing a locked match's storage run (L3) into L2 without loading anything
         into L1 (TieredAccess.prefetch). Returns the tokens being prefetched (0: none)."""

@@ -221,7 +221,7 @@ class TieredAccess:
         needs (the SWA window's pages, the MAMBA checkpoint), while the path's FULL pages that
         `load` issued may still be in flight: one round, their L1 slots taken at once (an
         engine overlapping loads with compute). False when an L1 pool cannot take them all."""
-        return load_boundary(self, m.handle._node)
+        return load_boundary(self.voters, m.handle.node)
 
     def prefetch(self, m: MatchResult, seq) -> int:
         """Start bringing a locked match's storage run (L3) into L2 as a host-only node,

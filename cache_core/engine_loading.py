@@ -205,7 +205,7 @@ class LoadOps:
         from now while they are in flight. A `pin` (a second lock on m0, SWA/MAMBA) then becomes
         r's match: its whole prefix, the window's pages and the checkpoint included, stays
         locked until the loads land (`_relock_loaded`), so no eviction on L1 and no drop of an
-        L2 copy that L3 holds (l3_copies.py) takes what they complete; otherwise it goes."""
+        L2 copy that L3 holds (components/l3_copies.py) takes what they complete; otherwise it goes."""
         ok = bool(r.waiting_ids) and self._may_overlap(r, m0, issued)
         if pin:
             self.cache.unlock(r.match if ok else m0)
