@@ -8,8 +8,29 @@ component, the tier and the slot indices, plus the sidecar pools that follow tho
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
-L1, L2, L3 = "L1", "L2", "L3"
+
+class Tier(StrEnum):
+    """Where a payload lives: device (L1), host (L2), external store (L3). A `StrEnum`: each
+    member equals (and formats as) its name, so records and result files read the same."""
+
+    L1 = "L1"
+    L2 = "L2"
+    L3 = "L3"
+
+
+class TransferKind(StrEnum):
+    """What a `Transfer` does (see its docstring)."""
+
+    LOAD = "load"
+    BACKUP = "backup"
+    STORE = "store"
+    PREFETCH = "prefetch"
+
+
+L1, L2, L3 = Tier.L1, Tier.L2, Tier.L3
+LOAD, BACKUP, STORE, PREFETCH = TransferKind.LOAD, TransferKind.BACKUP, TransferKind.STORE, TransferKind.PREFETCH
 
 
 @dataclass(frozen=True, slots=True)

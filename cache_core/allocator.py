@@ -89,9 +89,28 @@ class PagePool:
         self._free[self._top] = index
         self._top += 1
 
+    @property
+    def index_bound(self) -> int:
+        """One past the highest index this pool can have handed out (for range checks)."""
+        return self.capacity_pages if self.capacity_pages is not None else self._next
+
     def free_view(self) -> np.ndarray:
         """A copy of the free page indices (for invariant checks)."""
         rec = self._free[: self._top]
         if self.capacity_pages is None:
             return rec.copy()
         return np.concatenate([rec, np.arange(self._next, self.capacity_pages, dtype=INDEX_DTYPE)])
+
+
+def pool_errors(name, pool, held: np.ndarray, outstanding: int, errors: list) -> None:
+    """Recount a pool: `held` indices in use, `outstanding` handed out; append error lines."""
+    free = pool.free_view()
+    both = np.concatenate([held, free])
+    bound = pool.index_bound
+    if len(both) and (both.min() < 0 or both.max() >= bound):
+        errors.append(f"{name}: index out of range [0, {bound})")
+    elif len(both) and np.bincount(both, minlength=bound).max() > 1:
+        errors.append(f"{name}: an index is in two places")
+    if pool.capacity_pages is not None and len(free) + len(held) + outstanding != pool.capacity_pages:
+        errors.append(f"{name}: free {len(free)} + held {len(held)} + handed out {outstanding} "
+                      f"!= capacity {pool.capacity_pages}")

@@ -18,113 +18,78 @@ from __future__ import annotations
 
 import numpy as np
 
-from .actions import L1, Alloc, Free
 from .allocator import INDEX_DTYPE
+from .cache_tiers import TieredAccess
 from .components.full import FullComponent
 from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
 from .config import CacheConfig
 from .eviction import make_policy
-from .cache_hybrid import HybridOps
-from .cache_tiers import TierOps
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
-from .tiers import Hierarchy, TieredFull
-from .tiers_hybrid import attach_pools
-from .tree import RadixTree
+from .tiers import Hierarchy
+from .topology import Topology
 from .vote import vote
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
 
-class RadixCache(TierOps, HybridOps):
+class RadixCache:
     """One radix tree with its components on the device tier (L1).
 
     `record_actions=True` makes every pool allocation and free, every state copy and every
     tier transfer an action record in `self.actions` (sidecars listed with the indices they
     follow); `record_actions="transfers"` records only transfers and state copies (what an
-    engine's data plane executes). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`."""
+    engine's data plane executes). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`.
+
+    Components: FULL, then SWA and MAMBA when configured, then `config.extra_components`
+    (each built from a `ports.TreeLink`); the cache iterates them (components/base.py)."""
 
     def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True):
         self.config = config
         self.page_size = P = config.page_size
         self.policy = make_policy(config.policy)
-        hybrid = config.swa is not None or config.mamba is not None
+        extra = config.extra_components
+        voting = config.swa is not None or config.mamba is not None or bool(extra)
         tiered = config.tiered
-        # SWA, MAMBA and tiers rank internal nodes, so their access statistics must be eager
-        self.tree = RadixTree(P, self._on_split, self._on_remove, comp_slots=3 if hybrid else 0,
-                              lazy=not (hybrid or tiered))
-        full_cls = TieredFull if tiered else FullComponent
-        self.full = full_cls(self.tree, config.usable_tokens, self.policy)
-        self.hier = Hierarchy(self, config.tiers, config.usable_tokens, auto_ack) if tiered else None
-        self.swa = SwaComponent(self, config.swa.window_tokens, config.swa_tokens) if config.swa else None
-        self.mamba = (MambaComponent(self, config.mamba.slots, config.mamba.every_tokens)
-                      if config.mamba else None)
-        self.components = [c for c in (self.full, self.swa, self.mamba) if c is not None]
-        if self.hier is not None and (self.swa is not None or self.mamba is not None) and self.hier.pool is not None:
-            attach_pools(self.hier, config.usable_tokens, config.tiers.l2_size(config.usable_tokens))
+        self.actions: list | None = [] if record_actions else None
+        # voting components and tiers rank internal nodes, so their access statistics must be eager
+        self.topo = topo = Topology(P, self.policy, 3 + len(extra) if voting else 0, not (voting or tiered),
+                                    self.actions, config.sidecars)
+        self.tree = topo.tree
+        useless = topo.useless_leaf if voting else None
+        self.hier = Hierarchy(topo, config.tiers, config.usable_tokens, auto_ack, useless) if tiered else None
+        self.full = self.hier.full if tiered else FullComponent(self.tree, config.usable_tokens, self.policy, useless)
+        topo.add(self.full)
+        self.swa = self.mamba = None
+        tcfg = config.tiers
+        if config.swa is not None:
+            self.swa = SwaComponent(topo.link(1), config.swa.window_tokens, config.swa_tokens,
+                                    tcfg.swa_bytes_per_token if tcfg is not None else 0)
+            topo.add(self.swa)
+        if config.mamba is not None:
+            self.mamba = MambaComponent(topo.link(2), config.mamba.slots, config.mamba.every_tokens,
+                                        tcfg.state_bytes if tcfg is not None else 0)
+            topo.add(self.mamba)
+        for i, spec in enumerate(extra):
+            topo.add(spec.build(topo.link(3 + i)))
+        self.components = topo.components
+        self.voters = topo.voters
+        self.tiered = TieredAccess(topo, self.hier, P) if self.hier is not None else None
+        if self.hier is not None:
+            topo.tiers = self.hier
+            link = self.hier.link()
+            for c in self.voters:
+                c.attach_tiers(link, self.hier.l2_ratio)
         self.sessions = SessionRegistry(self) if self.policy.uses_sessions else None
+        topo.sessions = self.sessions
         self._track_keys = self.policy.needs_keys or (self.hier is not None and self.hier.storage is not None)
-        self.voters = [c for c in (self.swa, self.mamba) if c is not None]
-        if hybrid:
-            self.full.remove = self._remove_subtree_leaf
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
-        self._outstanding_pages = 0  # FULL pages allocated to callers, not yet in the tree or freed
-        self._outstanding_swa = 0
-        self._locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
-        self.actions: list | None = [] if record_actions else None
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
-            self._watch(self.full.pool, "full")
-            if self.swa is not None:
-                self._watch(self.swa.pool, "swa")
-            if self.mamba is not None:
-                self._watch(self.mamba.pool, "mamba")
-
-    def _watch(self, pool, name: str) -> None:
-        sidecars = tuple(s.name for s in self.config.sidecars if s.follows == name)
-        acts = self.actions
-
-        def listener(kind, indices):
-            rec = Alloc if kind == "alloc" else Free
-            acts.append(rec(name, L1, tuple(int(i) for i in indices), sidecars))
-
-        pool.listener = listener
-
-    # -- tree hooks fan out to components ----------------------------------------------------
-    def _on_split(self, upper, lower, upper_tokens):
-        for c in self.components:
-            c.on_split(upper, lower, upper_tokens)
-        for c in self.voters:  # the upper half is new (fresh tick), the lower's payload shrank
-            c.touched(upper)
-            c.touched(lower)
-
-    def _on_remove(self, node):
-        for c in self.components:
-            c.on_remove(node)
-        if self.sessions is not None:
-            self.sessions.on_remove(node)
-
-    def _remove_subtree_leaf(self, node):
-        """Remove an unlocked leaf, then every ancestor that becomes an unlocked leaf no
-        voting component can use (e.g. all SWA tombstones, no MAMBA checkpoint). Returns
-        (last parent, FULL tokens removed); they count as FULL evictions."""
-        full, root = self.full, self.tree.root
-        parent, n = full.remove_leaf(node)
-        while parent is not root and not parent.children and parent.lock_ref == 0 and self.useless_leaf(parent):
-            parent, k = full.remove_leaf(parent)
-            n += k
-        full.touched(parent)
-        return parent, n
-
-    def useless_leaf(self, node) -> bool:
-        """A leaf no voting component can reuse at any boundary (e.g. all SWA tombstones on
-        every tier, or no whole SWA window at any boundary in it; no MAMBA checkpoint):
-        keeping it only takes memory."""
-        if self.swa is not None and self._swa_windowless(node):
-            return True
-        return any(c.useless_leaf(node) for c in self.voters)
+            for c in self.components:
+                topo.watch(c.pool, c.name)
 
     # -- match / lock ------------------------------------------------------------------------
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:
@@ -138,7 +103,7 @@ class RadixCache(TierOps, HybridOps):
         tree = self.tree
         tick = tree.fresh()
         if self.hier is not None:
-            return self._match_tiers(seq, n, tick)
+            return self.tiered.match(seq, n, tick)
         if not self.voters:
             node, matched, last = tree.walk(seq.data, n, tick)
             self.full.touched(last)
@@ -165,7 +130,7 @@ class RadixCache(TierOps, HybridOps):
         InsertResult or MatchResult) ends. False for a stale finish or without sessions."""
         if self.sessions is None or done.handle is None:
             return False
-        return self.sessions.finish(session_id, generation, done.handle._node)
+        return self.sessions.finish(session_id, generation, done.handle.node)
 
     def close_session(self, session_id) -> None:
         """Remove the session's references (its cache entries stay)."""
@@ -173,24 +138,37 @@ class RadixCache(TierOps, HybridOps):
             self.sessions.close(session_id)
 
     def lock(self, m: MatchResult) -> None:
-        node = m.handle._node
-        for c in self.components:
-            c.lock(node)
-        entry = self._locks.setdefault(node.id, [node, 0])
-        entry[1] += 1
+        self.topo.lock(m.handle.node)
 
     def unlock(self, m: MatchResult) -> None:
-        node = m.handle._node
-        entry = self._locks.get(node.id)
-        if entry is None:
-            raise RuntimeError("unlock without a matching lock")
-        for c in self.components:
-            c.unlock(node)
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._locks[node.id]
+        self.topo.unlock(m.handle.node)
+
+    # -- tiers (cache_tiers.TieredAccess) ----------------------------------------------------------
+    def load(self, m: MatchResult, seq) -> MatchResult:
+        """Load a locked match's host and storage hits into L1 (TieredAccess.load); returns
+        the match to use from now on (locked, `m` unlocked). Without tiers: `m` itself."""
+        return m if self.tiered is None else self.tiered.load(m, seq, self.pipeline_loads)
+
+    def load_payloads(self, m: MatchResult) -> bool:
+        """Issue the component payloads reuse at `m` needs, L2 -> L1, in the same round as its
+        FULL loads (TieredAccess.load_payloads). False when an L1 pool cannot take them all."""
+        return self.tiered.load_payloads(m)
+
+    def prefetch(self, m: MatchResult, seq) -> int:
+        """Start bringing a locked match's storage run (L3) into L2 without loading anything
+        into L1 (TieredAccess.prefetch). Returns the tokens being prefetched (0: none)."""
+        return 0 if self.tiered is None else self.tiered.prefetch(m, seq)
+
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        """Transfer `action_id` finished (ok) or failed (its destination slots are freed)."""
+        self.hier.ack(action_id, ok)
 
     # -- memory ------------------------------------------------------------------------------
+    @property
+    def outstanding_pages(self) -> int:
+        """FULL pages allocated to callers, not yet in the tree or freed."""
+        return self.full.outstanding
+
     @property
     def free_tokens(self) -> int:
         return self.full.free_tokens
@@ -205,18 +183,18 @@ class RadixCache(TierOps, HybridOps):
         """Take `num_pages` L1 pages without evicting; None if not enough are free."""
         pages = self.full.pool.alloc(num_pages)
         if pages is not None:
-            self._outstanding_pages += len(pages)
+            self.full.outstanding += len(pages)
         return pages
 
     def free(self, pages: np.ndarray) -> None:
         """Return pages obtained from `alloc` that will not be inserted."""
-        self._outstanding_pages -= len(pages)
+        self.full.outstanding -= len(pages)
         self.full.pool.free(pages)
 
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
                after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
-               state_slots=None, priority: int = 0, keep_uncached: bool = False,
+               state_slots=None, slots: dict | None = None, priority: int = 0, keep_uncached: bool = False,
                inserted_len: int = 0) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
@@ -229,6 +207,8 @@ class RadixCache(TierOps, HybridOps):
         fill [max(pages_from, num_tokens - window), num_tokens), healing tombstones; the rest
         are freed. `state_slots`: the request's MAMBA slots (private state first, then
         snapshot slots): they become checkpoints where the strategy says, or are freed.
+        `slots`: every voting component's request units by component name (what
+        `lifecycle.request_slots` gave; `swa_pages`/`state_slots` are the same for SWA and MAMBA).
         `priority`: the request's priority; every node on the inserted path keeps the highest
         it has seen (the `priority` and `session` policies read it).
         `keep_uncached`: pages of new tokens the tree cannot take (a node above them is not on
@@ -245,7 +225,7 @@ class RadixCache(TierOps, HybridOps):
         tick = tree.fresh()
         visited = None if tree.lazy else []
         if after is not None:
-            start = after.handle._node
+            start = after.handle.node
             if (start.lock_ref <= 0 and start.parent is not None) or not start.alive \
                     or after.cached_tokens > num_tokens:
                 raise ValueError("`after` must be a locked match of a prefix of the inserted tokens")
@@ -254,6 +234,30 @@ class RadixCache(TierOps, HybridOps):
         else:
             node, prefix, last = tree.walk(seq.data, num_tokens, tick, visited=visited)
         self.full.touched(last)
+        leaf, freed = self._take_pages(seq, node, prefix, num_tokens, pages, pages_from, keep_uncached, priority)
+        final = leaf or node
+        self._count_hit_and_priority(final, inserted_len, priority)
+        if self.voters:
+            given = dict(slots) if slots else {}
+            given.update((k, v) for k, v in (("swa", swa_pages), ("mamba", state_slots)) if v is not None)
+            self.topo.touch_path(visited)
+            hi = min(num_tokens, final.end)  # nothing was cached past a node still in flight (tiers)
+            for c in self.voters:
+                c.place(final, leaf, min(pages_from, hi), hi, given.get(c.name))
+        if self.hier is not None:
+            for nd in visited:
+                self.full.touched(nd)
+                self.hier.touched(nd)
+            self._on_hits(final, inserted_len)
+            if leaf is not None:
+                self.hier.on_insert(leaf)
+        return InsertResult(prefix, freed, LockHandle(final))
+
+    def _take_pages(self, seq, node, prefix: int, num_tokens: int, pages, pages_from: int, keep_uncached: bool,
+                    priority: int):
+        """`insert`'s pages: free the duplicates and the partial tail, give the new tokens a
+        new leaf (unless a node above them is not on L1 yet). Returns (leaf or None, freed)."""
+        P, tree = self.page_size, self.tree
         freed = 0
         leaf = None
         if len(pages):
@@ -263,7 +267,7 @@ class RadixCache(TierOps, HybridOps):
             hi = (num_tokens - pages_from) // P
             dup = lo  # leading pages of tokens the tree already holds on L1: duplicates
             if self.hier is not None:  # recomputed tokens the tree holds on L2 only: back to L1
-                dup = self._heal_l1(node, pages, pages_from, lo)
+                dup = self.tiered.heal_l1(node, pages, pages_from, lo)
             if dup:
                 self.free(pages[:dup])
             if hi < len(pages):
@@ -277,38 +281,32 @@ class RadixCache(TierOps, HybridOps):
                 if hi > len(pages):
                     raise ValueError("not enough pages for the new tokens")
                 leaf = tree.add_leaf(node, seq.data[prefix << 3 : num_tokens << 3])
-                self._outstanding_pages -= hi - lo
+                self.full.outstanding -= hi - lo
                 if self._track_keys:
                     leaf.pkeys = seq.page_keys(P)[prefix // P : num_tokens // P]
                 leaf.priority = priority
                 self.full.attach(leaf, pages[lo:hi])
         elif prefix < num_tokens:
             raise ValueError("insert of new tokens needs their pages")
-        final = leaf or node
-        touched = tree.count_hits(final, inserted_len)
+        return leaf, freed
+
+    def _count_hit_and_priority(self, final, inserted_len: int, priority: int) -> None:
+        """Every node of the path past `inserted_len` counts one hit; every node on it keeps
+        the highest priority it has seen; queues whose keys changed are told."""
+        touched = self.tree.count_hits(final, inserted_len)
         if self.policy.reads_hits:  # their policy keys changed
             for n in touched:
-                self._touch_all(n)
+                self.topo.touch_all(n)
         if priority:
             n = final
             rank_inner = self.hier is not None or self.voters  # internal nodes are ranked too
             while n.parent is not None and n.priority < priority:
                 n.priority = priority
                 if rank_inner and self.policy.reads_priority:
-                    self._touch_all(n)
+                    self.topo.touch_all(n)
                 n = n.parent
             if self.policy.reads_priority:
                 self.full.touched(final)  # its key may have changed
-        if self.voters:
-            self._after_hybrid_insert(visited, final, leaf, pages_from, num_tokens, swa_pages, state_slots)
-        if self.hier is not None:
-            for nd in visited:
-                self.full.touched(nd)
-                self.hier.touched(nd)
-            self._on_hits(final, inserted_len)
-            if leaf is not None:
-                self.hier.on_insert(leaf)
-        return InsertResult(prefix, freed, LockHandle(final))
 
     def _on_hits(self, n, inserted_len: int) -> None:
         """Tiers: the nodes that just counted a hit (top-down) may now be backed up
@@ -320,13 +318,44 @@ class RadixCache(TierOps, HybridOps):
         for n in reversed(path):
             self.hier.on_hit(n)
 
-    def _touch_all(self, n) -> None:
-        """`n`'s policy key changed: offer it again to every queue it may be a candidate of."""
-        self.full.touched(n)
-        if self.hier is not None:
-            self.hier.touched(n)
+    # -- one request's units of the voting components (lifecycle.py takes and returns them) ---------
+    def finalize(self, m: MatchResult, slots) -> list:
+        """Component finalizers for one request that reuses `m` (`slots`: its units by
+        component name; a bare int is MAMBA's private slot): MAMBA copies the shared
+        checkpoint into the private slot (a `CopyState` action). Returns the actions."""
+        if not isinstance(slots, dict):
+            slots = {"mamba": [slots]}
+        acts = []
         for c in self.voters:
-            c.touched(n)
+            if c.name in slots:
+                acts += c.finalize(m.handle.node, slots[c.name])
+        for a in acts:
+            self.topo.record(a)
+        return acts
+
+    # SWA and MAMBA pools as callers and tests see them
+    @property
+    def free_swa_tokens(self) -> int:
+        return self.swa.pool.free_pages * self.page_size
+
+    def evict_swa(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
+        return self.swa.evict_tokens(num_tokens)
+
+    def alloc_swa(self, num_pages: int):
+        """Take SWA pages without evicting; None if not enough are free."""
+        return self.swa.alloc(num_pages)
+
+    def free_swa(self, pages: np.ndarray) -> None:
+        self.swa.release_slots(pages)
+
+    def alloc_states(self, n: int):
+        """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
+        is its private working state; None if the pool cannot supply them."""
+        return self.mamba.acquire(n)
+
+    def free_states(self, slots) -> None:
+        self.mamba.release(slots)
 
     # -- reporting --------------------------------------------------------------------------------
     def slots_of(self, seq, num_tokens: int | None = None) -> dict:

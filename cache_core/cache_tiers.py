@@ -1,19 +1,30 @@
-"""RadixCache's tier operations (a mixin): the tiered match, loads, acknowledgements and
-healing of host-only nodes. The mechanics of residency live in tiers.py / tiers_hybrid.py;
+"""`TieredAccess`: the tiered matcher and loader a `RadixCache` with tiers holds (composed, not
+a mixin): the tiered match, loads, prefetches, acknowledgements and healing of host-only
+nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
 this is the orchestration on the cache."""
 from __future__ import annotations
 
-from .components.mamba import MAMBA, MambaPayload
 from .records import LockHandle, MatchResult, TokenSeq
-from .tiers_hybrid import fetch_boundary, l3_boundary, load_boundary, prefetch_components, storage_boundary
+from .tier_votes import fetch_boundary, l3_boundary, load_boundary, prefetch_components, storage_boundary
 from .vote import vote
 
 
-class TierOps:
-    def _match_tiers(self, seq, n: int, tick: int) -> MatchResult:
+class TieredAccess:
+    def __init__(self, topo, hier, page_size: int):
+        self.topo, self.hier, self.page_size = topo, hier, page_size
+        self.tree, self.full = topo.tree, topo.full
+        self.voters, self.components = topo.voters, topo.components
+
+    def lock(self, m: MatchResult) -> None:
+        self.topo.lock(m.handle.node)
+
+    def unlock(self, m: MatchResult) -> None:
+        self.topo.unlock(m.handle.node)
+
+    def match(self, seq, n: int, tick: int) -> MatchResult:
         """Device run, then host run (tree), then storage run (L3, by page key)."""
         if self.voters:
-            return self._match_tiers_voted(seq, n, tick)
+            return self._match_voted(seq, n, tick)
         hier, P = self.hier, self.page_size
         visited = []
         node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
@@ -35,9 +46,9 @@ class TierOps:
             storage = run if run >= hier.cfg.min_prefetch_tokens else 0
         return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
 
-    def _match_tiers_voted(self, seq, n: int, tick: int) -> MatchResult:
+    def _match_voted(self, seq, n: int, tick: int) -> MatchResult:
         """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
-        every component accepts (tiers_hybrid.storage_boundary)."""
+        every component accepts (tier_votes.storage_boundary)."""
         hier, P, tree = self.hier, self.page_size, self.tree
         visited = []
         _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
@@ -51,11 +62,7 @@ class TierOps:
         if hier.storage is not None and traversed < n:
             keys = seq.page_keys(P)[traversed // P : n // P]
             run = hier.storage.leading(keys)
-            swa_state = (0, True)
-            for v in vals:
-                if hasattr(v, "run"):
-                    swa_state = (v.run, v.clean)
-            j = storage_boundary(self, keys, run, swa_state) if run else 0
+            j = storage_boundary(self.voters, vals, keys, run) if run else 0
             if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
                 storage = j * P
                 tnode = visited[-1] if visited else tree.root
@@ -66,7 +73,7 @@ class TierOps:
         if storage == 0 and best < traversed and hier.storage is not None and hier.pool is not None:
             # a deeper boundary whose missing component payloads L3 holds (computed before
             # the split below: `visited` still describes the path)
-            l3b = l3_boundary(self, visited, traversed, best, seq.page_keys(P))
+            l3b = l3_boundary(self.voters, P, visited, traversed, best, seq.page_keys(P))
             if l3b - best < max(hier.cfg.min_prefetch_tokens, 1):
                 l3b = 0
         if storage == 0:
@@ -81,7 +88,7 @@ class TierOps:
 
     def _fetch_l3(self, m: MatchResult, seq):
         """Start the L3 -> L2 fetch of the component payloads that reuse at `m.l3_boundary`
-        needs (tiers_hybrid.fetch_boundary), splitting the node there. Returns (node ending
+        needs (tier_votes.fetch_boundary), splitting the node there. Returns (node ending
         at the boundary, True when every missing payload is on its way), or (None, False)."""
         b, tree = m.l3_boundary, self.tree
         path = tree.path_nodes(seq.data, b)
@@ -90,14 +97,13 @@ class TierOps:
         bnode, k = path[-1]
         if k < bnode.num_tokens:
             bnode = tree.split(bnode, k)
-        if self.mamba is not None and bnode.comp[MAMBA] is None:
-            bnode.comp[MAMBA] = MambaPayload(-1)  # before the lock: it counts on the payload
-        held = MatchResult(b, LockHandle(bnode))
-        self.lock(held)  # no L2 eviction (for the slots) takes the path meanwhile
+        for c in self.voters:
+            c.prepare_fetch(bnode)  # before the lock: it counts on the payload
+        self.topo.lock(bnode)  # no L2 eviction (for the slots) takes the path meanwhile
         try:
-            ok = fetch_boundary(self.hier, bnode, seq.page_keys(self.page_size))
+            ok = fetch_boundary(self.voters, bnode, seq.page_keys(self.page_size))
         finally:
-            self.unlock(held)
+            self.topo.unlock(bnode)
         return bnode, ok
 
     def _load_l3(self, m: MatchResult, seq) -> MatchResult:
@@ -134,42 +140,45 @@ class TierOps:
             return self.tree.root
         return self.tree.split(bnode, cut) if cut < bnode.num_tokens else bnode
 
-    def load(self, m: MatchResult, seq) -> MatchResult:
+    def _reuse_l1_now(self, m: MatchResult, top, chain) -> MatchResult:
+        """Loads in flight (an engine acknowledges them later): reuse what L1 holds now; the
+        caller matches again once they are acknowledged (storage and the voters' boundary
+        payloads are dealt with then)."""
+        for c in chain:
+            if c.value is None:
+                break
+            top = c
+        if self.voters and top.parent is not None:
+            top = self._fallback_l1(top)
+        new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end),
+                          max(0, top.end - m.device), 0)
+        self.lock(new)
+        self.unlock(m)
+        return new
+
+    def load(self, m: MatchResult, seq, pipeline: bool = False) -> MatchResult:
         """Bring a locked match's host hits (L2 -> L1) and storage hits (L3 -> L2 -> L1) into
         newly allocated L1 pages. Returns the match to use from now on: locked, its
         cached_tokens = device + loaded host + loaded storage tokens (tokens count as
-        cached only once loaded), the old lock released. Without tiers: `m` itself."""
+        cached only once loaded), the old lock released. `pipeline`: emit every load of a
+        host run at once (RadixCache.pipeline_loads)."""
         hier = self.hier
-        if hier is None or (m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters):
+        if m.host_tokens == 0 and m.storage_tokens == 0 and not self.voters:
             return m
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         if m.l3_boundary > m.cached_tokens and hier.storage is not None:
             m = self._load_l3(m, seq)
-        node = m.handle._node
+        node = m.handle.node
         chain = []
         n = node
         while n.parent is not None and n.value is None:
             chain.append(n)
             n = n.parent
         chain.reverse()
-        ids0 = hier._ids
-        host = hier.load_host(chain, pipeline=self.pipeline_loads)
-        top = n
-        if self.pipeline_loads and hier._ids != ids0 and any(c.value is None for c in chain):
-            # loads in flight (an engine acknowledges them later): reuse what L1 holds now; the
-            # caller matches again once they are acknowledged (storage and the voters' boundary
-            # payloads are dealt with then)
-            for c in chain:
-                if c.value is None:
-                    break
-                top = c
-            if self.voters and top.parent is not None:
-                top = self._fallback_l1(top)
-            new = MatchResult(top.end, LockHandle(top), m.traversed_tokens, m.lost, min(m.device, top.end),
-                              max(0, top.end - m.device), 0)
-            self.lock(new)
-            self.unlock(m)
-            return new
+        ids0 = hier.ids
+        host = hier.load_host(chain, pipeline=pipeline)
+        if pipeline and hier.ids != ids0 and any(c.value is None for c in chain):
+            return self._reuse_l1_now(m, n, chain)
         top = n
         for c in chain:
             if c.value is None:
@@ -189,9 +198,9 @@ class TierOps:
                 if pnode.host is not None and hier.load_host([pnode]):
                     top, storage = pnode, pnode.num_tokens
         if self.voters and top.parent is not None:
-            self.lock(MatchResult(top.end, LockHandle(top)))  # protect the window while loading it
-            load_boundary(self, top)
-            self.unlock(MatchResult(top.end, LockHandle(top)))
+            self.topo.lock(top)  # protect the window while loading it
+            load_boundary(self.voters, top)
+            self.topo.unlock(top)
             # reuse exactly what L1 can now serve: the deepest boundary at or above `top` that
             # every component accepts from L1 alone (a payload that could not be loaded, or a
             # storage run that did not arrive, moves the boundary up)
@@ -212,7 +221,7 @@ class TierOps:
         needs (the SWA window's pages, the MAMBA checkpoint), while the path's FULL pages that
         `load` issued may still be in flight: one round, their L1 slots taken at once (an
         engine overlapping loads with compute). False when an L1 pool cannot take them all."""
-        return load_boundary(self, m.handle._node)
+        return load_boundary(self.voters, m.handle.node)
 
     def prefetch(self, m: MatchResult, seq) -> int:
         """Start bringing a locked match's storage run (L3) into L2 as a host-only node,
@@ -223,13 +232,13 @@ class TierOps:
         A match with an `l3_boundary` (component payloads on the tree path only in L3) gets
         those payloads fetched L3 -> L2 instead; that returns 0 (no FULL tokens come from L3)."""
         hier = self.hier
-        if hier is None or hier.storage is None:
+        if hier.storage is None:
             return 0
         if not m.storage_tokens:
             if m.l3_boundary > m.cached_tokens:
                 self._fetch_l3(m, seq if isinstance(seq, TokenSeq) else TokenSeq(seq))
             return 0  # FULL stays where it is: no FULL tokens come from L3
-        node = m.handle._node
+        node = m.handle.node
         if m.traversed_tokens != node.end:
             return 0
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
@@ -249,7 +258,7 @@ class TierOps:
         self.hier.ack(action_id, ok)
 
 
-    def _heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
+    def heal_l1(self, node, pages, pages_from: int, lo: int) -> int:
         """Give nodes at the bottom of the path (at or after pages_from) that are not on L1 the
         pages the request computed for them, so L1 stays prefix-closed: host-only nodes and,
         FULL-only, nodes still in flight (a prefetch L3 -> L2 or a load L2 -> L1 not yet
@@ -269,6 +278,6 @@ class TierOps:
         P = self.page_size
         for h in chain:
             a, b = (h.parent.end - pages_from) // P, (h.end - pages_from) // P
-            self._outstanding_pages -= b - a
+            self.full.outstanding -= b - a
             self.full.set_l1(h, pages[a:b])
         return (n.end - pages_from) // P if chain else lo

@@ -72,6 +72,9 @@ class CacheConfig:
     mamba: MambaConfig | None = None
     sidecars: tuple = ()
     tiers: object = None  # a tiers.TierConfig for L2/L3, or None (L1 only)
+    # more voting components: objects with `name` and `build(link) -> Component` (a
+    # components.ports.TreeLink in; tests/test_fourth_component.py shows one)
+    extra_components: tuple = ()
 
     def __post_init__(self):
         if isinstance(self.page_size, bool) or not isinstance(self.page_size, int) or self.page_size < 1:
@@ -121,5 +124,6 @@ class CacheConfig:
             names.append(f"swa:{self.swa.window_tokens}")
         if self.mamba is not None:
             names.append("mamba" + (f":every={self.mamba.every_tokens}" if self.mamba.every_tokens else ""))
+        names += [c.name for c in self.extra_components]
         names += [f"sidecar:{s.name}@{s.follows}" for s in self.sidecars]
         return tuple(names)

@@ -17,7 +17,7 @@ Life of a request (``EngineRequest.phase``)::
 2. **Admission** (`schedule`), each step, in this order and under one prefill budget:
    the request chunked in the previous step; requests whose loads finished (``ready``,
    admitted earlier); then the waiting queue in the schedule policy's order through
-   `scheduling.Admission.select` (SGLang's PrefillAdder rules: max running, memory =
+   `admission.Admission.select` (SGLang's PrefillAdder rules: max running, memory =
    free + evictable L1 tokens minus reservations, prefill and chunk budgets). Each waiting
    request is matched just before it is considered; its prefix counts device and host hits
    (what it will not compute).
@@ -41,7 +41,7 @@ Life of a request (``EngineRequest.phase``)::
    When L1 cannot supply the pages even after eviction, running requests are retracted
    (`RunningBatch.retract`, SGLang's order): their pages are freed, their lock released, and
    they go back to the front of the waiting queue to re-prefill prompt + generated tokens.
-6. **Finish**: `ReplayStepper.commit` inserts prompt + output[:-1] with the request's pages
+6. **Finish**: `lifecycle.commit` inserts prompt + output[:-1] with the request's pages
    (and window pages and checkpoint), registers its session region and unlocks: the cache
    ends up exactly as replay leaves it.
 
@@ -77,8 +77,9 @@ from .engine_loading import MAX_RESOLVE_ROUNDS, LoadOps, overlap_end_s
 from .engine_steps import StepOps
 from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
                            EngineStalled)
-from .replay import ReplayStepper
-from .scheduling import FINISHED, Admission, BatchLimits, RunningBatch, SchedulingContext, make_schedule_policy
+from .lifecycle import release_slots, take_slots
+from .admission import Admission, BatchLimits, RunningBatch
+from .scheduling import FINISHED, SchedulingContext, make_schedule_policy
 from .scheduling import WAITING as Q_WAITING
 
 _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
@@ -100,7 +101,6 @@ class Engine(StepOps, LoadOps):
         self.config = config
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.P = P = cache.page_size
-        self.stepper = ReplayStepper(cache)
         kw = {"seed": config.seed} if config.schedule_policy == "random" else {}
         self.policy = make_schedule_policy(config.schedule_policy, **kw)
         self.admission = Admission(config.new_token_ratio, page_size=P)
@@ -200,7 +200,7 @@ class Engine(StepOps, LoadOps):
         self.arrived += 1
         r.phase = ARRIVED
         r.phase_since_s = r.arrival_s
-        if self.admission._ceil(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
+        if self.admission.ceil_pages(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
             r.rejected = True
             r.phase = DONE
             r.state = FINISHED
@@ -258,7 +258,7 @@ class Engine(StepOps, LoadOps):
         return m.device + m.host_tokens if self.cache.hier is not None else m.cached_tokens
 
     def _path_key(self, r: EngineRequest) -> tuple:
-        node = self.cache.match(r.seq, r.limit).handle._node
+        node = self.cache.match(r.seq, r.limit).handle.node
         ids = []
         while node.parent is not None:
             ids.append(node.id)
@@ -292,13 +292,11 @@ class Engine(StepOps, LoadOps):
         cache = self.cache
         if r.pages:
             cache.free(np.concatenate(r.pages))
-        if r.swa_pages is not None:
-            cache.free_swa(r.swa_pages)
-        if r.states is not None:
-            cache.free_states(r.states)
+        if r.slots is not None:
+            release_slots(cache, r.slots)
         if r.match is not None:
             cache.unlock(r.match)
-        r.pages, r.swa_pages, r.states, r.match = [], None, None, None
+        r.pages, r.slots, r.match = [], None, None
         r.load_start_s = r.load_done_s = None
         r.started = False
         r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
@@ -310,17 +308,10 @@ class Engine(StepOps, LoadOps):
         cache = self.cache
         r.started = True
         n = r.seq.length - r.prefix_len
-        if cache.swa is not None:
-            r.swa_pages = self.stepper._swa_pages(n)
-            if r.swa_pages is None:
-                return False
-        if cache.mamba is not None:
-            r.states = self.stepper._states(r.prefix_len, r.seq.length // self.P * self.P)
-            if r.states is None:
-                return False
-            if r.load_start_s is None or r.load_done_s is not None:  # else at the overlapped loads' end
-                cache.finalize(r.match, r.states[0])
-        return True
+        # with loads still overlapped, the finalizers run at their end (engine_loading.py)
+        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.P * self.P,
+                                 finalize=r.load_start_s is None or r.load_done_s is not None)
+        return ok
 
     def _fail_start(self, r: EngineRequest) -> None:
         self.counters["alloc_waits"] += 1

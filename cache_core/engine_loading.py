@@ -25,7 +25,7 @@ land evenly between the loads' issue and their completion on the link.
 """
 from __future__ import annotations
 
-from .actions import CopyState, Transfer
+from .actions import LOAD, PREFETCH, CopyState, Transfer
 from .engine_types import DONE, LOADING, PREFETCHING, READY, WAITING, EngineRequest
 
 MAX_RESOLVE_ROUNDS = 8
@@ -99,7 +99,7 @@ class LoadOps:
             for c in copies:
                 run_copy(c)
         for t in batch:
-            if owner is not None and t.kind in ("load", "prefetch"):
+            if owner is not None and t.kind in (LOAD, PREFETCH):
                 owner.waiting_ids.add(t.id)
                 self._owner[t.id] = owner
                 self._kinds[t.id] = t.kind
@@ -205,7 +205,7 @@ class LoadOps:
         from now while they are in flight. A `pin` (a second lock on m0, SWA/MAMBA) then becomes
         r's match: its whole prefix, the window's pages and the checkpoint included, stays
         locked until the loads land (`_relock_loaded`), so no eviction on L1 and no drop of an
-        L2 copy that L3 holds (l3_copies.py) takes what they complete; otherwise it goes."""
+        L2 copy that L3 holds (components/l3_copies.py) takes what they complete; otherwise it goes."""
         ok = bool(r.waiting_ids) and self._may_overlap(r, m0, issued)
         if pin:
             self.cache.unlock(r.match if ok else m0)
@@ -227,12 +227,12 @@ class LoadOps:
         no room for them the request waits, and the rounds settle a shorter prefix, as
         without overlap."""
         if (not self._layerwise() or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
-                or not all(self._kinds.get(t) == "load" for t in r.waiting_ids)):
+                or not all(self._kinds.get(t) == LOAD for t in r.waiting_ids)):
             return False
         cache = self.cache
         if not cache.voters:
             return True
-        full = sum(t.tokens for t in issued if t.kind == "load" and t.component == "full")
+        full = sum(t.tokens for t in issued if t.kind == LOAD and t.component == "full")
         if m0.device + full < m0.cached_tokens:
             return False
         if not full:  # the path was on L1: `load` issued the payloads already
@@ -270,6 +270,6 @@ class LoadOps:
         if m is not r.match:
             cache.unlock(r.match)
             r.match = m
-        if r.states is not None:  # started before its loads landed: the checkpoint is on L1 now
-            cache.finalize(m, r.states[0])
+        if r.slots:  # started before its loads landed: the reused payloads (checkpoint) are on L1 now
+            cache.finalize(m, r.slots)
             self._drain()  # its copy runs before the step's forward (a torch executor's settle)

@@ -1,18 +1,52 @@
 """One step of the engine loop (a mixin of `cache_core.engine.Engine`): forming a step
-(the chunked request, ready requests, the waiting queue through `scheduling.Admission`),
+(the chunked request, ready requests, the waiting queue through `admission.Admission`),
 prefill page allocation, the decode batch with retraction, the step's pricing entries, and
 completing a step (first tokens, decode progress, inserts after prefill chunks and at finish).
 The rules are in engine.py's module docstring."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from .allocator import INDEX_DTYPE
 from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, Step
+from .lifecycle import CommitParams, commit
 from .records import MatchResult
-from .scheduling import FINISHED, RUNNING, BatchLimits
+from .admission import BatchLimits
+from .scheduling import FINISHED, RUNNING
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
+
+
+@dataclass(kw_only=True)
+class PrefillBudget:
+    """One step's prefill budget: tokens left of ``max_prefill_tokens`` and of the chunk
+    (``chunked_prefill_tokens``; None: no chunking), charged in whole pages, and the
+    (request, new tokens) entries it was spent on, in order."""
+
+    tokens: int
+    chunk: int | None
+    page_size: int
+    entries: list = field(default_factory=list)
+
+    def room(self) -> int:
+        return self.tokens if self.chunk is None else min(self.tokens, self.chunk)
+
+    def take(self, r, new: int) -> None:
+        c = -(-new // self.page_size) * self.page_size
+        self.tokens -= c
+        if self.chunk is not None:
+            self.chunk -= c
+        self.entries.append((r, new))
+
+    def portion(self, r) -> int:
+        """How much of r's prefill fits: all of it, or (chunking) whole pages of the room."""
+        need = r.fill_len - r.computed_tokens
+        if self.chunk is not None and need > self.room():
+            P = self.page_size
+            return max((r.computed_tokens + self.room()) // P * P - r.computed_tokens, 0)
+        return need
 
 
 class StepOps:
@@ -26,49 +60,32 @@ class StepOps:
         self._release_timeouts(now)
         P = self.P
         C = self.config.chunked_prefill_tokens
-        budget = [self.config.max_prefill_tokens, C]
-        entries: list = []
+        budget = PrefillBudget(tokens=self.config.max_prefill_tokens, chunk=C, page_size=P)
         cut = False
-
-        def room() -> int:
-            return budget[0] if budget[1] is None else min(budget[0], budget[1])
-
-        def take(r, new) -> None:
-            c = -(-new // P) * P
-            budget[0] -= c
-            if budget[1] is not None:
-                budget[1] -= c
-            entries.append((r, new))
-
-        def portion(r) -> int:
-            need = r.fill_len - r.computed_tokens
-            if C is not None and need > room():
-                return max((r.computed_tokens + room()) // P * P - r.computed_tokens, 0)
-            return need
-
         # 1. the chunked request, 2. ready requests (admitted earlier, loads done)
         if self.chunked is not None:
             r = self.chunked
-            new = portion(r)
+            new = budget.portion(r)
             if new > 0:
-                take(r, new)
+                budget.take(r, new)
             cut = r.computed_tokens + new < r.fill_len
-        while self.ready and not cut and room() > 0 and (C is not None or not entries or
-                                                          self.ready[0].uncached_tokens < budget[0]):
+        while self.ready and not cut and budget.room() > 0 and (C is not None or not budget.entries or
+                                                                 self.ready[0].uncached_tokens < budget.tokens):
             r = self.ready[0]
-            new = portion(r)
+            new = budget.portion(r)
             if new <= 0:
                 break
             self.ready.popleft()
             r.phase = PREFILL
             r.state = RUNNING
-            take(r, new)
+            budget.take(r, new)
             if new < r.fill_len - r.computed_tokens:
                 self.chunked = r
                 cut = True
         # 3. the waiting queue
-        if admit and not cut and self.waiting and room() > 0:
-            self._admit(entries, budget, take)
+        if admit and not cut and self.waiting and budget.room() > 0:
+            self._admit(budget)
+        entries = budget.entries
         # prefill pages; a request that cannot get them now keeps what it holds and retries
         prefill, blocked = [], []
         for r, new in entries:
@@ -91,28 +108,34 @@ class StepOps:
         if not prefill or self.config.mixed_chunk:
             decode = self._decode_batch()
         if not prefill and not decode:
-            if self.inflight or self.prefetching or self.loading:
-                return None  # acknowledgements will free or bring memory
-            stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
-            stuck = [r for r in stuck if r.started or r.pages or (r.match is not None and r.match.cached_tokens)]
-            if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
-                r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
-                if r is self.chunked:
-                    self.chunked = None
-                else:
-                    self.ready.remove(r)
-                self.counters["retractions"] += 1
-                r.retracted += 1
-                self._release(r)
-                self._to_waiting(r, front=True)
-                return self.schedule(admit=False)
-            if not self.input_closed or self.idle_done():
-                return None
-            raise EngineStalled(f"nothing can run: {self.stall_report()}")
+            return self._nothing_to_run()
         cost = self._prefill_cost(prefill)
         self.steps += 1
         return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
                     tuple(r.fill_len - 1 for r in decode))
+
+    def _nothing_to_run(self) -> Step | None:
+        """No prefill and no decode can run: wait (None) for acknowledgements or arrivals, or
+        retract the latest admitted prefill that holds memory none of them can complete with
+        and form the step again; with nothing left to wait for, the engine is stalled."""
+        if self.inflight or self.prefetching or self.loading:
+            return None  # acknowledgements will free or bring memory
+        stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
+        stuck = [r for r in stuck if r.started or r.pages or (r.match is not None and r.match.cached_tokens)]
+        if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
+            r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
+            if r is self.chunked:
+                self.chunked = None
+            else:
+                self.ready.remove(r)
+            self.counters["retractions"] += 1
+            r.retracted += 1
+            self._release(r)
+            self._to_waiting(r, front=True)
+            return self.schedule(admit=False)
+        if not self.input_closed or self.idle_done():
+            return None
+        raise EngineStalled(f"nothing can run: {self.stall_report()}")
 
     def _release_timeouts(self, now: float) -> None:
         if self.config.prefetch_policy != "timeout" or not self.prefetching:
@@ -131,13 +154,13 @@ class StepOps:
         out += [r for r in self._in_prefill]
         return out
 
-    def _admit(self, entries, budget, take) -> None:
+    def _admit(self, budget: PrefillBudget) -> None:
         limits = self.limits
-        self._in_prefill = [r for r, _ in entries if r is not self.chunked]
-        if budget[0] != limits.max_prefill_tokens or budget[1] != limits.chunked_prefill_tokens:
+        self._in_prefill = [r for r, _ in budget.entries if r is not self.chunked]
+        if budget.tokens != limits.max_prefill_tokens or budget.chunk != limits.chunked_prefill_tokens:
             limits = BatchLimits(max_running_requests=limits.max_running_requests,
-                                 max_prefill_tokens=max(budget[0], 1),
-                                 chunked_prefill_tokens=None if budget[1] is None else max(budget[1], self.P),
+                                 max_prefill_tokens=max(budget.tokens, 1),
+                                 chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.P),
                                  max_total_tokens=limits.max_total_tokens)
         ordered = self.policy.order(self.waiting, self._ctx)
         probed: list = []
@@ -170,7 +193,7 @@ class StepOps:
             if new <= 0:
                 continue
             r.phase = PREFILL
-            take(r, new)
+            budget.take(r, new)
             if r.computed_tokens + new < r.fill_len:
                 self.chunked = r
 
@@ -278,7 +301,7 @@ class StepOps:
         res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
                            keep_uncached=True, inserted_len=r.inserted_tokens)
         r.inserted_tokens = aligned
-        end = res.handle._node.end
+        end = res.handle.node.end
         # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
         # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
         rest = [pages[(end - start) // P:]] if (end - start) // P < len(pages) else []
@@ -291,10 +314,11 @@ class StepOps:
 
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
-        self.stepper.commit(r.seq, len(r.prompt), r.match, pages, r.swa_pages, r.states, r.session_id, r.gen,
-                            r.priority, r.inserted_tokens)
+        commit(self.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
+                                        slots=r.slots or {}, session_id=r.session_id, gen=r.gen,
+                                        priority=r.priority, inserted_len=r.inserted_tokens))
         r.match = None
-        r.pages, r.swa_pages, r.states = [], None, None
+        r.pages, r.slots = [], None
         r.phase = DONE
         r.state = FINISHED
         r.finish_s = now

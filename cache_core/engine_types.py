@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol
 
-from .scheduling import Request, _int, schedule_policy_names
+from .scheduling import Request, check_int, schedule_policy_names
 
 LOAD_OVERLAPS = ("layerwise", "none")
 
@@ -86,10 +86,10 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _int(self.max_running_requests, "engine.max_running_requests", 1)
-        _int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)
+        check_int(self.max_running_requests, "engine.max_running_requests", 1)
+        check_int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)
         if self.chunked_prefill_tokens is not None:
-            _int(self.chunked_prefill_tokens, "engine.chunked_prefill_tokens", 1)
+            check_int(self.chunked_prefill_tokens, "engine.chunked_prefill_tokens", 1)
         if self.schedule_policy not in schedule_policy_names():
             raise ValueError(f"engine.schedule_policy must be one of {', '.join(schedule_policy_names())}, "
                              f"got {self.schedule_policy!r}")
@@ -113,8 +113,7 @@ class EngineRequest(Request):
     pages: list = field(default_factory=list)  # FULL pages owned: KV of tokens prefix .. kv_pages*P
     kv_pages: int = 0  # pages from token 0 the request has KV in (prefix pages + owned)
     inserted_tokens: int = 0  # tokens it inserted into the tree so far (chunks): they count no hit again
-    swa_pages: object = None
-    states: object = None
+    slots: dict | None = None  # the voting components' units by name (lifecycle.request_slots)
     started: bool = False  # SWA window pages and MAMBA slots taken (first prefill chunk)
     gen: int = 0  # session generation
     waiting_ids: set = field(default_factory=set)  # transfers it waits for
@@ -148,6 +147,16 @@ class EngineRequest(Request):
     @property
     def limit(self) -> int:
         return max(self.fill_len - 1, 0)
+
+    @property
+    def swa_pages(self):
+        """The SWA window pages it computes into (None: none taken)."""
+        return None if self.slots is None else self.slots.get("swa")
+
+    @property
+    def states(self):
+        """Its MAMBA state slots, private state first (None: none taken)."""
+        return None if self.slots is None else self.slots.get("mamba")
 
 
 @dataclass(frozen=True, slots=True)

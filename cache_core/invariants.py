@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .actions import L1, L2
+from .allocator import pool_errors
+
 
 class InvariantError(AssertionError):
     pass
@@ -34,7 +37,7 @@ def dump(cache, limit: int = 60) -> str:
         lines.append(f"{'  ' * depth}#{node.id} len={len(toks)} {shown}{more} lock={node.lock_ref} "
                      f"tick={node.tick} hits={node.hits} "
                      + " ".join(f"{t}={pg[:4].tolist()}{'...' if len(pg) > 4 else ''}"
-                                for t, pg in (("L1", node.value), ("L2", node.host)) if pg is not None))
+                                for t, pg in ((L1, node.value), (L2, node.host)) if pg is not None))
         for c in node.children.values():
             rec(c, depth + 1)
 
@@ -46,14 +49,24 @@ def dump(cache, limit: int = 60) -> str:
 
 def check(cache) -> None:
     errors: list[str] = []
-    tree, full = cache.tree, cache.full
+    nodes = _walk(cache, errors)
+    _check_locks(cache, nodes, errors)
+    _check_full(cache, nodes, errors)
+    if cache.hier is not None:
+        _check_tiers(cache, nodes, errors)
+    locks = list(cache.topo.locks.values())
+    for c in cache.voters:
+        c.check(nodes, locks, lambda tier, component: _in_flight(cache, tier, component), errors)
+    if errors:
+        raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))
+
+
+def _walk(cache, errors: list) -> list:
+    """Every reachable node (root first, parents before children), checking the topology."""
+    tree = cache.tree
     P = tree.page_size
     pb = 8 * P
     root = tree.root
-
-    # lock handles per node id -> count
-    held = {nid: cnt for nid, (node, cnt) in cache._locks.items()}
-
     nodes = []
     stack = [(root, None)]
     while stack:
@@ -66,7 +79,7 @@ def check(cache) -> None:
                 errors.append(f"node #{node.id}: edge of {len(node.key) // 8} tokens is not a whole number of pages")
             elif parent.children.get(node.key[:pb]) is not node:
                 errors.append(f"node #{node.id}: not filed under its first page in the parent")
-            for tier, pg in (("L1", node.value), ("L2", node.host)):
+            for tier, pg in ((L1, node.value), (L2, node.host)):
                 if pg is not None and len(pg) * P != len(node.key) // 8:
                     errors.append(f"node #{node.id}: {len(pg)} {tier} pages for {len(node.key) // 8} tokens")
             if node.value is None and cache.hier is None:
@@ -81,8 +94,13 @@ def check(cache) -> None:
             stack.append((child, node))
     if len(nodes) != tree.num_nodes:
         errors.append(f"num_nodes {tree.num_nodes} != {len(nodes)} reachable")
+    return nodes
 
-    # locks: post-order accumulation
+
+def _check_locks(cache, nodes, errors: list) -> None:
+    """lock_ref = the lock handles at or below a node (post-order accumulation)."""
+    held = {nid: cnt for nid, (node, cnt) in cache.topo.locks.items()}
+    root = cache.tree.root
     expect = {}
     for node in reversed(nodes):  # children after parents in `nodes`, so reversed = bottom-up
         expect[node.id] = held.get(node.id, 0) + sum(expect[c.id] for c in node.children.values())
@@ -91,6 +109,10 @@ def check(cache) -> None:
         if node.lock_ref != want:
             errors.append(f"node #{node.id}: lock_ref {node.lock_ref}, expected {want}")
 
+
+def _check_full(cache, nodes, errors: list) -> None:
+    """FULL: evictable/protected sizes, the L1 page pool, the eviction queue."""
+    full = cache.full
     on_l1 = [n for n in nodes[1:] if n.value is not None]
     evictable = sum(len(n.key) for n in on_l1 if n.lock_ref == 0) // 8
     protected = sum(len(n.key) for n in on_l1 if n.lock_ref > 0) // 8
@@ -98,110 +120,24 @@ def check(cache) -> None:
         errors.append(f"evictable_tokens {full.evictable_tokens}, recount {evictable}")
     if protected != full.protected_tokens:
         errors.append(f"protected_tokens {full.protected_tokens}, recount {protected}")
-
-    in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, "L1")])
+    in_tree = np.concatenate([n.value for n in on_l1] + [_in_flight(cache, L1)])
     free = full.pool.free_view()
     both = np.concatenate([in_tree, free])
     cap = full.pool.capacity_pages
-    bound = cap if cap is not None else full.pool._next
+    bound = full.pool.index_bound
     if len(both) and (both.min() < 0 or both.max() >= bound):
         errors.append(f"page index out of range [0, {bound})")
     elif len(both) and np.bincount(both, minlength=bound).max() > 1:
         errors.append("a page is in two places (two nodes, or a node and the free list)")
     if cap is not None:
-        total = len(free) + len(in_tree) + cache._outstanding_pages
+        total = len(free) + len(in_tree) + cache.outstanding_pages
         if total != cap:
             errors.append(f"pages: free {len(free)} + tree {len(in_tree)} + handed out "
-                          f"{cache._outstanding_pages} = {total} != capacity {cap}")
-
+                          f"{cache.outstanding_pages} = {total} != capacity {cap}")
     live = full.queue.live_ids()
     for n in nodes[1:]:
-        if full._is_candidate(n) and n.id not in live:
+        if full.is_candidate(n) and n.id not in live:
             errors.append(f"node #{n.id}: evictable leaf missing from the eviction queue")
-    if cache.hier is not None:
-        _check_tiers(cache, nodes, errors)
-    if cache.swa is not None:
-        _check_swa(cache, nodes, errors)
-    if cache.mamba is not None:
-        _check_mamba(cache, nodes, errors)
-
-    if errors:
-        raise InvariantError("cache invariants violated:\n- " + "\n- ".join(errors[:20]) + "\n" + dump(cache))
-
-
-def _pool_errors(name, pool, held: np.ndarray, outstanding: int, errors: list) -> None:
-    free = pool.free_view()
-    both = np.concatenate([held, free])
-    bound = pool.capacity_pages if pool.capacity_pages is not None else pool._next
-    if len(both) and (both.min() < 0 or both.max() >= bound):
-        errors.append(f"{name}: index out of range [0, {bound})")
-    elif len(both) and np.bincount(both, minlength=bound).max() > 1:
-        errors.append(f"{name}: an index is in two places")
-    if pool.capacity_pages is not None and len(free) + len(held) + outstanding != pool.capacity_pages:
-        errors.append(f"{name}: free {len(free)} + held {len(held)} + handed out {outstanding} "
-                      f"!= capacity {pool.capacity_pages}")
-
-
-def _check_swa(cache, nodes, errors) -> None:
-    from .components.swa import SWA
-
-    swa, P = cache.swa, cache.page_size
-    expect_locks: dict[int, list] = {}
-    for node, cnt in cache._locks.values():
-        ws = max(0, node.end - swa.window)
-        n = node
-        while n.parent is not None and n.end > ws:
-            expect_locks.setdefault(n.id, []).extend([ws] * cnt)
-            n = n.parent
-    held = []
-    live = swa.queue.live_ids()
-    for n in nodes[1:]:
-        pl = n.comp[SWA]
-        if pl is None:
-            errors.append(f"node #{n.id}: no SWA payload")
-            continue
-        if len(pl.pages) != n.num_tokens // P:
-            errors.append(f"node #{n.id}: {len(pl.pages)} SWA slots for {n.num_tokens // P} pages")
-        if pl.ntomb != int((pl.pages < 0).sum()):
-            errors.append(f"node #{n.id}: SWA tombstone count {pl.ntomb} != {int((pl.pages < 0).sum())}")
-        held.append(pl.pages[pl.pages >= 0])
-        if sorted(pl.locks) != sorted(expect_locks.get(n.id, [])):
-            errors.append(f"node #{n.id}: SWA window locks {sorted(pl.locks)} != {sorted(expect_locks.get(n.id, []))}")
-        if swa._is_candidate(n) and n.id not in live:
-            errors.append(f"node #{n.id}: SWA candidate missing from its eviction queue")
-    held = np.concatenate(held) if held else np.empty(0, dtype=np.int64)
-    _pool_errors("swa pool", swa.pool, np.concatenate([held, _in_flight(cache, "L1", "swa")]),
-                 cache._outstanding_swa, errors)
-    if swa.host_pool is not None:
-        host = [n.comp[SWA].host[n.comp[SWA].host >= 0] for n in nodes[1:]
-                if n.comp[SWA] is not None and n.comp[SWA].host is not None]
-        host.append(_in_flight(cache, "L2", "swa"))
-        _pool_errors("swa L2 pool", swa.host_pool, np.concatenate(host), 0, errors)
-
-
-def _check_mamba(cache, nodes, errors) -> None:
-    from .components.mamba import MAMBA
-
-    mamba = cache.mamba
-    handles = {node.id: cnt for node, cnt in cache._locks.values()}
-    held = []
-    live = mamba.queue.live_ids()
-    for n in nodes[1:]:
-        pl = n.comp[MAMBA]
-        if pl is None:
-            continue
-        if pl.slot >= 0:
-            held.append(pl.slot)
-            if mamba._is_candidate(n) and n.id not in live:
-                errors.append(f"node #{n.id}: MAMBA checkpoint missing from its eviction queue")
-        if pl.locks != handles.get(n.id, 0):
-            errors.append(f"node #{n.id}: MAMBA locks {pl.locks} != handles {handles.get(n.id, 0)}")
-    _pool_errors("mamba pool", mamba.pool, np.concatenate([np.array(held, dtype=np.int64),
-                                                           _in_flight(cache, "L1", "mamba")]), mamba.private, errors)
-    if mamba.host_pool is not None:
-        host = [n.comp[MAMBA].host for n in nodes[1:] if n.comp[MAMBA] is not None and n.comp[MAMBA].host >= 0]
-        _pool_errors("mamba L2 pool", mamba.host_pool,
-                     np.concatenate([np.array(host, dtype=np.int64), _in_flight(cache, "L2", "mamba")]), 0, errors)
 
 
 def _in_flight(cache, tier: str, component: str = "full") -> np.ndarray:
@@ -223,12 +159,12 @@ def _check_tiers(cache, nodes, errors) -> None:
             errors.append(f"node #{n.id}: on L1 below a parent that is not (L1 must be prefix-closed)")
         if n.host is not None and p.parent is not None and p.host is None and not p.pending:
             errors.append(f"node #{n.id}: on L2 below a parent that is not (L2 must be prefix-closed)")
-        if n.pending and (cache.full._is_candidate(n) or hier._is_candidate(n)):
+        if n.pending and (cache.full.is_candidate(n) or hier.is_candidate(n)):
             errors.append(f"node #{n.id}: in flight yet offered for eviction")
-        if hier._is_candidate(n) and n.id not in hier.queue.live_ids():
+        if hier.is_candidate(n) and n.id not in hier.queue.live_ids():
             errors.append(f"node #{n.id}: L2 candidate missing from its eviction queue")
         if hier.storage is not None and n.pkeys is not None and len(n.pkeys) * cache.page_size != n.num_tokens:
             errors.append(f"node #{n.id}: {len(n.pkeys)} page keys for {n.num_tokens} tokens")
     if hier.pool is not None:
-        held = [n.host for n in nodes[1:] if n.host is not None] + [_in_flight(cache, "L2")]
-        _pool_errors("L2 pool", hier.pool, np.concatenate(held) if held else np.empty(0, dtype=np.int64), 0, errors)
+        held = [n.host for n in nodes[1:] if n.host is not None] + [_in_flight(cache, L2)]
+        pool_errors("L2 pool", hier.pool, np.concatenate(held) if held else np.empty(0, dtype=np.int64), 0, errors)

@@ -55,6 +55,11 @@ class LockHandle:
     def __init__(self, node):
         self._node = node
 
+    @property
+    def node(self):
+        """The node the match ends at (for cache_core's own modules)."""
+        return self._node
+
 
 @dataclass(frozen=True, slots=True)
 class MatchResult:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from .cache import RadixCache, TokenSeq
 from .keys import as_tokens
+from .lifecycle import AdmitParams, CommitParams, admit, commit
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,6 @@ class ReplayStepper:
         session-aware policy a request with `session_id` registers its session's region when
         it completes."""
         cache = self.cache
-        P = cache.page_size
         prompt = as_tokens(prompt)
         lp = len(prompt)
         n_out = 0 if output is None else len(output)
@@ -69,101 +69,10 @@ class ReplayStepper:
                 seq = TokenSeq.join(prompt, as_tokens(output)[:-1])
             else:
                 seq = TokenSeq(prompt)
-        ls = seq.length
-
-        gen = cache.session_begin(session_id) if session_id is not None else 0
-        m = cache.match(seq, max(lp - 1, 0) // P * P)  # (a)
-        cache.lock(m)  # (b)
-        if cache.hier is not None:  # host and storage hits load into L1 (acks are immediate)
-            m = cache.load(m, seq)
-        cached = m.cached_tokens
-        evicted0 = cache.full.evicted_tokens
-        n = ls - cached  # (c)
-        aligned = ls // P * P
-        pages = None
-        if n > 0:
-            need_pages = -(-n // P)
-            if not cache.full.pool.unbounded:
-                demand = n + P if P > 1 else n
-                free = cache.free_tokens
-                if free < demand:
-                    cache.evict(demand - free)
-                if cache.free_tokens < need_pages * P:
-                    cache.evict(need_pages * P - cache.free_tokens)
-            pages = cache.alloc(need_pages)
-            if pages is None:
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        swa_pages = states = None
-        if cache.swa is not None and n > 0:
-            swa_pages = self._swa_pages(n)
-            if swa_pages is None:
-                cache.free(pages)
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-        if cache.mamba is not None:
-            states = self._states(cached, aligned)
-            if states is None:
-                if pages is not None:
-                    cache.free(pages)
-                if swa_pages is not None:
-                    cache.free_swa(swa_pages)
-                return self._reject(m, lp, n_out, cached, cache.full.evicted_tokens - evicted0)
-            cache.finalize(m, states[0])
-        self.commit(seq, lp, m, pages, swa_pages, states, session_id, gen, priority)
-        return StepResult(lp, n_out, cached, cache.full.evicted_tokens - evicted0, False, m.traversed, m.lost,
+        a = admit(cache, AdmitParams(seq=seq, prompt_len=lp, session_id=session_id))
+        m = a.match
+        if not a.rejected:
+            commit(cache, CommitParams(seq=seq, prompt_len=lp, match=m, pages=a.pages, slots=a.slots,
+                                       session_id=session_id, gen=a.gen, priority=priority))
+        return StepResult(lp, n_out, a.cached_tokens, a.evicted_tokens, a.rejected, m.traversed, m.lost,
                           m.device, m.host_tokens, m.storage_tokens)
-
-    def commit(self, seq: TokenSeq, lp: int, m, pages, swa_pages, states, session_id=None, gen: int = 0,
-               priority: int = 0, inserted_len: int = 0):
-        """Steps (d) and (e) for a request that computed `seq` (prompt of `lp` tokens plus
-        output[:-1]) over the locked match `m`: `pages` (or None) hold the KV of tokens
-        m.cached_tokens .. ceil(len(seq) / P) * P; `swa_pages`/`states` as allocated for it.
-        Inserts, registers the session's region, unlocks `m`. `inserted_len`: tokens the
-        request inserted already (chunked prefill), which count no hit again. Shared with the engine loop,
-        so a simulated or real run caches exactly what replay caches."""
-        cache = self.cache
-        P = cache.page_size
-        ls = seq.length
-        aligned = ls // P * P
-        done = m
-        if pages is not None:  # (d)
-            done = cache.insert(seq, aligned, pages, m.cached_tokens, after=m, swa_pages=swa_pages,
-                                state_slots=states, priority=priority, inserted_len=inserted_len)
-        elif states is not None:
-            cache.free_states(states)
-        prompt_aligned = lp // P * P
-        inserted = pages is not None and done.handle is not None and done.handle._node.end == aligned
-        if ls > lp and 0 < prompt_aligned < aligned and (inserted or pages is None):
-            cache.insert(seq, prompt_aligned, after=m if m.cached_tokens <= prompt_aligned else None,
-                         priority=priority + 1, inserted_len=prompt_aligned)
-        if session_id is not None:
-            cache.session_finish(session_id, gen, done)
-        cache.unlock(m)  # (e)
-        return done
-
-    def _reject(self, m, lp, n_out, cached, evicted) -> StepResult:
-        # evicted counts every FULL token removed meanwhile (also by SWA/MAMBA pressure)
-        self.cache.unlock(m)
-        return StepResult(lp, n_out, cached, evicted, True, m.traversed, m.lost,
-                          m.device, m.host_tokens, m.storage_tokens)
-
-    def _swa_pages(self, n: int):
-        cache = self.cache
-        P = cache.page_size
-        need = min(-(-n // P), cache.swa.window_pages + 1)
-        if not cache.swa.pool.unbounded and cache.free_swa_tokens < need * P:
-            cache.evict_swa(need * P - cache.free_swa_tokens)
-        return cache.alloc_swa(need)
-
-    def _states(self, cached: int, aligned: int):
-        """Private state + snapshot slots for every-K checkpoints in (cached, aligned)."""
-        cache = self.cache
-        every = cache.mamba.every
-        snaps = 0
-        if every and aligned > cached:
-            snaps = max(0, (aligned - 1) // every - cached // every)
-        want = 1 + snaps
-        avail = cache.mamba.available_slots
-        if avail is not None and avail < want:  # all snapshots or none: evict nothing in vain
-            want = 1
-        slots = cache.alloc_states(want)
-        return None if slots is None else [int(x) for x in slots]

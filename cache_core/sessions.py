@@ -123,7 +123,7 @@ class SessionRegistry:
         st.node = st.mamba = None
 
     def _touch(self, n) -> None:
-        self.cache._touch_all(n)
+        self.cache.topo.touch_all(n)
 
     def _forget(self, node, sid) -> None:
         lst = self._at.get(node.id)

@@ -30,229 +30,66 @@ run, then (beyond the tree) a run of pages found in L3.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .actions import L1, L2, L3, Transfer
+from .actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE, Transfer
 from .allocator import PagePool
-from .components.full import FullComponent
+from .components.full_tiered import TieredFull
+from .components.ports import TierLink
 from .eviction import EvictionQueue
-from .records import LockHandle, MatchResult
-from .store import l3_model_names, make_store
-from .tiers_hybrid import backup_components, demote_components, store_payloads
+from .store import make_store
+from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
 
-WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
-PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
-L3_WRITES = ("on_insert", "on_l2_evict")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TierConfig:
-    """L2 = l2_tokens, or hicache_ratio x L1 (SGLang's --hicache-ratio); no L2 when both are
-    None. L3 exists when l3 is True: l3_tokens pages' worth of tokens, None = unbounded."""
-
-    l2_tokens: int | None = None
-    hicache_ratio: float | None = None
-    l3: bool = False
-    l3_tokens: int | None = None
-    write_policy: str = "write_through"
-    write_through_threshold: int = 2  # hits before write_through_selective backs a node up
-    l3_write: str = "on_insert"
-    l3_model: str = "prefix"  # cache_core.store: "prefix" LRU index or "mooncake" store model
-    l3_high_watermark: float = 0.90  # mooncake: Mooncake's eviction_high_watermark_ratio
-    l3_eviction_ratio: float = 0.05  # mooncake: Mooncake's eviction_ratio
-    l3_replicas: int = 1  # mooncake: copies of each object in the pool
-    l3_ssd_tokens: int | None = None  # mooncake: SSD offload tier below the pool (None: none)
-    l3_lease_ttl_s: float = 10.0  # mooncake: read lease TTL (default_kv_lease_ttl), on the store's clock
-    l3_eviction_shards: int = 1  # mooncake: 1 = one pool-wide pass; 1024 = per metadata shard (before #2286)
-    l3_objects_per_page: int = 1  # mooncake: objects per page (SGLang: K and V per TP rank)
-    prefetch_policy: str = "wait_complete"
-    prefetch_timeout_base_s: float = 1.0
-    prefetch_timeout_per_1k_s: float = 0.25
-    min_prefetch_tokens: int = 256
-    kv_bytes_per_token: int = 0  # FULL bytes per token, for transfers' bytes (model preset)
-    swa_bytes_per_token: int = 0  # SWA bytes per token
-    state_bytes: int = 0  # bytes of one MAMBA checkpoint
-
-    def __post_init__(self):
-        for name in ("l2_tokens", "l3_tokens", "l3_ssd_tokens"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise ValueError(f"{name} must be an integer >= 0 or None, got {v!r}")
-        if self.hicache_ratio is not None and not self.hicache_ratio > 0:
-            raise ValueError(f"hicache_ratio must be > 0, got {self.hicache_ratio}")
-        if self.write_policy not in WRITE_POLICIES:
-            raise ValueError(f"write_policy {self.write_policy!r}: expected one of {', '.join(WRITE_POLICIES)}")
-        if self.prefetch_policy not in PREFETCH_POLICIES:
-            raise ValueError(f"prefetch_policy {self.prefetch_policy!r}: expected one of "
-                             f"{', '.join(PREFETCH_POLICIES)}")
-        if self.l3_write not in L3_WRITES:
-            raise ValueError(f"l3_write {self.l3_write!r}: expected one of {', '.join(L3_WRITES)}")
-        if self.l3_model not in l3_model_names():
-            raise ValueError(f"l3_model {self.l3_model!r}: expected one of {', '.join(l3_model_names())}")
-        if not (0.0 <= self.l3_high_watermark <= 1.0 and 0.0 <= self.l3_eviction_ratio <= 1.0):
-            raise ValueError("l3_high_watermark and l3_eviction_ratio must be in [0, 1]")
-        if not (isinstance(self.l3_lease_ttl_s, (int, float)) and 0.0 <= self.l3_lease_ttl_s < float("inf")):
-            raise ValueError(f"l3_lease_ttl_s must be a finite number >= 0, got {self.l3_lease_ttl_s!r}")
-        for name in ("l3_replicas", "l3_eviction_shards", "l3_objects_per_page"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        if self.l3_ssd_tokens and self.l3_model != "mooncake":
-            raise ValueError("l3_ssd_tokens needs l3_model 'mooncake'")
-        if self.write_through_threshold < 1 or self.min_prefetch_tokens < 0:
-            raise ValueError("write_through_threshold must be >= 1 and min_prefetch_tokens >= 0")
-
-    @property
-    def has_l2(self) -> bool:
-        return self.l2_tokens is not None or self.hicache_ratio is not None
-
-    def l2_size(self, l1_tokens: int | None) -> int | None:
-        if self.l2_tokens is not None:
-            return self.l2_tokens
-        if self.hicache_ratio is None:
-            return 0
-        return None if l1_tokens is None else int(l1_tokens * self.hicache_ratio)
-
-    def prefetch_budget_s(self, tokens: int) -> float:
-        """How long `timeout` waits for a prefetch of `tokens` (SGLang's default formula)."""
-        return self.prefetch_timeout_base_s + self.prefetch_timeout_per_1k_s * tokens / 1024
-
-
-class TieredFull(FullComponent):
-    """FULL with L1/L2 residency: device leaves are demoted, not removed, when backed up."""
-
-    def __init__(self, tree, capacity_tokens, policy):
-        super().__init__(tree, capacity_tokens, policy)
-        self.hier = None  # set by Hierarchy
-        self.demoted_tokens = 0
-
-    @staticmethod
-    def _is_candidate(node) -> bool:
-        if not node.alive or node.value is None or node.lock_ref or node.pending:
-            return False
-        for c in node.children.values():
-            if c.value is not None or (c.pending and c.host is not None):  # on L1, or loading onto it
-                return False
-        return True
-
-    def touched(self, node) -> None:
-        if node is not None and node.parent is not None and self._is_candidate(node):
-            self.queue.push(node)
-
-    def on_split(self, upper, lower, upper_tokens: int) -> None:
-        cut = upper_tokens // self.page_size
-        if lower.value is not None:
-            upper.value, lower.value = lower.value[:cut], lower.value[cut:]
-        else:
-            upper.value = None
-        if lower.host is not None:
-            upper.host, lower.host = lower.host[:cut], lower.host[cut:]
-        if lower.pkeys is not None:
-            upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
-        if lower.pending and self.hier is not None:
-            self.hier.split_in_flight(upper, lower)
-
-    def on_remove(self, node) -> None:
-        if node.value is not None:
-            self.pool.free(node.value)
-            if node.lock_ref == 0:
-                self.evictable_tokens -= node.num_tokens
-            node.value = None
-        if node.host is not None:
-            self.hier.pool.free(node.host)
-            node.host = None
-
-    def lock(self, node) -> None:
-        delta = 0
-        n = node
-        while n.parent is not None:
-            if n.lock_ref == 0 and n.value is not None:
-                delta += n.num_tokens
-            n.lock_ref += 1
-            n = n.parent
-        self.evictable_tokens -= delta
-        self.protected_tokens += delta
-
-    def unlock(self, node) -> None:
-        if node.parent is None:
-            return
-        if node.lock_ref <= 0:
-            raise RuntimeError(f"unlock of node {node.id} that is not locked")
-        delta = 0
-        n = node
-        while n.parent is not None:
-            n.lock_ref -= 1
-            if n.lock_ref == 0:
-                if n.value is not None:
-                    delta += n.num_tokens
-                self.touched(n)
-                self.hier.touched(n)
-            n = n.parent
-        self.evictable_tokens += delta
-        self.protected_tokens -= delta
-
-    def set_l1(self, node, pages) -> None:
-        """A load completed: the node's KV is valid on L1 again."""
-        node.value = pages
-        if node.lock_ref:
-            self.protected_tokens += node.num_tokens
-        else:
-            self.evictable_tokens += node.num_tokens
-        self.touched(node)
-
-    def remove_leaf(self, node):
-        """Evict a device leaf: demote it when it has (or, write_back, gets) an L2 copy,
-        else remove it from the tree. Returns (parent, L1 tokens freed)."""
-        hier = self.hier
-        if node.host is None and hier.cfg.write_policy == "write_back" and hier.pool is not None:
-            hier.backup_chain(node)
-        n = node.num_tokens
-        if node.host is not None and not node.pending:
-            self.pool.free(node.value)
-            node.value = None
-            if hier.cache.voters:
-                demote_components(hier.cache, node)
-            self.evictable_tokens -= n
-            self.demoted_tokens += n
-            self.evicted_tokens += n
-            self.evicted_nodes += 1
-            hier.touched(node)
-            return node.parent, n
-        if node.children or node.pending:
-            return node.parent, 0  # cannot go yet (a backup in flight)
-        return super().remove_leaf(node)
-
+__all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES"]
 
 class Hierarchy:
     """L2 pool and queue, the L3 index, write policies, loads and transfer bookkeeping."""
 
-    def __init__(self, cache, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool):
-        self.cache = cache
+    def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, useless=None):
+        self.topo = topo
+        self.tree = topo.tree
         self.cfg = cfg
-        self.P = cache.page_size
-        self.full = cache.full
-        self.full.hier = self
+        self.P = topo.page_size
+        self.full = TieredFull(topo.tree, l1_tokens, topo.policy, useless, self)
+        self.voters = topo.voters  # the other components (registered after FULL)
         l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
+        self.l2_ratio = None if l2 is None or not l1_tokens else l2 / l1_tokens
         self.pool = PagePool(None if l2 is None else l2 // self.P) if cfg.has_l2 else None
-        self.queue = EvictionQueue(cache.policy, self._is_candidate, "full")
+        self.queue = EvictionQueue(topo.policy, self.is_candidate, "full")
         self.storage = make_store(cfg, self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
-        self._ids = 0
-        self.tokens_moved = {"L1->L2": 0, "L2->L1": 0, "L2->L3": 0, "L3->L2": 0}  # FULL tokens
+        self.ids = 0  # transfers emitted so far
+        self.tokens_moved = {f"{a}->{b}": 0 for a, b in ((L1, L2), (L2, L1), (L2, L3), (L3, L2))}  # FULL tokens
         self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
         self.evicted_l2_tokens = 0
         self.failed = 0
 
+    def link(self) -> TierLink:
+        """The collaborator the other components get (`Component.attach_tiers`)."""
+        return TierLink(page_size=self.P, has_l2=self.pool is not None, storage=self.storage,
+                        auto_ack=self.auto_ack, l3_write=self.cfg.l3_write, emit=self.emit,
+                        settled=self.settled, evict_host=self.evict_host, emitted=lambda: self.ids)
+
+    def settled(self, node) -> None:
+        """A transfer on `node` finished: it and its parent (which a child in flight blocks
+        from L1 eviction) may be eviction candidates again."""
+        if node.alive:
+            self.topo.touch_all(node)
+            if node.parent is not None:
+                self.full.touched(node.parent)
+
+    def evict_host(self, num_tokens: int) -> int:
+        """Free L2 for a component's L2 pool (0 when no host-only leaf is left)."""
+        return self.evict_l2(num_tokens) if len(self.queue) else 0
+
     # -- L2 candidates ----------------------------------------------------------------------------
     @staticmethod
-    def _is_candidate(node) -> bool:
+    def is_candidate(node) -> bool:
         return (node.alive and node.host is not None and node.value is None and not node.children
                 and node.lock_ref == 0 and not node.pending)
 
     def touched(self, node) -> None:
-        if node is not None and node.parent is not None and self._is_candidate(node):
+        if node is not None and node.parent is not None and self.is_candidate(node):
             self.queue.push(node)
 
     @property
@@ -262,7 +99,7 @@ class Hierarchy:
     def evict_l2(self, num_tokens: int) -> int:
         """Free at least `num_tokens` of L2 from host-only leaves in policy order."""
         freed = 0
-        tree = self.cache.tree
+        tree = self.tree
         while freed < num_tokens:
             node = self.queue.pop()
             if node is None:
@@ -276,7 +113,7 @@ class Hierarchy:
             parent = tree.remove_leaf(node)
             freed += n
             self.evicted_l2_tokens += n
-            while self._is_candidate(parent) and self.cache.useless_leaf(parent):
+            while self.is_candidate(parent) and self.topo.useless_leaf(parent):
                 n = parent.num_tokens  # nothing left to reuse at its end (all tombstones): it goes too
                 parent = tree.remove_leaf(parent)
                 freed += n
@@ -294,24 +131,21 @@ class Hierarchy:
         return self.pool.alloc(pages)
 
     # -- transfers ----------------------------------------------------------------------------------
-    def _emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
-              node=None, ssd_pages: int = 0, payloads: tuple = ()) -> Transfer:
+    def emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
+             nbytes: int | None = None, node=None, ssd_pages: int = 0, payloads: tuple = ()) -> Transfer:
         """Record a transfer. With `node`, the transfer covers that node's token range: every
         node covering the range (the node, or the pieces a later split makes of it) is held
         in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
-        self._ids += 1
-        cfg = self.cfg
-        nbytes = (tokens * cfg.kv_bytes_per_token if component == "full" else
-                  tokens * cfg.swa_bytes_per_token if component == "swa" else cfg.state_bytes)
-        t = Transfer(self._ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
-                     tuple(s.name for s in self.cache.config.sidecars if s.follows == component), ssd_pages,
-                     payloads)
+        self.ids += 1
+        if nbytes is None:  # FULL; the other components give their own
+            nbytes = tokens * self.cfg.kv_bytes_per_token
+        t = Transfer(self.ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
+                     self.topo.sidecars_of(component), ssd_pages, payloads)
         link = f"{src_tier}->{dst_tier}"
         if component == "full":
             self.tokens_moved[link] += tokens
         self.bytes_moved[link] += int(nbytes)  # every component (with --model: sidecars included)
-        if self.cache.actions is not None:
-            self.cache.actions.append(t)
+        self.topo.record(t)
         span = None if node is None else (node, node.parent.end, node.end)
         if span is not None:
             node.pending += 1
@@ -340,7 +174,7 @@ class Hierarchy:
         done(ok, pieces)
         for x, _ in pieces:  # no longer in flight: eviction may consider them again
             if x.alive:
-                self.cache._touch_all(x)
+                self.topo.touch_all(x)
         if pieces and pieces[0][0].alive:  # a parent blocked by a child in flight is free again
             self.full.touched(pieces[0][0].parent)
 
@@ -395,17 +229,16 @@ class Hierarchy:
             return False
         # locked until the ack, as SGLang's write-through does (inc_lock_ref): its L1 pages and
         # its path cannot be evicted meanwhile, so they must not count as evictable either
-        held = MatchResult(node.end, LockHandle(node))
-        self.cache.lock(held)
+        self.topo.lock(node)
 
-        def done(ok, pieces, pages=pages, rest=rest):
-            self.cache.unlock(held)
+        def done(ok, pieces, pages=pages, rest=rest, held=node):
+            self.topo.unlock(held)
             for x, sl in pieces:  # top-down: a piece's parent is on L2 before it is
                 good = ok and x.alive and x.host is None and (x.parent.parent is None or x.parent.host is not None)
                 if good:
                     x.host = pages[sl]
-                    if self.cache.voters:
-                        backup_components(self, x)
+                    for c in self.voters:
+                        c.backup(x)
                     if self.storage is not None and self.cfg.l3_write == "on_insert":
                         self._store(x)
                 else:
@@ -416,7 +249,7 @@ class Hierarchy:
             if ok and rest and rest[0].alive and rest[0].value is not None and rest[0].host is None:
                 self._backup(rest[0], rest[1:])
 
-        self._emit("backup", L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
+        self.emit(BACKUP, L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
         return True
 
     def _store(self, node, remove: bool = False) -> None:
@@ -427,7 +260,7 @@ class Hierarchy:
                 self._drop(node)
             return
         storage = self.storage
-        payloads = tuple(store_payloads(self.cache, node)) if self.cache.voters else ()
+        payloads = tuple(p for c in self.voters for p in c.store_payloads(node))
 
         def done(ok, pieces, keys=node.pkeys, extra=[(c, k) for c, k, _ in payloads], node=node):
             if ok:
@@ -436,14 +269,14 @@ class Hierarchy:
             if remove:
                 self._drop(node)
 
-        self._emit("store", L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
-                   payloads=payloads)
+        self.emit(STORE, L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
+                  payloads=payloads)
 
     def _drop(self, node) -> None:
         """Remove an L2-evicted host-only leaf (if it still is one)."""
-        if node.alive and self._is_candidate(node):
+        if node.alive and self.is_candidate(node):
             n = node.num_tokens
-            parent = self.cache.tree.remove_leaf(node)
+            parent = self.tree.remove_leaf(node)
             self.evicted_l2_tokens += n
             self.touched(parent)
             self.full.touched(parent)
@@ -492,7 +325,7 @@ class Hierarchy:
                         ok = False
                     self.touched(x)
 
-            self._emit("load", L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
+            self.emit(LOAD, L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
                 if pipeline:
                     continue
@@ -511,7 +344,7 @@ class Hierarchy:
         pages = self._alloc_l2(n_pages)
         if pages is None:
             return None
-        tree = self.cache.tree
+        tree = self.tree
         node = tree.add_leaf(parent, seq_data[start << 3 : (start + n_pages * self.P) << 3])
         node.value = None
         node.pkeys = keys
@@ -530,7 +363,7 @@ class Hierarchy:
                 x.host = pages[sl]
                 self.touched(x)
 
-        self._emit("prefetch", L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
+        self.emit(PREFETCH, L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
                    ssd_pages=self.storage.on_ssd(keys))
         return node
 

@@ -421,3 +421,20 @@ def test_hybrid_l3_scenario_is_byte_identical_across_runs(tmp_path):
 
     s = json.loads((tmp_path / "a" / "summary.json").read_text())
     assert s["requests"] == 48 and s["hit_rate_storage"] > 0 and s["bytes_per_link"]["L2->L3"] > 0
+
+
+def test_prefill_budget_is_typed_and_charges_whole_pages():
+    from types import SimpleNamespace
+
+    from cache_core.engine_steps import PrefillBudget
+
+    b = PrefillBudget(tokens=100, chunk=40, page_size=16)
+    r = SimpleNamespace(fill_len=90, computed_tokens=0)
+    assert b.room() == 40 and b.portion(r) == 32  # chunked: whole pages of the room
+    b.take(r, 32)
+    assert (b.tokens, b.chunk, b.room(), b.entries) == (68, 8, 8, [(r, 32)])
+    r2 = SimpleNamespace(fill_len=5, computed_tokens=0)
+    b.take(r2, 5)  # 5 new tokens are charged as one page
+    assert (b.tokens, b.chunk, b.room()) == (52, -8, -8)
+    nb = PrefillBudget(tokens=100, chunk=None, page_size=16)
+    assert nb.portion(SimpleNamespace(fill_len=500, computed_tokens=0)) == 500 and nb.room() == 100

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from cache_core import CacheConfig, RadixCache, TokenSeq
-from cache_core.scheduling import (CLIP_MAX_NEW_TOKENS, FINISHED, RUNNING, WAITING, Admission, BatchLimits,
-                                   DfsWeight, Fcfs, LongestPrefixMatch, RandomOrder, Request, RunningBatch,
-                                   SchedulePolicy, SchedulingContext, make_schedule_policy,
-                                   register_schedule_policy, schedule_policy_names)
+from cache_core.admission import Admission, BatchLimits, RunningBatch
+from cache_core.scheduling import (CLIP_MAX_NEW_TOKENS, FINISHED, RUNNING, WAITING, DfsWeight, Fcfs,
+                                   LongestPrefixMatch, RandomOrder, Request, SchedulePolicy, SchedulingContext,
+                                   make_schedule_policy, register_schedule_policy, schedule_policy_names)
 
 
 def req(rid, prompt_len, out=8, t=None, prefix=0, computed=0, generated=0, **kw):

@@ -1,4 +1,4 @@
-"""SWA pages and MAMBA checkpoints on the HiCache tiers (cache_core/tiers_hybrid.py), pinned
+"""SWA pages and MAMBA checkpoints on the HiCache tiers (components/swa/tiers.py, components/mamba/tiers.py), pinned
 exactly: they follow their node across L1 (device), L2 (host) and L3 (store by page key).
 
 1. SWA window reuse from L2: a demoted prefix is reused as host tokens, and `load` brings back

@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from cache_core import RadixCache  # noqa: E402
+from cache_core.topology import Topology  # noqa: E402
 from radixsim.run import request_rows, simulate  # noqa: E402
 from scenarios.scenario import apply_sets, resolve  # noqa: E402
 from sim.simulator import SimDataPlane  # noqa: E402
@@ -113,7 +113,7 @@ def test_mamba_every_k_snapshots_reused_on_torch_give_equal_logits(tmp_path):
 def decisions(monkeypatch):
     """Record the order of node removals (evictions) and of transfers, whoever runs them."""
     log = []
-    remove, submit = RadixCache._on_remove, SimDataPlane.submit
+    remove, submit = Topology.on_remove, SimDataPlane.submit
 
     def on_remove(self, node):
         log.append(("remove", node.end, node.num_tokens))
@@ -124,7 +124,7 @@ def decisions(monkeypatch):
                     tuple(int(k) for k in t.keys)))
         submit(self, t, on_done)
 
-    monkeypatch.setattr(RadixCache, "_on_remove", on_remove)
+    monkeypatch.setattr(Topology, "on_remove", on_remove)
     monkeypatch.setattr(SimDataPlane, "submit", on_submit)
     return log
 

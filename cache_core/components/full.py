@@ -23,17 +23,18 @@ class FullComponent(Component):
     kind = ComponentKind.FULL
     name = "full"
 
-    def __init__(self, tree, capacity_tokens: int | None, policy: Policy):
+    def __init__(self, tree, capacity_tokens: int | None, policy: Policy, useless=None):
         self.tree = tree
+        self.useless = useless  # with voting components: `useless(leaf)`, a leaf none can use
         self.page_size = tree.page_size
         cap_pages = None if capacity_tokens is None else capacity_tokens // self.page_size
         self.pool = PagePool(cap_pages)
-        self.queue = EvictionQueue(policy, self._is_candidate)
+        self.queue = EvictionQueue(policy, self.is_candidate)
         self.evictable_tokens = 0
         self.protected_tokens = 0
         self.evicted_tokens = 0  # lifetime total
         self.evicted_nodes = 0
-        self.remove = self.remove_leaf
+        self.outstanding = 0  # pages handed out to callers (RadixCache.alloc), not yet in the tree
 
     # -- capacity ------------------------------------------------------------------------
     @property
@@ -47,7 +48,7 @@ class FullComponent(Component):
 
     # -- candidates ------------------------------------------------------------------------
     @staticmethod
-    def _is_candidate(node) -> bool:
+    def is_candidate(node) -> bool:
         return node.alive and node.lock_ref == 0 and not node.children
 
     def touched(self, node) -> None:
@@ -109,9 +110,22 @@ class FullComponent(Component):
         self.touched(node)
 
     # -- eviction ------------------------------------------------------------------------------
+    def remove(self, node):
+        """Remove an unlocked leaf (`remove_leaf`), then, with voting components, every
+        ancestor that becomes an unlocked leaf none of them can use (e.g. all SWA tombstones,
+        no MAMBA checkpoint). Returns (last parent, tokens); they count as evictions."""
+        parent, n = self.remove_leaf(node)
+        if self.useless is None:
+            return parent, n
+        root = self.tree.root
+        while parent is not root and not parent.children and parent.lock_ref == 0 and self.useless(parent):
+            parent, k = self.remove_leaf(parent)
+            n += k
+        self.touched(parent)
+        return parent, n
+
     def remove_leaf(self, node):
-        """Remove an unlocked leaf (all its components go with it); returns (parent, tokens).
-        The cache replaces this with a version that also removes useless ancestors."""
+        """Remove an unlocked leaf (all its components go with it); returns (parent, tokens)."""
         n = node.num_tokens
         parent = self.tree.remove_leaf(node)
         self.evicted_tokens += n

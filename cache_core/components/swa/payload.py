@@ -1,0 +1,75 @@
+"""SWA payload (`SwaPayload`) and validator (`SwaVoter`); see component.py for the rules."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..base import ComponentKind
+
+SWA = ComponentKind.SWA
+
+
+class SwaPayload:
+    __slots__ = ("pages", "ntomb", "locks", "sess", "host")
+
+    def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None, sess: list | None = None,
+                 host: np.ndarray | None = None):
+        self.pages = pages  # L1 SWA pages, -1 = not on L1 (tombstone there)
+        self.ntomb = ntomb  # pages not on L1
+        self.locks = locks if locks is not None else []  # window starts of live locks
+        self.sess = sess if sess is not None else []  # window starts of session references
+        self.host = host  # with tiers: L2 SWA pages (-1 = not on L2), or None
+
+    def present(self, n: int | None = None) -> np.ndarray:
+        """Pages held on some tier (L1 or L2), as a bool mask."""
+        p = self.pages if n is None else self.pages[:n]
+        if self.host is None:
+            return p >= 0
+        h = self.host if n is None else self.host[:n]
+        return (p >= 0) | (h >= 0)
+
+
+class SwaVoter:
+    """Walks down the FULL path keeping the present-SWA run that ends at the position."""
+
+    __slots__ = ("W", "P", "run", "clean", "l1_only")
+
+    def __init__(self, window: int, page_size: int, l1_only: bool = False):
+        self.W, self.P = window, page_size
+        self.l1_only = l1_only
+        self.run = 0  # present SWA tokens ending at the current position
+        self.clean = True  # no tombstone since the root
+
+    def mask(self, node, start: int, npages: int):
+        """Boundaries after page j (j < npages) of `node` that this component accepts."""
+        P, W = self.P, self.W
+        pl = node.comp[SWA]
+        if pl is None or (pl.ntomb == len(pl.pages) and (pl.host is None or self.l1_only
+                                                           or pl.host[:npages].max(initial=-1) < 0)):
+            self.run, self.clean = 0, False  # nothing of this window anywhere: the usual internal node
+            return False
+        pages = pl.pages[:npages]
+        if pl is not None and pl.host is not None and pl.ntomb and not self.l1_only:
+            pages = np.where(pl.present(npages), 0, -1)  # votes see the union of tiers
+        elif pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
+            run0 = self.run
+            self.run += npages * P
+            if self.clean:
+                return True
+            first = max(0, -(-(W - run0) // P) - 1)  # first j with run0 + (j+1)P >= W
+            if first == 0:
+                return True
+            if first >= npages:
+                return False
+            m = np.zeros(npages, dtype=bool)
+            m[first:] = True
+            return m
+        present = pages >= 0 if pages is not None else np.zeros(npages, dtype=bool)
+        # run after page j = tokens since the last tombstone at or before j
+        idx = np.arange(npages)
+        last_tomb = np.maximum.accumulate(np.where(present, -1, idx))
+        run = np.where(last_tomb >= 0, (idx - last_tomb) * P, self.run + (idx + 1) * P)
+        clean = self.clean & (last_tomb < 0)
+        ok = clean | (run >= W)
+        self.run = int(run[-1])
+        self.clean = bool(clean[-1])
+        return ok
