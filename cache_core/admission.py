@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 import numpy as np
 
@@ -138,7 +138,7 @@ class Admission:
         P = self.page_size
         return (start + room) // P * P - start
 
-    def select(self, ordered_waiting, running, free_tokens_fn: Callable[[], int], limits: BatchLimits,
+    def select(self, ordered_waiting: Iterable[Request], running, free_tokens_fn: Callable[[], int], limits: BatchLimits,
                *, chunked: Request | None = None,
                match_len: Callable[[Request], int] | None = None) -> AdmissionResult:
         """Admit requests for one step (rules in the class docstring). `running`: the
@@ -160,7 +160,7 @@ class Admission:
         rem_chunk = C
 
         if chunked is not None:
-            if C is None:
+            if rem_chunk is None:
                 raise ValueError("a continuing chunked request needs chunked_prefill_tokens")
             if any(x is chunked for x in running):
                 raise ValueError(f"chunked request {chunked.rid!r} must not be in the running batch")
@@ -288,7 +288,8 @@ class RunningBatch:
         """Remove every request with generated_tokens >= output_length (or already marked
         finished); they become "finished". Returns them in batch order (the engine then
         inserts/unlocks their cache entries)."""
-        done, keep = [], []
+        done: list[Request] = []
+        keep: list[Request] = []
         for r in self.requests:
             (done if r.generated_tokens >= r.output_length or r.state == FINISHED else keep).append(r)
         for r in done:
@@ -309,7 +310,7 @@ class RunningBatch:
         """KV tokens the next decode step must allocate (page_size 1: one per request)."""
         return sum(self._decode_need(r) for r in self.requests)
 
-    def retract_order(self, order: Callable[[Request], object] | None = None) -> list:
+    def retract_order(self, order: Callable[[Any], object] | None = None) -> list:
         """Running requests in the order `retract` would take them: the smallest ``order``
         key first; default SGLang's (generated_tokens, -len(prompt)): fewest decoded tokens
         first, ties by the longest prompt; full ties: later in batch order first (SGLang
@@ -318,8 +319,8 @@ class RunningBatch:
         idx = sorted(range(len(self.requests)), key=lambda i: (key(self.requests[i]), -i))
         return [self.requests[i] for i in idx]
 
-    def retract(self, n_tokens_needed: int, order: Callable[[Request], object] | None = None,
-                freed_tokens: Callable[[Request], int] | None = None) -> list:
+    def retract(self, n_tokens_needed: int, order: Callable[[Any], object] | None = None,
+                freed_tokens: Callable[[Any], int] | None = None) -> list:
         """Retract running requests until the next decode step fits.
 
         ``n_tokens_needed``: the decode shortfall, ``decode_tokens() - (free + evictable)``.

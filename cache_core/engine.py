@@ -220,6 +220,7 @@ class Engine(StepOps, LoadOps):
         if r.waiting_ids and self.config.prefetch_policy != "best_effort":
             self._set_phase(r, PREFETCHING)
             if self.config.prefetch_policy == "timeout":
+                assert hier is not None  # only an L3 prefetch leaves transfers to wait for
                 r.ready_at = r.arrival_s + hier.cfg.prefetch_budget_s(r.prefetch_tokens)
             self.prefetching.append(r)
         else:
@@ -307,6 +308,7 @@ class Engine(StepOps, LoadOps):
         """First prefill of r: its SWA window pages and MAMBA slots, as replay takes them."""
         cache = self.cache
         r.started = True
+        assert r.seq is not None and r.match is not None  # admitted and resolved, not finished
         n = r.seq.length - r.prefix_len
         # with loads still overlapped, the finalizers run at their end (engine_loading.py)
         r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.P * self.P,

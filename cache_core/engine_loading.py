@@ -26,7 +26,8 @@ land evenly between the loads' issue and their completion on the link.
 from __future__ import annotations
 
 from .actions import LOAD, PREFETCH, CopyState, Transfer
-from .engine_types import DONE, LOADING, PREFETCHING, READY, WAITING, EngineRequest
+from .engine_types import DONE, LOADING, PREFETCHING, READY, WAITING, EngineRequest, EngineState
+from .records import MatchResult
 
 MAX_RESOLVE_ROUNDS = 8
 _TIME_SLACK_S = 1e-9
@@ -59,7 +60,7 @@ class _Detached:
         self.waiting_ids = waiting_ids
 
 
-class LoadOps:
+class LoadOps(EngineState):
     """Transfers and loading of the `Engine` (a mixin over its state: cache, clock, dataplane,
     executor, config, queues and the transfer maps)."""
 
@@ -200,7 +201,7 @@ class LoadOps:
     def _layerwise(self) -> bool:
         return self.config.load_overlap == "layerwise" and getattr(self.executor, "layers", None) is not None
 
-    def _start_overlapped(self, r: EngineRequest, m0, issued: list, pin: bool) -> bool:
+    def _start_overlapped(self, r: EngineRequest, m0: MatchResult, issued: list, pin: bool) -> bool:
         """If r's loads just `issued` for match `m0` may overlap (`_may_overlap`), r joins steps
         from now while they are in flight. A `pin` (a second lock on m0, SWA/MAMBA) then becomes
         r's match: its whole prefix, the window's pages and the checkpoint included, stays
@@ -208,6 +209,7 @@ class LoadOps:
         L2 copy that L3 holds (components/l3_copies.py) takes what they complete; otherwise it goes."""
         ok = bool(r.waiting_ids) and self._may_overlap(r, m0, issued)
         if pin:
+            assert r.match is not None  # `_resolve` just set it
             self.cache.unlock(r.match if ok else m0)
             if ok:
                 r.match = m0
@@ -268,6 +270,7 @@ class LoadOps:
             raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
                                f"{r.prefix_len} prefix tokens on L1 once it had started (not modelled)")
         if m is not r.match:
+            assert r.match is not None  # the pinned prefix, held while the loads were in flight
             cache.unlock(r.match)
             r.match = m
         if r.slots:  # started before its loads landed: the reused payloads (checkpoint) are on L1 now

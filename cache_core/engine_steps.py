@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .allocator import INDEX_DTYPE
-from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, Step
+from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, EngineState, Step
 from .lifecycle import CommitParams, commit
 from .records import MatchResult
 from .admission import BatchLimits
@@ -49,7 +49,7 @@ class PrefillBudget:
         return need
 
 
-class StepOps:
+class StepOps(EngineState):
     # ---------------------------------------------------------------------------------------
     # one step
     # ---------------------------------------------------------------------------------------
@@ -179,6 +179,7 @@ class StepOps:
             self.cache.unlock(m)
         self._in_prefill = []
         now = self.clock.now()
+        r: EngineRequest
         gone = {id(r) for r, _ in res.admitted}
         self.waiting = [r for r in self.waiting if id(r) not in gone]
         for r, new in res.admitted:
@@ -292,6 +293,7 @@ class StepOps:
         cache, P = self.cache, self.P
         if cache.voters or r.match is None:
             return
+        assert r.seq is not None  # unfinished
         aligned = min(r.computed_tokens, r.seq.length) // P * P
         start = r.match.cached_tokens
         if aligned <= start:
@@ -301,6 +303,7 @@ class StepOps:
         res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
                            keep_uncached=True, inserted_len=r.inserted_tokens)
         r.inserted_tokens = aligned
+        assert res.handle is not None  # insert always returns the handle of the inserted sequence's node
         end = res.handle.node.end
         # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
         # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
@@ -314,6 +317,7 @@ class StepOps:
 
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
+        assert r.seq is not None and r.match is not None  # running until now
         commit(self.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
                                         slots=r.slots or {}, session_id=r.session_id, gen=r.gen,
                                         priority=r.priority, inserted_len=r.inserted_tokens))

@@ -26,7 +26,7 @@ class InvariantError(AssertionError):
 
 def dump(cache, limit: int = 60) -> str:
     """A readable picture of the tree (at most `limit` nodes)."""
-    lines = []
+    lines: list[str] = []
 
     def rec(node, depth):
         if len(lines) >= limit:
@@ -68,7 +68,7 @@ def _walk(cache, errors: list) -> list:
     pb = 8 * P
     root = tree.root
     nodes = []
-    stack = [(root, None)]
+    stack: list = [(root, None)]  # (node, its parent)
     while stack:
         node, parent = stack.pop()
         nodes.append(node)
@@ -101,7 +101,7 @@ def _check_locks(cache, nodes, errors: list) -> None:
     """lock_ref = the lock handles at or below a node (post-order accumulation)."""
     held = {nid: cnt for nid, (node, cnt) in cache.topo.locks.items()}
     root = cache.tree.root
-    expect = {}
+    expect: dict[int, int] = {}
     for node in reversed(nodes):  # children after parents in `nodes`, so reversed = bottom-up
         expect[node.id] = held.get(node.id, 0) + sum(expect[c.id] for c in node.children.values())
     for node in nodes:

@@ -15,6 +15,10 @@ class TokenSeq:
     incrementally: `keys` for at least the full pages that will be looked up)."""
 
     __slots__ = ("data", "length", "_keys", "_keys_page")
+    data: bytes
+    length: int
+    _keys: np.ndarray | None
+    _keys_page: int | None
 
     def __init__(self, tokens, keys: np.ndarray | None = None, page_size: int | None = None):
         if isinstance(tokens, TokenSeq):
@@ -34,7 +38,7 @@ class TokenSeq:
         """The concatenation of int64 token arrays, copied once (no intermediate array)."""
         arrs = [as_tokens(p) for p in parts]
         seq = cls.__new__(cls)
-        seq.data = b"".join(memoryview(a) for a in arrs if len(a))
+        seq.data = b"".join(a.data for a in arrs if len(a))  # a.data: memoryview(a)
         seq.length = sum(len(a) for a in arrs)
         seq._keys = seq._keys_page = None
         return seq

@@ -34,7 +34,7 @@ from __future__ import annotations
 import operator
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -156,8 +156,9 @@ class SchedulingContext:
       root excluded, top-down (``()``: nothing matched). Needed by ``dfs-weight``.
     """
 
-    match_len: Callable[[Request], int] | None = None
-    path_key: Callable[[Request], tuple] | None = None
+    # Any: the caller's requests (a Request subclass such as the engine's EngineRequest)
+    match_len: Callable[[Any], int] | None = None
+    path_key: Callable[[Any], tuple] | None = None
 
 
 _REGISTRY = Registry("schedule policy")

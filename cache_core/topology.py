@@ -8,9 +8,16 @@ registered with `add` (FULL first); each gets a `ports.TreeLink` from `link(slot
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .actions import L1, Alloc, Free
 from .components.ports import TreeLink
 from .tree import RadixTree
+
+if TYPE_CHECKING:
+    from .components.full import FullComponent
+    from .sessions import SessionRegistry
+    from .tiers import Hierarchy
 
 
 class Topology:
@@ -19,11 +26,11 @@ class Topology:
         self.page_size = page_size
         self.policy = policy
         self.tree = RadixTree(page_size, self.on_split, self.on_remove, comp_slots=comp_slots, lazy=lazy)
-        self.full = None
+        self.full: FullComponent | None = None  # the first component added
         self.components: list = []
         self.voters: list = []  # every component but FULL (they vote on the boundary)
-        self.tiers = None  # the Hierarchy, wired by the cache when tiers exist
-        self.sessions = None  # the SessionRegistry, wired by the cache when the policy uses sessions
+        self.tiers: Hierarchy | None = None  # the Hierarchy, wired by the cache when tiers exist
+        self.sessions: SessionRegistry | None = None  # the SessionRegistry, wired by the cache when the policy uses sessions
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions = actions
         self.sidecars = sidecars
@@ -67,6 +74,7 @@ class Topology:
 
     def touch_all(self, n) -> None:
         """`n`'s policy key changed: offer it again to every queue it may be a candidate of."""
+        assert self.full is not None  # wired when the cache was built
         self.full.touched(n)
         if self.tiers is not None:
             self.tiers.touched(n)

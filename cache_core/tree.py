@@ -66,7 +66,7 @@ class Node:
     pkeys: "np.ndarray | None" = None  # page keys of this edge (L3 tier or a policy that needs them)
     priority: int = 0  # highest request priority that inserted or extended this node
     srefs: int = 0  # sessions whose registered FULL region (prefix path) covers this node
-    comp: list = field(default_factory=list)  # per-component payloads, by ComponentKind
+    comp: list | tuple = field(default_factory=list)  # per-component payloads, by ComponentKind (): none
 
     @property
     def num_tokens(self) -> int:
@@ -193,7 +193,7 @@ class RadixTree:
         ends past `inserted_len` tokens (SGLang's rule; module doc). Eager: each such node;
         lazy: +1 on `node`, -1 on the deepest node of the path ending at or before it.
         Returns the nodes whose stored hits changed."""
-        changed = []
+        changed: list[Node] = []
         if node.parent is None or node.end <= inserted_len:
             return changed
         if not self.lazy:
@@ -206,6 +206,7 @@ class RadixTree:
         changed.append(node)
         if inserted_len:
             up = node.parent
+            assert up is not None  # node is not the root (checked above)
             while up.parent is not None and up.end > inserted_len:
                 up = up.parent
             if up.parent is not None:
@@ -222,6 +223,7 @@ class RadixTree:
             raise ValueError(f"split of node {child.id} at {upper_tokens} tokens: outside its "
                              f"{len(child.key) >> 3}-token edge (or the node is gone)")
         parent = child.parent
+        assert parent is not None  # an alive node with an edge is not the root
         upper = self._new_node(child.key[:cut], parent)
         upper.lock_ref = child.lock_ref
         upper.srefs = child.srefs
@@ -251,6 +253,7 @@ class RadixTree:
     def remove_leaf(self, node: Node) -> Node:
         """Detach an unlocked leaf; returns its parent."""
         parent = node.parent
+        assert parent is not None  # a leaf is not the root
         del parent.children[node.key[: self._pb]]
         if parent.hot is node:
             parent.hot = None
@@ -304,7 +307,8 @@ class RadixTree:
     def path_tokens(self, node: Node) -> np.ndarray:
         """The whole prefix that ends at `node`."""
         parts = []
-        while node is not None:
-            parts.append(node.key)
-            node = node.parent
+        n: Node | None = node
+        while n is not None:
+            parts.append(n.key)
+            n = n.parent
         return np.frombuffer(b"".join(reversed(parts)), dtype=TOKEN_DTYPE)

@@ -40,8 +40,15 @@ follow a declared source component's indices.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..allocator import PagePool
+    from ..eviction import EvictionQueue
+    from .l3_copies import L3HeldCopies
+    from .ports import TierLink, TreeLink
 
 
 class ComponentKind(IntEnum):
@@ -59,8 +66,13 @@ class Component:
     kind: int
     name: str = "component"
     lost_reason: str = "rejected"  # why a match stopped short for this component (MatchResult.lost)
-    host_pool = None  # its L2 pool once `attach_tiers` ran
-    l3_copies = None  # with L3 too: its L2 copies that L3 holds (l3_copies.L3HeldCopies)
+    host_pool: PagePool | None = None  # its L2 pool once `attach_tiers` ran
+    l3_copies: L3HeldCopies | None = None  # with L3 too: its L2 copies that L3 holds (l3_copies.L3HeldCopies)
+    # set by the components that keep a tree payload with an L1 pool (`evict_payloads`)
+    link: TreeLink
+    pool: PagePool
+    queue: EvictionQueue
+    tiers: TierLink | None  # once `attach_tiers` ran
     outstanding = 0  # units handed out to requests, not yet in the tree or returned
 
     # -- matching --------------------------------------------------------------------------

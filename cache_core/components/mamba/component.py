@@ -50,8 +50,8 @@ class MambaComponent(Component):
         self.evicted_nodes = 0
         self.copies = 0
 
-    @property
-    def outstanding(self) -> int:
+    @property  # derived, so read-only (Component's is a plain counter)
+    def outstanding(self) -> int:  # type: ignore[override]
         return self.private
 
     # -- candidates --------------------------------------------------------------------------
@@ -82,6 +82,7 @@ class MambaComponent(Component):
         if pl is not None and pl.slot >= 0:
             self.pool.free_one(pl.slot)
         if pl is not None and pl.host >= 0:
+            assert self.host_pool is not None  # an L2 copy lives in the L2 pool
             self.host_pool.free_one(pl.host)
         node.comp[self.kind] = None
 
@@ -110,6 +111,7 @@ class MambaComponent(Component):
         return []
 
     def storage_mask(self, keys, run_pages: int, voter) -> np.ndarray:
+        assert self.tiers is not None  # only a tiered cache asks for an L3 mask
         storage = self.tiers.storage
         return np.array([(self.name, int(keys[j])) in storage for j in range(run_pages)], dtype=bool)
 
@@ -125,6 +127,7 @@ class MambaComponent(Component):
 
     def prefetch(self, node, keys) -> None:
         node.comp[self.kind] = MambaPayload(-1)
+        assert self.tiers is not None  # prefetch happens only with L3
         if len(keys) and (self.name, int(keys[-1])) in self.tiers.storage:
             mamba_tiers.checkpoint_to_host(self, node, PREFETCH, L3, None, keys[-1:])
 
@@ -140,6 +143,7 @@ class MambaComponent(Component):
         return bool(pl.host >= 0)
 
     def drop_host(self, node, pl, held) -> None:
+        assert self.host_pool is not None  # the L2 copy lives in the L2 pool
         self.host_pool.free_one(pl.host)
         pl.host = -1
 
@@ -261,9 +265,10 @@ class MambaComponent(Component):
     @property
     def available_slots(self) -> int | None:
         """Free slots plus checkpoints that eviction could free (None: unbounded)."""
-        if self.pool.unbounded:
+        cap = self.pool.capacity_pages
+        if cap is None:  # unbounded
             return None
-        held = self.pool.capacity_pages - self.pool.free_pages - self.private
+        held = cap - self.pool.free_pages - self.private
         return self.pool.free_pages + max(0, held - self.locked)
 
     # -- session references (sessions.py) ------------------------------------------------------

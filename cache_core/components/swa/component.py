@@ -119,6 +119,7 @@ class SwaComponent(Component):
         if pl is not None and pl.ntomb < len(pl.pages):
             self.pool.free(pl.pages[pl.pages >= 0])
         if pl is not None and pl.host is not None:
+            assert self.host_pool is not None  # an L2 copy lives in the L2 pool
             self.host_pool.free(pl.host[pl.host >= 0])
         node.comp[self.kind] = None
 
@@ -206,6 +207,7 @@ class SwaComponent(Component):
 
     def drop_host(self, node, pl, held) -> None:
         """Free the L2 copies at positions `held` (L3 holds them)."""
+        assert self.host_pool is not None  # they live in the L2 pool
         self.host_pool.free(pl.host[held])
         h = pl.host.copy()
         h[held] = -1
