@@ -7,8 +7,22 @@ component, the tier and the slot indices, plus the sidecar pools that follow tho
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from enum import StrEnum
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 (requires-python): enum.StrEnum's behaviour, which the records rely on
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        """A member is its str value: equal to it, and str()/format() give it."""
+
+        def __str__(self) -> str:
+            return str.__str__(self)
+
+        def __format__(self, spec: str) -> str:
+            return str.__format__(self, spec)
 
 
 class Tier(StrEnum):

@@ -58,10 +58,13 @@ class RadixCache:
                                     self.actions, config.sidecars)
         self.tree = topo.tree
         useless = topo.useless_leaf if voting else None
-        self.hier = Hierarchy(topo, config.tiers, config.usable_tokens, auto_ack, useless) if tiered else None
-        self.full = self.hier.full if tiered else FullComponent(self.tree, config.usable_tokens, self.policy, useless)
+        self.hier = (Hierarchy(topo, config.tiers, config.usable_tokens, auto_ack, useless)
+                     if tiered and config.tiers is not None else None)  # tiered: tiers given
+        self.full = (self.hier.full if self.hier is not None
+                     else FullComponent(self.tree, config.usable_tokens, self.policy, useless))
         topo.add(self.full)
-        self.swa = self.mamba = None
+        self.swa: SwaComponent | None = None
+        self.mamba: MambaComponent | None = None
         tcfg = config.tiers
         if config.swa is not None:
             self.swa = SwaComponent(topo.link(1), config.swa.window_tokens, config.swa_tokens,
@@ -102,13 +105,13 @@ class RadixCache:
         n = n // self.page_size * self.page_size
         tree = self.tree
         tick = tree.fresh()
-        if self.hier is not None:
+        if self.tiered is not None:  # with tiers
             return self.tiered.match(seq, n, tick)
         if not self.voters:
             node, matched, last = tree.walk(seq.data, n, tick)
             self.full.touched(last)
             return MatchResult(matched, LockHandle(node), matched)
-        visited = []
+        visited: list = []
         _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         best, node, cut, lost = vote(self.voters, visited, traversed, self.page_size)
         if node is None:
@@ -152,6 +155,7 @@ class RadixCache:
     def load_payloads(self, m: MatchResult) -> bool:
         """Issue the component payloads reuse at `m` needs, L2 -> L1, in the same round as its
         FULL loads (TieredAccess.load_payloads). False when an L1 pool cannot take them all."""
+        assert self.tiered is not None  # with tiers only
         return self.tiered.load_payloads(m)
 
     def prefetch(self, m: MatchResult, seq) -> int:
@@ -161,6 +165,7 @@ class RadixCache:
 
     def ack(self, action_id: int, ok: bool = True) -> None:
         """Transfer `action_id` finished (ok) or failed (its destination slots are freed)."""
+        assert self.hier is not None  # transfers exist only with tiers
         self.hier.ack(action_id, ok)
 
     # -- memory ------------------------------------------------------------------------------
@@ -223,7 +228,7 @@ class RadixCache:
             raise ValueError(f"insert length {num_tokens} must be page-aligned and <= {seq.length}")
         tree = self.tree
         tick = tree.fresh()
-        visited = None if tree.lazy else []
+        visited: list | None = None if tree.lazy else []
         if after is not None:
             start = after.handle.node
             if (start.lock_ref <= 0 and start.parent is not None) or not start.alive \
@@ -245,6 +250,7 @@ class RadixCache:
             for c in self.voters:
                 c.place(final, leaf, min(pages_from, hi), hi, given.get(c.name))
         if self.hier is not None:
+            assert visited is not None  # tiers keep eager statistics (not lazy)
             for nd in visited:
                 self.full.touched(nd)
                 self.hier.touched(nd)
@@ -266,7 +272,7 @@ class RadixCache:
             lo = (prefix - pages_from) // P
             hi = (num_tokens - pages_from) // P
             dup = lo  # leading pages of tokens the tree already holds on L1: duplicates
-            if self.hier is not None:  # recomputed tokens the tree holds on L2 only: back to L1
+            if self.tiered is not None:  # tiers: recomputed tokens the tree holds on L2 only: back to L1
                 dup = self.tiered.heal_l1(node, pages, pages_from, lo)
             if dup:
                 self.free(pages[:dup])
@@ -315,6 +321,7 @@ class RadixCache:
         while n.parent is not None and n.end > inserted_len:
             path.append(n)
             n = n.parent
+        assert self.hier is not None  # tiers only
         for n in reversed(path):
             self.hier.on_hit(n)
 
@@ -336,25 +343,31 @@ class RadixCache:
     # SWA and MAMBA pools as callers and tests see them
     @property
     def free_swa_tokens(self) -> int:
+        assert self.swa is not None  # the cache has SWA
         return self.swa.pool.free_pages * self.page_size
 
     def evict_swa(self, num_tokens: int) -> int:
         """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
+        assert self.swa is not None  # the cache has SWA
         return self.swa.evict_tokens(num_tokens)
 
     def alloc_swa(self, num_pages: int):
         """Take SWA pages without evicting; None if not enough are free."""
+        assert self.swa is not None  # the cache has SWA
         return self.swa.alloc(num_pages)
 
     def free_swa(self, pages: np.ndarray) -> None:
+        assert self.swa is not None  # the cache has SWA
         self.swa.release_slots(pages)
 
     def alloc_states(self, n: int):
         """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
         is its private working state; None if the pool cannot supply them."""
+        assert self.mamba is not None  # the cache has MAMBA
         return self.mamba.acquire(n)
 
     def free_states(self, slots) -> None:
+        assert self.mamba is not None  # the cache has MAMBA
         self.mamba.release(slots)
 
     # -- reporting --------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ class TieredAccess:
         if self.voters:
             return self._match_voted(seq, n, tick)
         hier, P = self.hier, self.page_size
-        visited = []
+        visited: list = []
         node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
         for nd in visited:
             self.full.touched(nd)
@@ -50,7 +50,7 @@ class TieredAccess:
         """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
         every component accepts (tier_votes.storage_boundary)."""
         hier, P, tree = self.hier, self.page_size, self.tree
-        visited = []
+        visited: list = []
         _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         for nd in visited:
             for c in self.components:

@@ -7,8 +7,12 @@ follow FULL or SWA indices.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .eviction import make_policy
+
+if TYPE_CHECKING:
+    from .tier_config import TierConfig
 
 
 def _int_or_none(name: str, v, lo: int = 0) -> None:
@@ -71,7 +75,7 @@ class CacheConfig:
     swa: SwaConfig | None = None
     mamba: MambaConfig | None = None
     sidecars: tuple = ()
-    tiers: object = None  # a tiers.TierConfig for L2/L3, or None (L1 only)
+    tiers: TierConfig | None = None  # L2/L3, or None (L1 only)
     # more voting components: objects with `name` and `build(link) -> Component` (a
     # components.ports.TreeLink in; tests/test_fourth_component.py shows one)
     extra_components: tuple = ()
@@ -113,9 +117,10 @@ class CacheConfig:
             return None
         if self.swa.capacity_tokens is not None:
             return self.swa.capacity_tokens
-        if self.capacity_tokens is None:
+        usable = self.usable_tokens
+        if usable is None:  # capacity_tokens is None
             return None
-        return int(self.usable_tokens * self.swa.full_tokens_ratio)
+        return int(usable * self.swa.full_tokens_ratio)
 
     @property
     def components(self) -> tuple:

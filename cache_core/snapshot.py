@@ -84,7 +84,7 @@ def snapshot(cache, max_nodes: int = 2000, head_tokens: int = 8) -> dict:
         raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
     tree = cache.tree
     tiered = getattr(cache, "hier", None) is not None
-    nodes = []
+    nodes: list = []
     queue = deque([tree.root])
     while queue and len(nodes) < max_nodes:
         node = queue.popleft()

@@ -94,6 +94,7 @@ class Hierarchy:
 
     @property
     def free_l2_tokens(self) -> int:
+        assert self.pool is not None  # with L2 only
         return self.pool.free_pages * self.P
 
     def evict_l2(self, num_tokens: int) -> int:
@@ -336,6 +337,7 @@ class Hierarchy:
     def prefetch(self, parent, seq_data: bytes, start: int, keys) -> object:
         """Storage hit: pages `keys` following `parent` (which ends at token `start`) come from
         L3 into L2 as a new host-only node. Returns the node, or None without L2 space."""
+        assert self.storage is not None  # with L3 only
         n_pages = len(keys)
         if parent.parent is not None and parent.host is None:  # L2 stays prefix-closed
             self.backup_chain(parent)
