@@ -25,6 +25,7 @@ from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
 from .config import CacheConfig
 from .eviction import make_policy
+from .optional import present
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
 from .tiers import Hierarchy
@@ -58,14 +59,13 @@ class RadixCache:
                                     self.actions, config.sidecars)
         self.tree = topo.tree
         useless = topo.useless_leaf if voting else None
-        self.hier = (Hierarchy(topo, config.tiers, config.usable_tokens, auto_ack, useless)
-                     if tiered and config.tiers is not None else None)  # tiered: tiers given
-        self.full = (self.hier.full if self.hier is not None
-                     else FullComponent(self.tree, config.usable_tokens, self.policy, useless))
+        tcfg = config.tiers  # not None when tiered
+        self.hier = Hierarchy(topo, tcfg, config.usable_tokens, auto_ack, useless) if tiered and tcfg else None
+        self.full = self.hier.full if self.hier is not None else FullComponent(self.tree, config.usable_tokens,
+                                                                               self.policy, useless)
         topo.add(self.full)
         self.swa: SwaComponent | None = None
         self.mamba: MambaComponent | None = None
-        tcfg = config.tiers
         if config.swa is not None:
             self.swa = SwaComponent(topo.link(1), config.swa.window_tokens, config.swa_tokens,
                                     tcfg.swa_bytes_per_token if tcfg is not None else 0)
@@ -155,8 +155,7 @@ class RadixCache:
     def load_payloads(self, m: MatchResult) -> bool:
         """Issue the component payloads reuse at `m` needs, L2 -> L1, in the same round as its
         FULL loads (TieredAccess.load_payloads). False when an L1 pool cannot take them all."""
-        assert self.tiered is not None  # with tiers only
-        return self.tiered.load_payloads(m)
+        return present(self.tiered, "load_payloads needs tiers").load_payloads(m)
 
     def prefetch(self, m: MatchResult, seq) -> int:
         """Start bringing a locked match's storage run (L3) into L2 without loading anything
@@ -165,8 +164,7 @@ class RadixCache:
 
     def ack(self, action_id: int, ok: bool = True) -> None:
         """Transfer `action_id` finished (ok) or failed (its destination slots are freed)."""
-        assert self.hier is not None  # transfers exist only with tiers
-        self.hier.ack(action_id, ok)
+        present(self.hier, "transfers exist only with tiers").ack(action_id, ok)
 
     # -- memory ------------------------------------------------------------------------------
     @property
@@ -250,8 +248,7 @@ class RadixCache:
             for c in self.voters:
                 c.place(final, leaf, min(pages_from, hi), hi, given.get(c.name))
         if self.hier is not None:
-            assert visited is not None  # tiers keep eager statistics (not lazy)
-            for nd in visited:
+            for nd in present(visited, "tiers keep eager statistics"):
                 self.full.touched(nd)
                 self.hier.touched(nd)
             self._on_hits(final, inserted_len)
@@ -321,9 +318,9 @@ class RadixCache:
         while n.parent is not None and n.end > inserted_len:
             path.append(n)
             n = n.parent
-        assert self.hier is not None  # tiers only
+        hier = present(self.hier, "tiers only")
         for n in reversed(path):
-            self.hier.on_hit(n)
+            hier.on_hit(n)
 
     # -- one request's units of the voting components (lifecycle.py takes and returns them) ---------
     def finalize(self, m: MatchResult, slots) -> list:
@@ -343,32 +340,26 @@ class RadixCache:
     # SWA and MAMBA pools as callers and tests see them
     @property
     def free_swa_tokens(self) -> int:
-        assert self.swa is not None  # the cache has SWA
-        return self.swa.pool.free_pages * self.page_size
+        return present(self.swa, "no SWA component").pool.free_pages * self.page_size
 
     def evict_swa(self, num_tokens: int) -> int:
         """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
-        assert self.swa is not None  # the cache has SWA
-        return self.swa.evict_tokens(num_tokens)
+        return present(self.swa, "no SWA component").evict_tokens(num_tokens)
 
     def alloc_swa(self, num_pages: int):
         """Take SWA pages without evicting; None if not enough are free."""
-        assert self.swa is not None  # the cache has SWA
-        return self.swa.alloc(num_pages)
+        return present(self.swa, "no SWA component").alloc(num_pages)
 
     def free_swa(self, pages: np.ndarray) -> None:
-        assert self.swa is not None  # the cache has SWA
-        self.swa.release_slots(pages)
+        present(self.swa, "no SWA component").release_slots(pages)
 
     def alloc_states(self, n: int):
         """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
         is its private working state; None if the pool cannot supply them."""
-        assert self.mamba is not None  # the cache has MAMBA
-        return self.mamba.acquire(n)
+        return present(self.mamba, "no MAMBA component").acquire(n)
 
     def free_states(self, slots) -> None:
-        assert self.mamba is not None  # the cache has MAMBA
-        self.mamba.release(slots)
+        present(self.mamba, "no MAMBA component").release(slots)
 
     # -- reporting --------------------------------------------------------------------------------
     def slots_of(self, seq, num_tokens: int | None = None) -> dict:
