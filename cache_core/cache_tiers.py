@@ -62,7 +62,7 @@ class TieredAccess:
         if hier.storage is not None and traversed < n:
             keys = seq.page_keys(P)[traversed // P : n // P]
             run = hier.storage.leading(keys)
-            j = storage_boundary(self.voters, vals, keys, run) if run else 0
+            j = storage_boundary(self.voters, vals, keys, run, P) if run else 0
             if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
                 storage = j * P
                 tnode = visited[-1] if visited else tree.root

@@ -58,6 +58,7 @@ from .registry import Registry
 
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
 _M64 = (1 << 64) - 1
+_RUNS_KEPT = 1 << 16  # `leading`'s remembered runs, at most (then it starts over)
 _MODELS = Registry("L3 model")
 
 
@@ -79,6 +80,7 @@ class StorageIndex:
     def __init__(self, capacity_pages: int | None):
         self.capacity_pages = capacity_pages
         self._keys: OrderedDict = OrderedDict()
+        self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
         self.evicted_pages = 0
 
     def __len__(self) -> int:
@@ -88,14 +90,36 @@ class StorageIndex:
         return key in self._keys
 
     def leading(self, keys) -> int:
-        """How many of `keys`, from the first, are present (a storage hit run)."""
+        """How many of `keys`, from the first, are present (a storage hit run). A page key
+        names its whole prefix (cache_core.keys), so while no key has left the store, the
+        last run found from the same first key is still present up to its last key: the
+        count resumes after it (a queued request probed again costs only its new pages)."""
+        if not len(keys):
+            return 0
+        first, runs = int(keys[0]), self._runs
+        n, last = runs.get(first, (0, None))
+        if n > len(keys) or (n and int(keys[n - 1]) != last):
+            n = 0
+        n += self._present_run(keys[n:].tolist())
+        if n:
+            if len(runs) >= _RUNS_KEPT:
+                runs.clear()
+            runs[first] = (n, int(keys[n - 1]))
+        return n
+
+    def _present_run(self, keys: list) -> int:
+        """How many of `keys`, from the first, are present."""
         d = self._keys
         n = 0
-        for k in keys.tolist():
+        for k in keys:
             if k not in d:
                 break
             n += 1
         return n
+
+    def _removed(self) -> None:
+        """A key left the store: the runs `leading` remembers may have lost a page."""
+        self._runs.clear()
 
     def on_ssd(self, keys) -> int:
         """How many of `keys` only an SSD tier holds (none here)."""
@@ -120,6 +144,7 @@ class StorageIndex:
         while cap is not None and len(d) > cap:
             d.popitem(last=False)
             self.evicted_pages += 1
+            self._removed()
 
     def stats(self) -> dict:
         return {"l3_pages": len(self), "l3_evicted_pages": self.evicted_pages}
@@ -170,9 +195,9 @@ class MooncakeStore(StorageIndex):
     def __contains__(self, key) -> bool:
         return all(self._has(o) for o in self._objects([key]))
 
-    def leading(self, keys) -> int:
+    def _present_run(self, keys: list) -> int:
         n = 0
-        for k in keys.tolist():
+        for k in keys:
             if k not in self:
                 break
             n += 1
@@ -256,6 +281,7 @@ class MooncakeStore(StorageIndex):
             self._evicted(k)
 
     def _evicted(self, obj) -> None:
+        self._removed()  # (conservative: with an SSD tier the page may still be present)
         self.evicted_objects += 1
         self.evicted_pages = self.evicted_objects // self.objects_per_page
         self._offload(obj)

@@ -13,15 +13,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from .vote import gap_validators, look_back
 
-def storage_boundary(voters, validators, keys, run_pages: int) -> int:
+
+def storage_boundary(voters, validators, keys, run_pages: int, page_size: int) -> int:
     """Deepest page count j <= run_pages of the L3 run that every component accepts (each
-    continuing from its validator's state at the end of the tree walk). 0 when none."""
-    ok = np.ones(run_pages, dtype=bool)
-    for c, v in zip(voters, validators):
-        ok &= c.storage_mask(keys, run_pages, v)
-    nz = np.flatnonzero(ok)
-    return int(nz[-1]) + 1 if len(nz) else 0
+    continuing from its validator's state at the end of the tree walk). 0 when none.
+
+    Bottom-up, as `vote.vote`: a verdict after page j looks only at the `look_back` tokens
+    before it or at the whole path, so fresh validators after a gap (`gap_validators`) first
+    see the shortest tail of the run with one exact verdict; those after the tail's first
+    `need` - 1 pages are exact. The tail doubles while none of them is accepted; from page 0
+    (the walk's validators) every verdict is exact."""
+    need = -(-look_back(voters) // page_size)  # pages a windowed verdict looks back over
+    tail = max(need, 1)
+    while True:
+        lo = max(0, run_pages - tail)
+        vals = validators if lo == 0 else gap_validators(voters)
+        ok = np.ones(run_pages - lo, dtype=bool)
+        for c, v in zip(voters, vals):
+            ok &= c.storage_mask(keys[lo:], run_pages - lo, v)
+        if lo > 0:
+            ok[:max(need - 1, 0)] = False  # verdicts that need the run above the tail
+        nz = np.flatnonzero(ok)
+        if len(nz) or lo == 0:
+            return lo + int(nz[-1]) + 1 if len(nz) else 0
+        tail *= 2
 
 
 def l3_boundary(voters, P: int, visited, traversed: int, best: int, keys) -> int:

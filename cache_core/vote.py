@@ -53,6 +53,21 @@ class _Gap:
 _GAP = _Gap()
 
 
+def look_back(voters) -> int:
+    """Tokens before a boundary that some voter's verdict there looks at (its `window`
+    attribute; 0 without one)."""
+    return max((getattr(c, "window", 0) or 0 for c in voters), default=0)
+
+
+def gap_validators(voters, l1_only: bool = False) -> list:
+    """Fresh validators that have seen a `_Gap`: an unknown path above what they are shown
+    next, so they accept only what needs no more than their window of it."""
+    validators = [c.validator(l1_only) for c in voters]
+    for v in validators:
+        v.mask(_GAP, 0, 1)
+    return validators
+
+
 def vote(voters, visited, traversed: int, page_size: int, l1_only: bool = False, out: list | None = None):
     """Return (reusable_tokens, node, cut, lost) where `node` holds the reusable boundary
     `cut` tokens into its edge (cut == its length: the boundary is its end; node None: the
@@ -71,7 +86,7 @@ def vote(voters, visited, traversed: int, page_size: int, l1_only: bool = False,
         if (min(nd.end, traversed) - nd.parent.end) // page_size <= 0:
             break
         nodes.append(nd)
-    reach = max((getattr(c, "window", 0) or 0 for c in voters), default=0)
+    reach = look_back(voters)
     s = _suffix_start(nodes, traversed - reach)
     while True:
         lo = nodes[s].parent.end + reach if s > 0 else 0  # verdicts at boundaries >= lo are exact
@@ -99,10 +114,7 @@ def _suffix_start(nodes, upto: int) -> int:
 def _vote_suffix(voters, nodes, after_gap: bool, lo: int, traversed: int, page_size: int, l1_only: bool):
     """Fresh validators over `nodes` (after a gap when `after_gap`); returns them and
     (best, best_node, best_cut, own) counting only accepted boundaries >= `lo`."""
-    validators = [c.validator(l1_only) for c in voters]
-    if after_gap:
-        for v in validators:
-            v.mask(_GAP, 0, 1)
+    validators = gap_validators(voters, l1_only) if after_gap else [c.validator(l1_only) for c in voters]
     own = [0] * len(validators)
     best, best_node, best_cut = 0, None, 0
     for nd in nodes:
