@@ -126,10 +126,12 @@ class StorageIndex:
         return 0
 
     def touch(self, keys) -> None:
-        d = self._keys
+        move = self._keys.move_to_end
         for k in keys.tolist():
-            if k in d:
-                d.move_to_end(k)
+            try:
+                move(k)
+            except KeyError:  # not present: nothing to mark
+                pass
 
     def put(self, keys) -> None:
         self.put_many(keys.tolist())
