@@ -44,10 +44,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..allocator import PagePool
+from .l3_copies import L3HeldCopies
+
 if TYPE_CHECKING:
-    from ..allocator import PagePool
     from ..eviction import EvictionQueue
-    from .l3_copies import L3HeldCopies
     from .ports import TierLink, TreeLink
 
 
@@ -133,6 +134,18 @@ class Component:
     # -- tiers ---------------------------------------------------------------------------------
     def attach_tiers(self, tiers, l2_ratio: float | None) -> None:
         """An L2 tier exists: take a `TierLink` and size an L2 pool (ratio to the L1 pool)."""
+
+    def attach_l2_pool(self, tiers, l2_ratio: float | None) -> None:
+        """The usual `attach_tiers` of a component whose payload follows its node to L2: keep
+        `tiers`, size the L2 pool at `l2_ratio` x the L1 pool, and with L3 track the L2 copies
+        that L3 holds (dropped first under L2 pressure)."""
+        self.tiers = tiers
+        if not tiers.has_l2:
+            return
+        cap = self.pool.capacity_pages
+        self.host_pool = PagePool(None if cap is None or l2_ratio is None else int(cap * l2_ratio))
+        if tiers.storage is not None:
+            self.l3_copies = L3HeldCopies(tiers.storage, self.link, self)
 
     def transfer_bytes(self, tokens: int) -> int:
         return 0

@@ -25,7 +25,6 @@ from ...actions import BACKUP, L1, L2, L3, PREFETCH, CopyState
 from ...allocator import PagePool, pool_errors
 from ...eviction import EvictionQueue
 from ..base import Component
-from ..l3_copies import L3HeldCopies
 from . import tiers as mamba_tiers
 from .payload import MambaPayload, MambaVoter
 
@@ -88,13 +87,7 @@ class MambaComponent(Component):
 
     # -- tiers (the checkpoint follows its node between L1 and L2: tiers.py here) ---------------
     def attach_tiers(self, tiers, l2_ratio: float | None) -> None:
-        self.tiers = tiers
-        if not tiers.has_l2:
-            return
-        cap = self.pool.capacity_pages
-        self.host_pool = PagePool(None if cap is None or l2_ratio is None else int(cap * l2_ratio))
-        if tiers.storage is not None:
-            self.l3_copies = L3HeldCopies(tiers.storage, self.link, self)
+        self.attach_l2_pool(tiers, l2_ratio)
 
     def transfer_bytes(self, tokens: int) -> int:
         return int(self.state_bytes)

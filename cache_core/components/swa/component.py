@@ -25,7 +25,6 @@ from ...actions import L1, L2
 from ...allocator import INDEX_DTYPE, PagePool, pool_errors
 from ...eviction import EvictionQueue
 from ..base import Component
-from ..l3_copies import L3HeldCopies
 from . import tiers as swa_tiers
 from .payload import SwaPayload, SwaVoter
 
@@ -161,13 +160,7 @@ class SwaComponent(Component):
 
     # -- tiers (cache_core/tiers.py moves FULL; SWA pages follow their node: tiers.py here) ----
     def attach_tiers(self, tiers, l2_ratio: float | None) -> None:
-        self.tiers = tiers
-        if not tiers.has_l2:
-            return
-        cap = self.pool.capacity_pages
-        self.host_pool = PagePool(None if cap is None or l2_ratio is None else int(cap * l2_ratio))
-        if tiers.storage is not None:
-            self.l3_copies = L3HeldCopies(tiers.storage, self.link, self)
+        self.attach_l2_pool(tiers, l2_ratio)
 
     def transfer_bytes(self, tokens: int) -> int:
         return int(tokens * self.bytes_per_token)
