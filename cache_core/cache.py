@@ -26,6 +26,7 @@ from .components.swa import SwaComponent
 from .config import CacheConfig
 from .eviction import make_policy
 from .optional import present
+from .match_memo import MatchMemo
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
 from .tiers import Hierarchy
@@ -90,6 +91,7 @@ class RadixCache:
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
+        self.memo = MatchMemo(topo) if self.hier is None and not extra else None
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             for c in self.components:
                 topo.watch(c.pool, c.name)
@@ -98,19 +100,22 @@ class RadixCache:
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:
         """Longest reusable prefix of seq[:limit] (cut to whole pages). Takes one tick: the
         root and each visited node get it; a split's upper half gets a fresh later tick.
-        With voting components the walk goes as far as FULL matches and the result is the
-        deepest boundary all of them accept (the node is split there if needed)."""
+        With voting components: the deepest boundary all of them accept (split there if
+        needed). Reused while the state is unchanged (match_memo.py: the same ticks)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
         n = n // self.page_size * self.page_size
-        tree = self.tree
-        tick = tree.fresh()
         if self.tiered is not None:  # with tiers
-            return self.tiered.match(seq, n, tick)
+            return self.tiered.match(seq, n, self.tree.fresh())
+        return self._walk(seq, n)[0] if self.memo is None else self.memo.match(seq, n, self._walk)
+
+    def _walk(self, seq, n: int):
+        """`match` on L1: (result, deepest visited node, visited nodes or None when lazy)."""
+        tree, tick = self.tree, self.tree.fresh()
         if not self.voters:
             node, matched, last = tree.walk(seq.data, n, tick)
             self.full.touched(last)
-            return MatchResult(matched, LockHandle(node), matched)
+            return MatchResult(matched, LockHandle(node), matched), last, None
         visited: list = []
         _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         best, node, cut, lost = vote(self.voters, visited, traversed, self.page_size)
@@ -118,10 +123,8 @@ class RadixCache:
             node = tree.root
         elif cut < node.num_tokens:
             node = tree.split(node, cut)
-        for nd in visited:
-            for c in self.components:
-                c.touched(nd)
-        return MatchResult(best, LockHandle(node), traversed, lost)
+        self.topo.touch_path(visited)
+        return MatchResult(best, LockHandle(node), traversed, lost), None, visited
 
     # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
     def session_begin(self, session_id) -> int:
@@ -224,8 +227,8 @@ class RadixCache:
         P = self.page_size
         if num_tokens % P or num_tokens > seq.length:
             raise ValueError(f"insert length {num_tokens} must be page-aligned and <= {seq.length}")
-        tree = self.tree
-        tick = tree.fresh()
+        tree, tick = self.tree, self.tree.fresh()
+        self.topo.version += 1  # the tree changes (match_memo.py)
         visited: list | None = None if tree.lazy else []
         if after is not None:
             start = after.handle.node

@@ -34,6 +34,7 @@ class Topology:
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions = actions
         self.sidecars = sidecars
+        self.version = 0  # bumped by every insert, split, removal, lock and unlock (match_memo.py)
 
     def link(self, slot: int) -> TreeLink:
         return TreeLink(tree=self.tree, policy=self.policy, page_size=self.page_size, slot=slot,
@@ -51,6 +52,7 @@ class Topology:
 
     # -- tree hooks fan out to components ----------------------------------------------------
     def on_split(self, upper, lower, upper_tokens):
+        self.version += 1
         for c in self.components:
             c.on_split(upper, lower, upper_tokens)
         for c in self.voters:  # the upper half is new (fresh tick), the lower's payload shrank
@@ -58,6 +60,7 @@ class Topology:
             c.touched(lower)
 
     def on_remove(self, node):
+        self.version += 1
         for c in self.components:
             c.on_remove(node)
         if self.sessions is not None:
@@ -88,6 +91,7 @@ class Topology:
 
     # -- locks ---------------------------------------------------------------------------------
     def lock(self, node) -> None:
+        self.version += 1
         for c in self.components:
             c.lock(node)
         entry = self.locks.setdefault(node.id, [node, 0])
@@ -97,6 +101,7 @@ class Topology:
         entry = self.locks.get(node.id)
         if entry is None:
             raise RuntimeError("unlock without a matching lock")
+        self.version += 1
         for c in self.components:
             c.unlock(node)
         entry[1] -= 1

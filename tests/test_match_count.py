@@ -8,7 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from cache_core import CacheConfig
+from cache_core import CacheConfig, RadixCache
+from cache_core.records import TokenSeq
 from cache_core.config import SwaConfig
 from cache_core.tree import RadixTree
 from test_engine import make, req, run
@@ -37,9 +38,12 @@ def _shared_prefix(policy, swa=False):
 
 
 @pytest.mark.parametrize("policy,swa,walks_per_request", [
-    ("lpm", False, [5, 5, 5, 8, 8, 7, 10, 9, 9, 12, 11, 11]),
+    # before the memo: lpm [5, 5, 5, 8, 8, 7, 10, 9, 9, 12, 11, 11] (100), lpm+SWA
+    # [4, 4, 4, 7, 7, 6, 9, 9, 9, 12, 11, 11] (93); fcfs unchanged: the probe's lock changes the
+    # state before resolve matches again
+    ("lpm", False, [4, 5, 5, 6, 7, 6, 7, 8, 8, 9, 9, 9]),
     ("fcfs", False, [4] * 12),
-    ("lpm", True, [4, 4, 4, 7, 7, 6, 9, 9, 9, 12, 11, 11]),
+    ("lpm", True, [3, 3, 4, 5, 6, 5, 6, 7, 7, 8, 9, 9]),
 ])
 def test_engine_matches_each_request_once_per_state_change(monkeypatch, policy, swa, walks_per_request):
     """12 requests sharing a 256-token prefix, at most 3 running: the tree walks over each
@@ -52,3 +56,47 @@ def test_engine_matches_each_request_once_per_state_change(monkeypatch, policy, 
     seen = [walks[k] for k in keys]
     print(policy, swa, "walks", seen, sum(seen))
     assert seen == walks_per_request
+
+
+def _ticks(cache) -> list:
+    out, stack = [], [cache.tree.root]
+    while stack:
+        n = stack.pop()
+        out.append((n.id, n.tick))
+        stack.extend(n.children.values())
+    return sorted(out)
+
+
+@pytest.mark.parametrize("swa,memo_walks", [(False, 4), (True, 3)])
+def test_a_reused_match_has_the_ticks_of_a_walk_and_a_state_change_walks_again(monkeypatch, swa, memo_walks):
+    """Two caches, one without the memo, take the same calls (five matches of `a`): every
+    match result and every node's tick agree. The memo walks `a` again only after a state
+    change: b's match splitting the inserted node at 24 (FULL only: with SWA the window of
+    tokens 16..24 is not cached, b reuses nothing and nothing is split), the lock, the unlock;
+    the last match of `a` is reused."""
+    walks = _count_walks(monkeypatch)
+    caches = []
+    for memo in (True, False):
+        cfg = CacheConfig(page_size=4, capacity_tokens=400,
+                          swa=SwaConfig(window_tokens=8, capacity_tokens=400) if swa else None)
+        c = RadixCache(cfg)
+        if not memo:
+            c.memo = None
+        caches.append(c)
+    a = TokenSeq(np.arange(40))
+    b = TokenSeq(np.concatenate([np.arange(24), np.arange(16) + 100]))
+    got = []
+    for c in caches:
+        ins = TokenSeq(np.arange(32))
+        c.insert(ins, 32, c.alloc(8), 0, swa_pages=c.alloc_swa(2) if swa else None)
+        walks.clear()
+        seen = [c.match(a, 36), c.match(b, 36), c.match(a, 36)]
+        m = seen[-1]
+        c.lock(m)
+        seen.append(c.match(a, 36))
+        c.unlock(m)
+        seen += [c.match(a, 36), c.match(a, 36)]
+        got.append(([(m.cached_tokens, m.traversed_tokens, m.lost, m.handle.node.id) for m in seen], _ticks(c),
+                    walks[id(a.data)]))
+    assert got[0][0] == got[1][0] and got[0][1] == got[1][1]
+    assert (got[0][2], got[1][2]) == (memo_walks, 5)
