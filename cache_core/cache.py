@@ -25,13 +25,12 @@ from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
 from .config import CacheConfig
 from .eviction import make_policy
+from .l1_match import L1Match
 from .optional import present
-from .match_memo import MatchMemo
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
 from .tiers import Hierarchy
 from .topology import Topology
-from .vote import vote
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
@@ -91,7 +90,7 @@ class RadixCache:
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
-        self.memo = MatchMemo(topo) if self.hier is None and not extra else None
+        self.l1 = L1Match(topo, memo=not extra) if self.hier is None else None
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             for c in self.components:
                 topo.watch(c.pool, c.name)
@@ -101,30 +100,23 @@ class RadixCache:
         """Longest reusable prefix of seq[:limit] (cut to whole pages). Takes one tick: the
         root and each visited node get it; a split's upper half gets a fresh later tick.
         With voting components: the deepest boundary all of them accept (split there if
-        needed). Reused while the state is unchanged (match_memo.py: the same ticks)."""
+        needed). L1: `touch(query(...))`, a request's query kept while the state is unchanged
+        (l1_match.py)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
         n = n // self.page_size * self.page_size
         if self.tiered is not None:  # with tiers
             return self.tiered.match(seq, n, self.tree.fresh())
-        return self._walk(seq, n)[0] if self.memo is None else self.memo.match(seq, n, self._walk)
+        return present(self.l1, "an L1 matcher without tiers").match(seq, n)
 
-    def _walk(self, seq, n: int):
-        """`match` on L1: (result, deepest visited node, visited nodes or None when lazy)."""
-        tree, tick = self.tree, self.tree.fresh()
-        if not self.voters:
-            node, matched, last = tree.walk(seq.data, n, tick)
-            self.full.touched(last)
-            return MatchResult(matched, LockHandle(node), matched), last, None
-        visited: list = []
-        _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
-        best, node, cut, lost = vote(self.voters, visited, traversed, self.page_size)
-        if node is None:
-            node = tree.root
-        elif cut < node.num_tokens:
-            node = tree.split(node, cut)
-        self.topo.touch_path(visited)
-        return MatchResult(best, LockHandle(node), traversed, lost), None, visited
+    def query(self, seq, n: int):
+        """Read-only (no tick, no split): the L1 match plan of seq[:n] (l1_match.py)."""
+        seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
+        return present(self.l1, "query: a cache without tiers").query(seq, n)
+
+    def touch(self, plan) -> MatchResult:
+        """Apply an L1 match plan: ticks, the split it needs, queue offers (l1_match.py)."""
+        return present(self.l1, "touch: a cache without tiers").touch(plan)
 
     # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
     def session_begin(self, session_id) -> int:
@@ -228,7 +220,7 @@ class RadixCache:
         if num_tokens % P or num_tokens > seq.length:
             raise ValueError(f"insert length {num_tokens} must be page-aligned and <= {seq.length}")
         tree, tick = self.tree, self.tree.fresh()
-        self.topo.version += 1  # the tree changes (match_memo.py)
+        self.topo.version += 1  # the tree changes (l1_match.py)
         visited: list | None = None if tree.lazy else []
         if after is not None:
             start = after.handle.node

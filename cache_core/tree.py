@@ -282,7 +282,9 @@ class RadixTree:
         pb, end = self._pb, n_tokens << 3
         node, pos, out = self.root, 0, []
         while pos < end:
-            child = node.children.get(qb[pos : pos + pb])
+            child = node.hot  # the walk's fast path (read here, set only by `walk`)
+            if child is None or not qb.startswith(child.key, pos, end):
+                child = node.children.get(qb[pos : pos + pb])
             if child is None:
                 break
             if qb.startswith(child.key, pos, end):

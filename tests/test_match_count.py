@@ -1,5 +1,5 @@
 """How often the engine matches each request on its way in (issue 16 item 3): a match result
-is reused while the cache's state is unchanged (`RadixCache.version`), so a request is matched
+is reused while the cache's state is unchanged (l1_match.py), so a request is matched
 once per state change, not once per caller (arrival, ordering, probe, resolve)."""
 from __future__ import annotations
 
@@ -16,15 +16,17 @@ from test_engine import make, req, run
 
 
 def _count_walks(monkeypatch) -> Counter:
-    """Count the tree walks over each request's tokens (matches and inserts), by its TokenSeq's bytes."""
+    """Count the walks over each request's tokens, by its TokenSeq's bytes: `RadixTree.walk`
+    (inserts; matches before l1_match.py) and `RadixTree.path_nodes` (a match's query)."""
     walks: Counter = Counter()
-    orig = RadixTree.walk
+    for name in ("walk", "path_nodes"):
+        orig = getattr(RadixTree, name)
 
-    def counted(self, qb, *a, **kw):
-        walks[id(qb)] += 1
-        return orig(self, qb, *a, **kw)
+        def counted(self, qb, *a, _orig=orig, **kw):
+            walks[id(qb)] += 1
+            return _orig(self, qb, *a, **kw)
 
-    monkeypatch.setattr(RadixTree, "walk", counted)
+        monkeypatch.setattr(RadixTree, name, counted)
     return walks
 
 
@@ -81,7 +83,7 @@ def test_a_reused_match_has_the_ticks_of_a_walk_and_a_state_change_walks_again(m
                           swa=SwaConfig(window_tokens=8, capacity_tokens=400) if swa else None)
         c = RadixCache(cfg)
         if not memo:
-            c.memo = None
+            c.l1.pools = None  # every match queries
         caches.append(c)
     a = TokenSeq(np.arange(40))
     b = TokenSeq(np.concatenate([np.arange(24), np.arange(16) + 100]))

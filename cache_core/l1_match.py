@@ -1,0 +1,100 @@
+"""Matching on L1 (a cache without tiers) as a pure query plus an explicit touch, and the reuse
+of a request's query while the cache's state is unchanged (issue 16 item 3).
+
+- `L1Match.query(seq, n)`: read-only (no tick, no split, no queue): the FULL path along
+  seq[:n], the vote of the voting components, and where the result's node must be split.
+- `L1Match.touch(plan)`: what SGLang's match_prefix does to the tree, in its order: one fresh
+  tick on the root and the visited nodes (lazily: the deepest visited node only), the split
+  where the result ends inside an edge (the upper half gets a later fresh tick), then every
+  visited node offered again to the queues. Returns the `MatchResult`.
+- `L1Match.match` = touch(query). A query that needs no split is kept per request (by its
+  `TokenSeq`) while `version` holds: the engine asks for the same request's match several
+  times on its way in (ordering, the admission probe, resolve), and each is then only a
+  touch, with exactly the ticks and queue offers of a new walk.
+
+`version` is the state a query depends on: the topology's counter (every insert, split,
+removal, lock and unlock) plus every component pool's allocations and frees (evictions,
+SWA tombstones, MAMBA checkpoints). Used with the built-in components; tiers match through
+`cache_tiers.TieredAccess` (residency changes with acknowledgements and L3 contents)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .records import LockHandle, MatchResult
+from .tree import Node
+from .vote import vote
+
+
+@dataclass(frozen=True, slots=True)
+class MatchPlan:
+    cached_tokens: int
+    traversed_tokens: int
+    lost: tuple
+    node: Node  # the result's node, or the node to split at `cut`
+    cut: int | None  # tokens of `node`'s edge to keep above the split; None: no split
+    last: Node | None  # the deepest visited node (None: none)
+    visited: list | None  # every visited node, top-down (None: lazy ticks)
+
+
+class L1Match:
+    def __init__(self, topo, memo: bool):
+        self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
+        self.pools: list | None = [c.pool for c in topo.components] if memo else None
+        self.kept: dict = {}  # id(seq) -> (seq, n, plan)
+        self.kept_at = -1  # the version the kept plans were queried at
+
+    @property
+    def version(self) -> int:
+        return self.topo.version + sum(p.changes for p in self.pools or ())
+
+    def match(self, seq, n: int) -> MatchResult:
+        if self.pools is None:
+            return self.touch(self.query(seq, n))
+        v = self.version
+        if v != self.kept_at:
+            self.kept.clear()
+            self.kept_at = v
+        got = self.kept.get(id(seq))
+        if got is not None and got[0] is seq and got[1] == n:
+            return self.touch(got[2])
+        plan = self.query(seq, n)
+        if plan.cut is None:
+            self.kept[id(seq)] = (seq, n, plan)
+        return self.touch(plan)
+
+    def query(self, seq, n: int) -> MatchPlan:
+        """Read-only: the match of seq[:n] and the split it needs."""
+        path = self.tree.path_nodes(seq.data, n)
+        traversed = sum(k for _, k in path)
+        last = path[-1][0] if path else None
+        voters = self.topo.voters
+        if not voters:
+            if last is None:
+                return MatchPlan(0, 0, (), self.tree.root, None, None, None)
+            k = path[-1][1]
+            cut = k if k < last.num_tokens else None
+            return MatchPlan(traversed, traversed, (), last, cut, last, None)
+        visited = [nd for nd, _ in path]
+        best, node, cut, lost = vote(voters, visited, traversed, self.page_size)
+        if node is None:
+            node, cut = self.tree.root, None
+        elif cut >= node.num_tokens:
+            cut = None
+        return MatchPlan(best, traversed, lost, node, cut, last, visited)
+
+    def touch(self, plan: MatchPlan) -> MatchResult:
+        """Ticks, the split, queue offers (module doc); the result."""
+        tree = self.tree
+        tick = tree.fresh()
+        tree.root.tick = tick
+        if plan.visited is not None:
+            for nd in plan.visited:
+                nd.tick = tick
+        node = plan.node if plan.cut is None else tree.split(plan.node, plan.cut)
+        if plan.visited is None:  # lazy ticks: the deepest visited node only
+            if plan.last is not None:
+                plan.last.tick = tick
+            self.topo.full.touched(plan.last)
+        else:
+            self.topo.touch_path(plan.visited)
+        return MatchResult(plan.cached_tokens, LockHandle(node), plan.traversed_tokens, plan.lost)
