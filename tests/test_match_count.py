@@ -102,3 +102,25 @@ def test_a_reused_match_has_the_ticks_of_a_walk_and_a_state_change_walks_again(m
                     walks[id(a.data)]))
     assert got[0][0] == got[1][0] and got[0][1] == got[1][1]
     assert (got[0][2], got[1][2]) == (memo_walks, 5)
+
+
+@pytest.mark.parametrize("swa,cut,result,nodes", [(False, 24, (24, 24, 3), 3), (True, None, (0, 24, 1), 2)])
+def test_query_is_pure_and_touch_does_what_match_does(swa, cut, result, nodes):
+    """`query` changes no tick, node or version; `touch(query(...))` then gives the result,
+    ticks and split of `match` on a twin cache. FULL only: the 24-token match splits the
+    32-token node (new node 3); with SWA the window before token 24 is not cached: the root."""
+    caches = []
+    for _ in range(2):
+        c = RadixCache(CacheConfig(page_size=4, capacity_tokens=400,
+                                   swa=SwaConfig(window_tokens=4, capacity_tokens=400) if swa else None))
+        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, swa_pages=c.alloc_swa(1) if swa else None)
+        caches.append(c)
+    b = TokenSeq(np.concatenate([np.arange(24), np.arange(16) + 100]))
+    c, twin = caches
+    before = (_ticks(c), c.tree.now, c.l1.version)
+    plan = c.query(b, 36)
+    assert (_ticks(c), c.tree.now, c.l1.version) == before and plan.cut == cut
+    got, want = c.touch(plan), twin.match(b, 36)
+    assert (got.cached_tokens, got.traversed_tokens, got.handle.node.id) == \
+        (want.cached_tokens, want.traversed_tokens, want.handle.node.id) == result
+    assert _ticks(c) == _ticks(twin) and c.num_nodes == twin.num_nodes == nodes
