@@ -71,22 +71,19 @@ from __future__ import annotations
 
 from collections import deque
 
-import numpy as np
-
-from .engine_loading import MAX_RESOLVE_ROUNDS, LoadOps, overlap_end_s
-from .engine_steps import StepOps
+from .engine_loading import MAX_RESOLVE_ROUNDS, Loader, overlap_end_s
+from .engine_steps import StepBuilder
 from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
                            EngineStalled)
-from .lifecycle import release_slots, take_slots
 from .admission import Admission, BatchLimits, RunningBatch
-from .scheduling import FINISHED, SchedulingContext, make_schedule_policy
+from .scheduling import FINISHED, make_schedule_policy
 from .scheduling import WAITING as Q_WAITING
 
 _STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
 UNBOUNDED_TOKENS = 1 << 62
 
 
-class Engine(StepOps, LoadOps):
+class Engine:
     """Continuous batching over one `RadixCache` (built with ``record_actions=True``; with
     tiers ``auto_ack=False``). See the module docstring for the rules."""
 
@@ -120,9 +117,6 @@ class Engine(StepOps, LoadOps):
         self.ready: deque = deque()
         self.chunked: EngineRequest | None = None
         self.finished: list = []
-        self._owner: dict = {}  # transfer id -> request waiting for it
-        self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
-        self._kinds: dict = {}  # transfer id -> kind, for the transfers a request waits for
         self.inflight = 0
         self.arrived = 0
         self.input_closed = False
@@ -131,9 +125,8 @@ class Engine(StepOps, LoadOps):
         self.counters = {"transfers": 0, "retractions": 0, "prefill_steps": 0, "decode_steps": 0,
                          "shared_prefill_tokens": 0, "alloc_waits": 0}
         self.listeners: list = []  # called with each request that finishes or is rejected
-        self._in_prefill: list = []  # requests taken into the step being formed (admission sees them)
-        self._overlapping: list = []  # requests of the step in progress whose overlapped loads it waits for
-        self._ctx = SchedulingContext(match_len=self._match_len, path_key=self._path_key)
+        self.builder = StepBuilder(self)  # forms the steps (admission, chunking, prefill pages, decode batch)
+        self.loader = Loader(self)  # transfers, loading, the overlap wait, completing steps
 
     # ---------------------------------------------------------------------------------------
     # the loop
@@ -141,17 +134,17 @@ class Engine(StepOps, LoadOps):
     def loop(self):
         """The serving loop (a generator: ``yield`` what the plug-ins return)."""
         while not (self.input_closed and self.idle_done()):
-            step = self.schedule()
+            step = self.builder.schedule()
             if step is None:
                 yield self.clock.idle(self.wake_at())
                 continue
             t0 = self.clock.now()
             yield from self.executor.execute(step)
-            yield from self._overlap_wait(step, t0)
+            yield from self.loader.overlap_wait(step, t0)
             settle = getattr(self.executor, "settle", None)
             if settle is not None:
                 settle(step)
-            self.complete(step)
+            self.loader.complete(step)
 
     def idle_done(self) -> bool:
         """No request anywhere in the engine."""
@@ -174,7 +167,7 @@ class Engine(StepOps, LoadOps):
     def stall_report(self) -> str:
         """One line: the unfinished requests by phase (with their ids) and the memory state."""
         groups = [("prefetching", self.prefetching), ("waiting", self.waiting),
-                  ("loading", self.loading + [r for r in self._overlapping if r.waiting_ids]),
+                  ("loading", self.loading + [r for r in self.loader.overlapping if r.waiting_ids]),
                   ("ready", self.ready), ("chunked", [self.chunked] if self.chunked is not None else []),
                   ("running", list(self.running))]
         parts = [f"{name} {len(rs)} (rids {', '.join(str(r.rid) for r in rs[:8])}{', ...' if len(rs) > 8 else ''})"
@@ -205,7 +198,7 @@ class Engine(StepOps, LoadOps):
             r.phase = DONE
             r.state = FINISHED
             r.finish_s = self.clock.now()
-            self._done_request(r)
+            self.loader.done_request(r)
             return
         if r.session_id is not None:
             r.gen = cache.session_begin(r.session_id)
@@ -216,21 +209,21 @@ class Engine(StepOps, LoadOps):
                 cache.lock(m)
                 r.prefetch_tokens = cache.prefetch(m, r.seq)
                 cache.unlock(m)
-                self._drain(r)
+                self.loader.drain(r)
         if r.waiting_ids and self.config.prefetch_policy != "best_effort":
-            self._set_phase(r, PREFETCHING)
+            self.set_phase(r, PREFETCHING)
             if self.config.prefetch_policy == "timeout":
                 assert hier is not None  # only an L3 prefetch leaves transfers to wait for
                 r.ready_at = r.arrival_s + hier.cfg.prefetch_budget_s(r.prefetch_tokens)
             self.prefetching.append(r)
         else:
-            self._to_waiting(r)
+            self.to_waiting(r)
         self.clock.kick()
 
     def close_session(self, session_id) -> None:
         self.cache.close_session(session_id)
 
-    def _set_phase(self, r: EngineRequest, phase: str) -> None:
+    def set_phase(self, r: EngineRequest, phase: str) -> None:
         """Move r to `phase`. Until its first token, a stretch in the waiting queue adds to
         ``queue_s`` and one waiting for transfers (prefetch gate, loads) to ``load_s``; the
         rest of its TTFT is compute (ready, prefill), so queue + load + compute = TTFT."""
@@ -242,83 +235,15 @@ class Engine(StepOps, LoadOps):
             r.phase_since_s = now
         r.phase = phase
 
-    def _to_waiting(self, r, front: bool = False) -> None:
-        self._set_phase(r, WAITING)
+    def to_waiting(self, r, front: bool = False) -> None:
+        self.set_phase(r, WAITING)
         r.state = Q_WAITING
         if front:
             self.waiting.insert(0, r)
         else:
             self.waiting.append(r)
 
-    # ---------------------------------------------------------------------------------------
-    # matching
-    # ---------------------------------------------------------------------------------------
-    def _match_len(self, r: EngineRequest) -> int:
-        """Tokens of r that need no compute now: device + host hits (host hits will load)."""
-        m = self.cache.match(r.seq, r.limit)
-        return m.device + m.host_tokens if self.cache.hier is not None else m.cached_tokens
 
-    def _path_key(self, r: EngineRequest) -> tuple:
-        node = self.cache.match(r.seq, r.limit).handle.node
-        ids = []
-        while node.parent is not None:
-            ids.append(node.id)
-            node = node.parent
-        return tuple(reversed(ids))
-
-    # ---------------------------------------------------------------------------------------
-    # memory
-    # ---------------------------------------------------------------------------------------
-    def _free_fn(self) -> int:
-        return self.cache.free_tokens + self.cache.full.evictable_tokens
-
-    def _alloc(self, r: EngineRequest, pages: int) -> bool:
-        if pages <= 0:
-            return True
-        cache = self.cache
-        ev0 = cache.full.evicted_tokens
-        if not cache.full.pool.unbounded and cache.free_tokens < pages * self.P:
-            cache.evict(pages * self.P - cache.free_tokens)
-        got = cache.alloc(pages)
-        r.evicted_tokens += cache.full.evicted_tokens - ev0
-        if got is None:
-            self.counters["alloc_waits"] += 1
-            return False
-        r.pages.append(got)
-        r.kv_pages += pages
-        return True
-
-    def _release(self, r: EngineRequest) -> None:
-        """Give back everything r holds (retraction or a failed start)."""
-        cache = self.cache
-        if r.pages:
-            cache.free(np.concatenate(r.pages))
-        if r.slots is not None:
-            release_slots(cache, r.slots)
-        if r.match is not None:
-            cache.unlock(r.match)
-        r.pages, r.slots, r.match = [], None, None
-        r.load_start_s = r.load_done_s = None
-        r.started = False
-        r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
-        r.resolve_rounds = 0
-        self._drain()
-
-    def _start(self, r: EngineRequest) -> bool:
-        """First prefill of r: its SWA window pages and MAMBA slots, as replay takes them."""
-        cache = self.cache
-        r.started = True
-        assert r.seq is not None and r.match is not None  # admitted and resolved, not finished
-        n = r.seq.length - r.prefix_len
-        # with loads still overlapped, the finalizers run at their end (engine_loading.py)
-        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.P * self.P,
-                                 finalize=r.load_start_s is None or r.load_done_s is not None)
-        return ok
-
-    def _fail_start(self, r: EngineRequest) -> None:
-        self.counters["alloc_waits"] += 1
-        self._release(r)
-        self._to_waiting(r, front=True)
 
 
 __all__ = ["Engine", "EngineStalled", "MAX_RESOLVE_ROUNDS", "overlap_end_s"]

@@ -1,22 +1,21 @@
-"""One step of the engine loop (a mixin of `cache_core.engine.Engine`): forming a step
-(the chunked request, ready requests, the waiting queue through `admission.Admission`),
-prefill page allocation, the decode batch with retraction, the step's pricing entries, and
-completing a step (first tokens, decode progress, inserts after prefill chunks and at finish).
-The rules are in engine.py's module docstring."""
+"""Forming one step of the engine loop (`StepBuilder`, held by `cache_core.engine.Engine`): the
+chunked request, ready requests, the waiting queue through `admission.Admission`, prefill page
+allocation, the decode batch with retraction and the step's pricing entries. Completing a step
+is the loader's (`engine_loading.Loader.complete`). The rules are in engine.py's module docstring."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .allocator import INDEX_DTYPE
-from .engine_types import DECODE, DONE, PREFILL, READY, WAITING, EngineRequest, EngineStalled, EngineState, Step
-from .lifecycle import CommitParams, commit
-from .records import MatchResult
+from .engine_types import PREFILL, READY, EngineRequest, EngineStalled, Step
+from .lifecycle import release_slots, take_slots
 from .admission import BatchLimits
-from .scheduling import FINISHED, RUNNING
+from .scheduling import RUNNING, SchedulingContext
 
-_EMPTY = np.empty(0, dtype=INDEX_DTYPE)
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 @dataclass(kw_only=True)
@@ -49,41 +48,48 @@ class PrefillBudget:
         return need
 
 
-class StepOps(EngineState):
-    # ---------------------------------------------------------------------------------------
-    # one step
-    # ---------------------------------------------------------------------------------------
+
+
+class StepBuilder:
+    """Forms the steps of an `Engine` (its state: cache, config, queues, counters): admission,
+    chunking, prefill pages, the decode batch with retraction."""
+
+    def __init__(self, engine: Engine):
+        self.e = engine
+        self._in_prefill: list[EngineRequest] = []  # requests taken into the step being formed (admission sees them)
+        self._ctx = SchedulingContext(match_len=self._match_len, path_key=self._path_key)
+
     def schedule(self, admit: bool = True) -> Step | None:
         """Form the next step (None: nothing can run now); `admit` False: no new request
         from the waiting queue (after a stall's retraction, the earlier admitted go first)."""
-        now = self.clock.now()
+        now = self.e.clock.now()
         self._release_timeouts(now)
-        P = self.P
-        C = self.config.chunked_prefill_tokens
-        budget = PrefillBudget(tokens=self.config.max_prefill_tokens, chunk=C, page_size=P)
+        P = self.e.P
+        C = self.e.config.chunked_prefill_tokens
+        budget = PrefillBudget(tokens=self.e.config.max_prefill_tokens, chunk=C, page_size=P)
         cut = False
         # 1. the chunked request, 2. ready requests (admitted earlier, loads done)
-        if self.chunked is not None:
-            r = self.chunked
+        if self.e.chunked is not None:
+            r = self.e.chunked
             new = budget.portion(r)
             if new > 0:
                 budget.take(r, new)
             cut = r.computed_tokens + new < r.fill_len
-        while self.ready and not cut and budget.room() > 0 and (C is not None or not budget.entries or
-                                                                 self.ready[0].uncached_tokens < budget.tokens):
-            r = self.ready[0]
+        while self.e.ready and not cut and budget.room() > 0 and (C is not None or not budget.entries or
+                                                                 self.e.ready[0].uncached_tokens < budget.tokens):
+            r = self.e.ready[0]
             new = budget.portion(r)
             if new <= 0:
                 break
-            self.ready.popleft()
+            self.e.ready.popleft()
             r.phase = PREFILL
             r.state = RUNNING
             budget.take(r, new)
             if new < r.fill_len - r.computed_tokens:
-                self.chunked = r
+                self.e.chunked = r
                 cut = True
         # 3. the waiting queue
-        if admit and not cut and self.waiting and budget.room() > 0:
+        if admit and not cut and self.e.waiting and budget.room() > 0:
             self._admit(budget)
         entries = budget.entries
         # prefill pages; a request that cannot get them now keeps what it holds and retries
@@ -91,118 +97,118 @@ class StepOps(EngineState):
         for r, new in entries:
             need = -(-(r.computed_tokens + new) // P) - r.kv_pages
             if not self._alloc(r, need):
-                if r is not self.chunked:
+                if r is not self.e.chunked:
                     blocked.append(r)
                 continue
             if not r.started and not self._start(r):  # after FULL, in replay's order
-                if self.chunked is r:
-                    self.chunked = None
+                if self.e.chunked is r:
+                    self.e.chunked = None
                 self._fail_start(r)
                 continue
             prefill.append((r, new, r.computed_tokens))
         for r in reversed(blocked):
             r.phase = READY
-            self.ready.appendleft(r)
-        self._drain()  # state copies of the requests that start now run before their compute
+            self.e.ready.appendleft(r)
+        self.e.loader.drain()  # state copies of the requests that start now run before their compute
         decode = []
-        if not prefill or self.config.mixed_chunk:
+        if not prefill or self.e.config.mixed_chunk:
             decode = self._decode_batch()
         if not prefill and not decode:
             return self._nothing_to_run()
         cost = self._prefill_cost(prefill)
-        self.steps += 1
-        return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
+        self.e.steps += 1
+        return Step(self.e.steps, now, tuple(prefill), tuple(decode), cost,
                     tuple(r.fill_len - 1 for r in decode))
 
     def _nothing_to_run(self) -> Step | None:
         """No prefill and no decode can run: wait (None) for acknowledgements or arrivals, or
         retract the latest admitted prefill that holds memory none of them can complete with
         and form the step again; with nothing left to wait for, the engine is stalled."""
-        if self.inflight or self.prefetching or self.loading:
+        if self.e.inflight or self.e.prefetching or self.e.loading:
             return None  # acknowledgements will free or bring memory
-        stuck = list(self.ready) + ([self.chunked] if self.chunked is not None else [])
+        stuck = list(self.e.ready) + ([self.e.chunked] if self.e.chunked is not None else [])
         stuck = [r for r in stuck if r.started or r.pages or (r.match is not None and r.match.cached_tokens)]
         if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
             r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
-            if r is self.chunked:
-                self.chunked = None
+            if r is self.e.chunked:
+                self.e.chunked = None
             else:
-                self.ready.remove(r)
-            self.counters["retractions"] += 1
+                self.e.ready.remove(r)
+            self.e.counters["retractions"] += 1
             r.retracted += 1
             self._release(r)
-            self._to_waiting(r, front=True)
+            self.e.to_waiting(r, front=True)
             return self.schedule(admit=False)
-        if not self.input_closed or self.idle_done():
+        if not self.e.input_closed or self.e.idle_done():
             return None
-        raise EngineStalled(f"nothing can run: {self.stall_report()}")
+        raise EngineStalled(f"nothing can run: {self.e.stall_report()}")
 
     def _release_timeouts(self, now: float) -> None:
-        if self.config.prefetch_policy != "timeout" or not self.prefetching:
+        if self.e.config.prefetch_policy != "timeout" or not self.e.prefetching:
             return
-        for r in [x for x in self.prefetching if x.ready_at is not None and x.ready_at <= now]:
-            self.prefetching.remove(r)
+        for r in [x for x in self.e.prefetching if x.ready_at is not None and x.ready_at <= now]:
+            self.e.prefetching.remove(r)
             r.prefetch_wait_s = now - r.arrival_s
-            self._to_waiting(r)  # its prefetch goes on; what arrives in time is used
+            self.e.to_waiting(r)  # its prefetch goes on; what arrives in time is used
 
-    def _admitted(self) -> list:
-        out = list(self.running)
-        out += self.loading
-        out += self.ready
-        if self.chunked is not None:
-            out.append(self.chunked)
+    def admitted(self) -> list:
+        out = list(self.e.running)
+        out += self.e.loading
+        out += self.e.ready
+        if self.e.chunked is not None:
+            out.append(self.e.chunked)
         out += [r for r in self._in_prefill]
         return out
 
     def _admit(self, budget: PrefillBudget) -> None:
-        limits = self.limits
-        self._in_prefill = [r for r, _ in budget.entries if r is not self.chunked]
+        limits = self.e.limits
+        self._in_prefill = [r for r, _ in budget.entries if r is not self.e.chunked]
         if budget.tokens != limits.max_prefill_tokens or budget.chunk != limits.chunked_prefill_tokens:
             limits = BatchLimits(max_running_requests=limits.max_running_requests,
                                  max_prefill_tokens=max(budget.tokens, 1),
-                                 chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.P),
+                                 chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.e.P),
                                  max_total_tokens=limits.max_total_tokens)
-        ordered = self.policy.order(self.waiting, self._ctx)
+        ordered = self.e.policy.order(self.e.waiting, self._ctx)
         probed: list = []
 
         def probe(r) -> int:
             """Match and lock a candidate just before admission considers it (as SGLang's
             PrefillAdder locks what it admits), so the next candidate sees less evictable
             memory. Host hits count as uncached here: loading them takes L1 pages."""
-            m = self.cache.match(r.seq, r.limit)
-            self.cache.lock(m)
+            m = self.e.cache.match(r.seq, r.limit)
+            self.e.cache.lock(m)
             probed.append((r, m))
-            return m.device if self.cache.hier is not None else m.cached_tokens
+            return m.device if self.e.cache.hier is not None else m.cached_tokens
 
-        res = self.admission.select(ordered, self._admitted(), self._free_fn, limits, match_len=probe)
+        res = self.e.admission.select(ordered, self.admitted(), self._free_fn, limits, match_len=probe)
         for _, m in probed:
-            self.cache.unlock(m)
+            self.e.cache.unlock(m)
         self._in_prefill = []
-        now = self.clock.now()
+        now = self.e.clock.now()
         r: EngineRequest
         gone = {id(r) for r, _ in res.admitted}
-        self.waiting = [r for r in self.waiting if id(r) not in gone]
+        self.e.waiting = [r for r in self.e.waiting if id(r) not in gone]
         for r, new in res.admitted:
             if r.admit_s is None:
                 r.admit_s = now
             r.state = RUNNING
-            self._resolve(r)
+            self.e.loader.resolve(r)
             if r.phase != READY:
                 continue  # loading: it joins a later step
-            self.ready.remove(r)
+            self.e.ready.remove(r)
             new = min(new, r.fill_len - r.computed_tokens) if res.chunked is r else r.fill_len - r.computed_tokens
             if new <= 0:
                 continue
             r.phase = PREFILL
             budget.take(r, new)
             if r.computed_tokens + new < r.fill_len:
-                self.chunked = r
+                self.e.chunked = r
 
     def _decode_batch(self) -> list:
-        running = self.running
+        running = self.e.running
         if not len(running):
             return []
-        cache, P = self.cache, self.P
+        cache, P = self.e.cache, self.e.P
 
         def need(r) -> int:
             return 1 if r.fill_len > r.kv_pages * P else 0
@@ -211,18 +217,18 @@ class StepOps(EngineState):
         if pages * P > self._free_fn() and not cache.full.pool.unbounded:
             out = running.retract(pages * P - self._free_fn(), freed_tokens=lambda r: sum(map(len, r.pages)) * P)
             for r in out:
-                self.counters["retractions"] += 1
+                self.e.counters["retractions"] += 1
                 self._release(r)
-                self._to_waiting(r, front=True)
-            self.waiting[: len(out)] = sorted(self.waiting[: len(out)], key=lambda x: x.fcfs_key())
+                self.e.to_waiting(r, front=True)
+            self.e.waiting[: len(out)] = sorted(self.e.waiting[: len(out)], key=lambda x: x.fcfs_key())
         batch = []
         for r in running:
             if need(r) and not self._alloc(r, 1):  # the last request alone does not fit: it waits
                 running.remove(r)
                 r.retracted += 1
-                self.counters["retractions"] += 1
+                self.e.counters["retractions"] += 1
                 self._release(r)
-                self._to_waiting(r, front=True)
+                self.e.to_waiting(r, front=True)
                 continue
             batch.append(r)
         return batch
@@ -232,7 +238,7 @@ class StepOps(EngineState):
         the same step (same page keys) is computed once."""
         if len(prefill) < 2:
             return tuple((new, ctx) for _, new, ctx in prefill)
-        P = self.P
+        P = self.e.P
         seen: set = set()
         out = []
         for r, new, ctx in prefill:
@@ -245,93 +251,70 @@ class StepOps(EngineState):
                     shared += P
                 seen.update(keys)
             shared = min(shared, new - 1)
-            self.counters["shared_prefill_tokens"] += shared
+            self.e.counters["shared_prefill_tokens"] += shared
             out.append((new - shared, ctx + shared))
         return tuple(out)
 
-    def complete(self, step: Step) -> None:
-        """The step's compute is done (at clock.now())."""
-        now = self.clock.now()
-        cache = self.cache
-        self.counters["prefill_steps" if step.prefill else "decode_steps"] += 1
-        for r, new, _ in step.prefill:
-            r.computed_tokens += new
-            if r.computed_tokens < r.fill_len or r.generated_tokens + 1 < r.output_length:
-                self._cache_unfinished(r)
-            if r.computed_tokens < r.fill_len:
-                continue
-            if self.chunked is r:
-                self.chunked = None
-            if r.first_token_s is None:
-                r.first_token_s = now
-            if r.generated_tokens < r.output_length:
-                r.generated_tokens += 1
-            if r.generated_tokens >= r.output_length:
-                self._finish(r, now)
-            else:
-                r.phase = DECODE
-                self.running.add(r)
-        for r in step.decode:
-            r.generated_tokens += 1
-        for r in self.running.remove_finished():
-            self._finish(r, now)
-        hier = cache.hier
-        l2 = l3 = 0
-        if hier is not None:
-            if hier.pool is not None and hier.pool.capacity_pages is not None:
-                l2 = hier.pool.capacity_pages * self.P - hier.free_l2_tokens
-            if hier.storage is not None:
-                l3 = len(hier.storage) * self.P
-        l1 = 0 if cache.full.pool.unbounded else self.max_total_tokens - cache.free_tokens
-        self.timeline.append((now, len(self._admitted()), len(self.waiting) + len(self.prefetching), l1, l2, l3))
+    def _match_len(self, r: EngineRequest) -> int:
+        """Tokens of r that need no compute now: device + host hits (host hits will load)."""
+        m = self.e.cache.match(r.seq, r.limit)
+        return m.device + m.host_tokens if self.e.cache.hier is not None else m.cached_tokens
 
-    def _cache_unfinished(self, r: EngineRequest) -> None:
-        """SGLang's cache_unfinished_req: after a prefill chunk, the request's computed whole
-        pages join the tree (it keeps them locked), so concurrent requests sharing that prefix
-        reuse it instead of computing it again. FULL-only caches (with SWA or MAMBA the window
-        pages and checkpoints belong to the end of the request: it is inserted at finish)."""
-        cache, P = self.cache, self.P
-        if cache.voters or r.match is None:
-            return
-        assert r.seq is not None  # unfinished
-        aligned = min(r.computed_tokens, r.seq.length) // P * P
-        start = r.match.cached_tokens
-        if aligned <= start:
-            return
-        pages = np.concatenate(r.pages)
-        k = (aligned - start) // P
-        res = cache.insert(r.seq, aligned, pages[:k], start, after=r.match, priority=r.priority,
-                           keep_uncached=True, inserted_len=r.inserted_tokens)
-        r.inserted_tokens = aligned
-        assert res.handle is not None  # insert always returns the handle of the inserted sequence's node
-        end = res.handle.node.end
-        # tiers: if a node above was not on L1 yet, the tree took nothing below it and the
-        # request keeps the pages it computed there (their KV), as it keeps those past `aligned`
-        rest = [pages[(end - start) // P:]] if (end - start) // P < len(pages) else []
-        new = MatchResult(end, res.handle)
-        cache.lock(new)
-        cache.unlock(r.match)
-        r.match = new
-        r.pages = rest
-        self._drain()
+    def _path_key(self, r: EngineRequest) -> tuple:
+        node = self.e.cache.match(r.seq, r.limit).handle.node
+        ids = []
+        while node.parent is not None:
+            ids.append(node.id)
+            node = node.parent
+        return tuple(reversed(ids))
 
-    def _finish(self, r: EngineRequest, now: float) -> None:
-        pages = np.concatenate(r.pages) if r.pages else _EMPTY
-        assert r.seq is not None and r.match is not None  # running until now
-        commit(self.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
-                                        slots=r.slots or {}, session_id=r.session_id, gen=r.gen,
-                                        priority=r.priority, inserted_len=r.inserted_tokens))
-        r.match = None
-        r.pages, r.slots = [], None
-        r.phase = DONE
-        r.state = FINISHED
-        r.finish_s = now
-        self._drain()
-        self._done_request(r)
+    def _free_fn(self) -> int:
+        return self.e.cache.free_tokens + self.e.cache.full.evictable_tokens
 
-    def _done_request(self, r: EngineRequest) -> None:
-        r.seq = None  # the tokens are not needed any more: a long run must not keep them
-        r.prompt = r.prompt[:0]
-        self.finished.append(r)
-        for f in self.listeners:
-            f(r)
+    def _alloc(self, r: EngineRequest, pages: int) -> bool:
+        if pages <= 0:
+            return True
+        cache = self.e.cache
+        ev0 = cache.full.evicted_tokens
+        if not cache.full.pool.unbounded and cache.free_tokens < pages * self.e.P:
+            cache.evict(pages * self.e.P - cache.free_tokens)
+        got = cache.alloc(pages)
+        r.evicted_tokens += cache.full.evicted_tokens - ev0
+        if got is None:
+            self.e.counters["alloc_waits"] += 1
+            return False
+        r.pages.append(got)
+        r.kv_pages += pages
+        return True
+
+    def _release(self, r: EngineRequest) -> None:
+        """Give back everything r holds (retraction or a failed start)."""
+        cache = self.e.cache
+        if r.pages:
+            cache.free(np.concatenate(r.pages))
+        if r.slots is not None:
+            release_slots(cache, r.slots)
+        if r.match is not None:
+            cache.unlock(r.match)
+        r.pages, r.slots, r.match = [], None, None
+        r.load_start_s = r.load_done_s = None
+        r.started = False
+        r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
+        r.resolve_rounds = 0
+        self.e.loader.drain()
+
+    def _start(self, r: EngineRequest) -> bool:
+        """First prefill of r: its SWA window pages and MAMBA slots, as replay takes them."""
+        cache = self.e.cache
+        r.started = True
+        assert r.seq is not None and r.match is not None  # admitted and resolved, not finished
+        n = r.seq.length - r.prefix_len
+        # with loads still overlapped, the finalizers run at their end (engine_loading.py)
+        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.e.P * self.e.P,
+                                 finalize=r.load_start_s is None or r.load_done_s is not None)
+        return ok
+
+    def _fail_start(self, r: EngineRequest) -> None:
+        self.e.counters["alloc_waits"] += 1
+        self._release(r)
+        self.e.to_waiting(r, front=True)

@@ -21,15 +21,12 @@ a process, so they are SimPy events; a wall-clock driver iterates the generator 
 """
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
-from .scheduling import Request, SchedulingContext, check_int, schedule_policy_names
+from .scheduling import Request, check_int, schedule_policy_names
 
 if TYPE_CHECKING:
-    from .admission import Admission, BatchLimits, RunningBatch
-    from .cache import RadixCache
     from .records import MatchResult, TokenSeq
 
 LOAD_OVERLAPS = ("layerwise", "none")
@@ -183,62 +180,6 @@ class Step:
     @property
     def empty(self) -> bool:
         return not self.prefill and not self.decode
-
-
-class EngineState:
-    """The state the engine's mixins (engine_steps.StepOps, engine_loading.LoadOps) share,
-    set by `Engine.__init__`, and the methods each calls on the others: declarations for the
-    type checker only (no value, no code at run time)."""
-
-    cache: RadixCache
-    config: EngineConfig
-    clock: Clock
-    dataplane: DataPlane
-    executor: Any  # a StepExecutor; optional ``layers`` and ``settle`` (module docstring)
-    P: int
-    policy: Any
-    admission: Admission
-    limits: BatchLimits
-    max_total_tokens: int
-    running: RunningBatch
-    waiting: list[EngineRequest]
-    prefetching: list[EngineRequest]
-    loading: list[EngineRequest]
-    ready: deque[EngineRequest]
-    chunked: EngineRequest | None
-    finished: list[EngineRequest]
-    _owner: dict
-    _done: dict
-    _kinds: dict
-    inflight: int
-    arrived: int
-    input_closed: bool
-    steps: int
-    timeline: list
-    counters: dict[str, int]
-    listeners: list
-    _in_prefill: list[EngineRequest]
-    _overlapping: list[EngineRequest]
-    _ctx: SchedulingContext
-
-    if TYPE_CHECKING:
-        def idle_done(self) -> bool: ...
-        def stall_report(self) -> str: ...
-        def _set_phase(self, r: EngineRequest, phase: str) -> None: ...
-        def _to_waiting(self, r: EngineRequest, front: bool = False) -> None: ...
-        def _alloc(self, r: EngineRequest, pages: int) -> bool: ...
-        def _release(self, r: EngineRequest) -> None: ...
-        def _start(self, r: EngineRequest) -> bool: ...
-        def _fail_start(self, r: EngineRequest) -> None: ...
-        def _free_fn(self) -> int: ...
-        def _drain(self, owner: EngineRequest | None = None) -> list: ...
-        def _detach(self, r: EngineRequest) -> None: ...
-        def _advance(self, r: EngineRequest) -> None: ...
-        def _resolve(self, r: EngineRequest) -> None: ...
-        def _layerwise(self) -> bool: ...
-        def _relock_loaded(self, r: EngineRequest) -> None: ...
-        def _done_request(self, r: EngineRequest) -> None: ...
-        def _finish(self, r: EngineRequest, now: float) -> None: ...
 
 
 __all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "EngineStalled", "Step",
