@@ -146,6 +146,32 @@ class Admission:
         Returns ``(admitted, chunked)``: admitted = [(request, new tokens this step)] in
         admission order (a continuing chunked request first); chunked = the admitted
         request cut this step, or None."""
+        self._check_limits(limits)
+        running = list(running)
+        admitted: list = []
+        offset = self.held_back(running)
+        rem_input = limits.max_prefill_tokens
+        rem_chunk = limits.chunked_prefill_tokens
+        if chunked is not None:
+            if rem_chunk is None:
+                raise ValueError("a continuing chunked request needs chunked_prefill_tokens")
+            need = self._chunked_need(chunked, running)
+            room = min(rem_input, rem_chunk)
+            if need > room:
+                admitted.append((chunked, self._cut(chunked, need, room)))
+                self.last_stop = "chunked"
+                return AdmissionResult(admitted, chunked)
+            admitted.append((chunked, need))
+            offset += self.ceil_pages(need) + self.reservation(chunked)
+            rem_input -= self.ceil_pages(need)
+            rem_chunk -= self.ceil_pages(need)
+        stop, out_chunked = self._admit_waiting(ordered_waiting, chunked, len(running), free_tokens_fn, limits,
+                                                match_len, admitted, offset, rem_input, rem_chunk)
+        self.last_stop = stop
+        return AdmissionResult(admitted, out_chunked)
+
+    def _check_limits(self, limits: BatchLimits) -> None:
+        """Reject limits `select` cannot work with (TypeError / ValueError)."""
         if not isinstance(limits, BatchLimits):
             raise TypeError("limits must be a BatchLimits")
         P = self.page_size
@@ -153,86 +179,76 @@ class Admission:
         if C is not None and (C % P or limits.max_prefill_tokens < P):
             raise ValueError(f"with chunking, chunked_prefill_tokens ({C}) must be a multiple of page_size "
                              f"({P}) and max_prefill_tokens ({limits.max_prefill_tokens}) at least one page")
-        running = list(running)
-        admitted: list = []
-        offset = self.held_back(running)
-        rem_input = limits.max_prefill_tokens
-        rem_chunk = C
 
-        if chunked is not None:
-            if rem_chunk is None:
-                raise ValueError("a continuing chunked request needs chunked_prefill_tokens")
-            if any(x is chunked for x in running):
-                raise ValueError(f"chunked request {chunked.rid!r} must not be in the running batch")
-            need = chunked.uncached_tokens
-            if need <= 0:
-                raise ValueError(f"chunked request {chunked.rid!r} has nothing left to prefill")
-            room = min(rem_input, rem_chunk)
-            if need > room:
-                new = self._cut(chunked, need, room)
-                admitted.append((chunked, new))
-                self.last_stop = "chunked"
-                return AdmissionResult(admitted, chunked)
-            admitted.append((chunked, need))
-            offset += self.ceil_pages(need) + self.reservation(chunked)
-            rem_input -= self.ceil_pages(need)
-            rem_chunk -= self.ceil_pages(need)
+    @staticmethod
+    def _chunked_need(chunked: Request, running: list) -> int:
+        """The tokens a continuing chunked request still has to prefill; ValueError when it is
+        also in the running batch or has nothing left."""
+        if any(x is chunked for x in running):
+            raise ValueError(f"chunked request {chunked.rid!r} must not be in the running batch")
+        need = chunked.uncached_tokens
+        if need <= 0:
+            raise ValueError(f"chunked request {chunked.rid!r} has nothing left to prefill")
+        return need
 
-        stop = "empty"
-        out_chunked = None
-        n_running = len(running)
+    def _admit_waiting(self, ordered_waiting: Iterable[Request], chunked: Request | None, n_running: int,
+                       free_tokens_fn: Callable[[], int], limits: BatchLimits,
+                       match_len: Callable[[Request], int] | None, admitted: list,
+                       offset: float, rem_input: int, rem_chunk: int | None) -> tuple[str, Request | None]:
+        """`select`'s pass over the waiting requests, after any continuing chunked one: appends
+        to `admitted` (offset: memory already held back; rem_input / rem_chunk: the prefill and
+        chunk budgets left). Returns (stop reason, the request cut this step or None)."""
         for r in ordered_waiting:
             if r is chunked:
                 raise ValueError(f"request {r.rid!r} is both waiting and the chunked request")
             if n_running + len(admitted) >= limits.max_running_requests:
-                stop = "max_running"
-                break
+                return "max_running", None
             avail = min(free_tokens_fn(), limits.max_total_tokens) - offset
             if avail <= 0:
-                stop = "memory"
-                break
+                return "memory", None
             if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
-                stop = "prefill_budget"
-                break
-            if match_len is not None:
-                v = operator.index(match_len(r))
-                if not 0 <= v <= r.fill_len:
-                    raise ValueError(f"match_len({r.rid!r}) = {v} is outside [0, {r.fill_len}]")
-                r.prefix_len = v
-            need = r.uncached_tokens
-            if need <= 0:
-                raise ValueError(f"request {r.rid!r}: prefix_len {r.prefix_len} leaves nothing to prefill "
-                                 f"(fill_len {r.fill_len}); match at most fill_len - 1 tokens")
-            n = self.ceil_pages(need)
-            total = n + self.reservation(r)
-            if total >= limits.max_total_tokens:
-                raise ValueError(f"request {r.rid!r} needs {total} tokens, max_total_tokens is "
-                                 f"{limits.max_total_tokens}: it can never be admitted")
+                return "prefill_budget", None
+            need, n, total = self._request_need(r, match_len, limits)
             if total >= avail:
-                stop = "memory"
-                break
+                return "memory", None
             if rem_chunk is None:
                 if admitted and n >= rem_input:
-                    stop = "prefill_budget"
-                    break
+                    return "prefill_budget", None
             else:
                 room = min(rem_input, rem_chunk)
                 if n > room:
                     new = self._cut(r, need, room)
                     if new <= 0:
-                        stop = "prefill_budget"
-                        break
+                        return "prefill_budget", None
                     admitted.append((r, new))
-                    out_chunked = r
-                    stop = "chunked"
-                    break
+                    return "chunked", r
             admitted.append((r, need))
             offset += total
             rem_input -= n
             if rem_chunk is not None:
                 rem_chunk -= n
-        self.last_stop = stop
-        return AdmissionResult(admitted, out_chunked)
+        return "empty", None
+
+    def _request_need(self, r: Request, match_len: Callable[[Request], int] | None,
+                      limits: BatchLimits) -> tuple[int, int, int]:
+        """Set r.prefix_len from `match_len` (when given) and return (tokens to prefill, those
+        rounded up to pages, that plus the decode reservation); ValueError for a match outside
+        [0, fill_len], nothing left to prefill, or a request that can never fit the pool."""
+        if match_len is not None:
+            v = operator.index(match_len(r))
+            if not 0 <= v <= r.fill_len:
+                raise ValueError(f"match_len({r.rid!r}) = {v} is outside [0, {r.fill_len}]")
+            r.prefix_len = v
+        need = r.uncached_tokens
+        if need <= 0:
+            raise ValueError(f"request {r.rid!r}: prefix_len {r.prefix_len} leaves nothing to prefill "
+                             f"(fill_len {r.fill_len}); match at most fill_len - 1 tokens")
+        n = self.ceil_pages(need)
+        total = n + self.reservation(r)
+        if total >= limits.max_total_tokens:
+            raise ValueError(f"request {r.rid!r} needs {total} tokens, max_total_tokens is "
+                             f"{limits.max_total_tokens}: it can never be admitted")
+        return need, n, total
 
 
 # ---------------------------------------------------------------------------------------------

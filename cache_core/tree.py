@@ -151,13 +151,7 @@ class RadixTree:
             if start.parent is not None:
                 last = start
                 if visited is not None:
-                    up = []
-                    n = start
-                    while n.parent is not None:
-                        n.tick = tick
-                        up.append(n)
-                        n = n.parent
-                    visited.extend(reversed(up))
+                    self._tick_path(start, tick, visited)
         while pos < end:
             # fast path: the child walked into last time (conversations re-walk one path)
             child = node.hot
@@ -171,12 +165,7 @@ class RadixTree:
                     if visited is not None:
                         child.tick = tick
                         visited.append(child)
-                    kb = child.key
-                    limit = min(len(kb), end - pos) >> 3
-                    m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
-                    # m >= one page: the first page matched through the dict key
-                    node = self.split(child, m) if split and (m << 3) < len(kb) else child
-                    pos += m << 3
+                    node, pos = self._enter_partial(child, qb, pos, end, split)
                     break
             last = child
             if visited is not None:
@@ -187,6 +176,28 @@ class RadixTree:
         if visited is None and last is not None:  # lazy ticks: the deepest visited node only (module doc)
             last.tick = tick
         return node, pos >> 3, last
+
+    @staticmethod
+    def _tick_path(start: Node, tick: int, visited: list) -> None:
+        """Eager ticks for a walk resumed at `start`: tick every node from `start` up to
+        (not including) the root, and append them to `visited` top-down."""
+        up = []
+        n = start
+        while n.parent is not None:
+            n.tick = tick
+            up.append(n)
+            n = n.parent
+        visited.extend(reversed(up))
+
+    def _enter_partial(self, child: Node, qb: bytes, pos: int, end: int, split: bool) -> tuple[Node, int]:
+        """The walk stops inside `child`'s edge: match whole pages of it against qb[pos:end]
+        (at least one, matched through the dict key), split there when `split` and the match
+        ends inside the edge. Returns (node the walk ends at, new byte position)."""
+        kb = child.key
+        limit = min(len(kb), end - pos) >> 3
+        m = _common_tokens(kb, qb, pos, limit) // self.page_size * self.page_size
+        node = self.split(child, m) if split and (m << 3) < len(kb) else child
+        return node, pos + (m << 3)
 
     def count_hits(self, node: Node, inserted_len: int = 0) -> list:
         """An insert whose path ends at `node` counts one hit on every node of that path that

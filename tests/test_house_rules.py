@@ -18,10 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent / "cache_core"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
-KNOWN_LONG: set[tuple[str, str]] = {
-    ("admission.py", "select"),
-    ("tree.py", "walk"),
-}
+KNOWN_LONG: set[tuple[str, str]] = set()
 KNOWN_PRIVATE: set[tuple[str, str]] = set()  # the engine holds its step builder and loader as objects
 
 
