@@ -85,8 +85,19 @@ class Component:
     def useless_leaf(self, node) -> bool:
         return False
 
+    def is_candidate(self, node) -> bool:
+        """`node` holds an L1 payload of this component that eviction may take now."""
+        return False
+
     def touched(self, node) -> None:
-        """`node`'s policy key or candidacy may have changed."""
+        """`node`'s policy key or candidacy may have changed: offer it to the eviction queue if it
+        is a candidate, and its L2 copy to the L3-held copies (dropped first under L2 pressure)."""
+        if node is None or node.parent is None:
+            return
+        if self.is_candidate(node):
+            self.queue.push(node)
+        if self.l3_copies is not None:
+            self.l3_copies.offer(node)
 
     # -- payload hooks ---------------------------------------------------------------------
     def on_split(self, upper, lower, upper_tokens: int) -> None:

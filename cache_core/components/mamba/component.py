@@ -58,13 +58,6 @@ class MambaComponent(Component):
         pl = node.comp[self.kind] if node.alive and not node.pending else None  # not while in flight
         return pl is not None and pl.slot >= 0 and pl.locks == 0
 
-    def touched(self, node) -> None:
-        if node is not None and node.parent is not None:
-            if self.is_candidate(node):
-                self.queue.push(node)
-            if self.l3_copies is not None:
-                self.l3_copies.offer(node)
-
     def validator(self, l1_only: bool = False):
         return MambaVoter(l1_only)
 
