@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq, invariants
-from cache_core import engine, lifecycle, replay
+from cache_core import engine_loading, engine_steps, lifecycle, replay
 from cache_core.lifecycle import AdmitParams, Admitted, CommitParams, admit, commit
 from helpers import shape, toks
 
@@ -51,4 +51,5 @@ def test_a_rejected_admission_gives_everything_back():
 
 def test_replay_and_the_engine_share_the_lifecycle():
     assert replay.admit is lifecycle.admit and replay.commit is lifecycle.commit
-    assert engine.take_slots is lifecycle.take_slots
+    # the engine's StepBuilder takes a request's units and its Loader commits through the lifecycle
+    assert engine_steps.take_slots is lifecycle.take_slots and engine_loading.commit is lifecycle.commit
