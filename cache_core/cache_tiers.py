@@ -29,8 +29,7 @@ class TieredAccess:
         visited: list = []
         node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
         for nd in visited:
-            self.full.touched(nd)
-            hier.touched(nd)
+            self.topo.touch_all(nd)
         cut = False
         while node.parent is not None and node.value is None and node.host is None:
             node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
@@ -53,9 +52,7 @@ class TieredAccess:
         visited: list = []
         _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
         for nd in visited:
-            for c in self.components:
-                c.touched(nd)
-            hier.touched(nd)
+            self.topo.touch_all(nd)
         vals: list = []
         best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
         storage = 0

@@ -34,7 +34,7 @@ class Topology:
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions = actions
         self.sidecars = sidecars
-        self.version = 0  # bumped by every insert, split, removal, lock and unlock (match_memo.py)
+        self.version = 0  # bumped by every insert, split, removal, lock and unlock (l1_match.py)
 
     def link(self, slot: int) -> TreeLink:
         return TreeLink(tree=self.tree, policy=self.policy, page_size=self.page_size, slot=slot,

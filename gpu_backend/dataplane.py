@@ -3,8 +3,8 @@
 - "load" (L2 -> L1) and "backup" (L1 -> L2): through persistent staging buffers
   (`gpu_backend.staging.StagedCopier`: allocated once and reused; on a GPU a side CUDA stream,
   DMA straight from/to the pinned host pool, an event per layer with ``layer_first`` pools),
-  for FULL and SWA pages and MAMBA state slots alike; `last_handle` is the latest one (its
-  `wait_layer(l)` is the per-layer wait of a layer-wise load);
+  for FULL and SWA pages and MAMBA state slots alike (a handle's `wait_layer(l)` is the
+  per-layer wait of a layer-wise load);
 - sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
   the same pages of the sidecars that follow FULL (SWA), stored under their own names;
 - "store" (L2 -> L3): the L2 pages are read and put into the `PageStore` under
@@ -82,7 +82,6 @@ class TorchDataPlane:
         self.already_taken = None  # executor hook: CopyState -> True if nothing is left to copy
         self.copy_s = 0.0  # measured seconds of every transfer
         self.staged = StagedCopier(pools)
-        self.last_handle = None
 
     def submit(self, t, on_done) -> None:
         t0 = time.perf_counter()
@@ -146,7 +145,7 @@ class TorchDataPlane:
             self._wait_pending()
         if t.kind in ("load", "backup"):
             for comp in self._pools_of(t.component):
-                self.last_handle = h = self.staged.copy(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
+                h = self.staged.copy(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
                 if defer:
                     self.pending.append(h)
                     self.overlapped += 1

@@ -314,9 +314,10 @@ class _Keys:
         self.sources = {s.comp: s for s in srcs}
         kpos, kwin = [], []
         for i, seg in enumerate(batch.segs):
-            pos, win = [], []
+            pos, win, slot = [], [], 0
             for s in srcs:
-                p = self._place(batch, i, s, len(np.concatenate(pos)) if pos else 0)
+                p = self._place(batch, i, s, slot)
+                slot += len(p)
                 pos.append(p)
                 win.append(np.full(len(p), s.window is not None))
             kpos.append(np.concatenate(pos))

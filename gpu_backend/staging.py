@@ -38,9 +38,6 @@ class StagedHandle:
     def __init__(self, events=(), unit_of_layer=None, finish=None):
         self.events, self.unit_of_layer, self._finish = list(events), unit_of_layer, finish
 
-    def query(self) -> bool:
-        return all(e.query() for e in self.events)
-
     def wait_layer(self, layer: int) -> None:
         """The current CUDA stream waits until `layer`'s pages have arrived."""
         if self.events:

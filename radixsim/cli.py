@@ -17,11 +17,6 @@ from .args import EXIT_BAD_INPUT, Parser as _Parser, nonneg_int as _nonneg_int, 
 from .args import size as _size, sizes as _sizes, workload_sets as _workload_sets
 
 
-
-def _rate(x) -> str:
-    """A hit rate for a summary line: 4 decimals, or "-" where there is none (no rounds)."""
-    return "-" if x is None else f"{x:.4f}"
-
 def _torch_device(args, sc) -> str:
     """The device a torch command uses (--device, else the scenario's torch.device), checked."""
     device = args.device or sc.doc.get("torch", {}).get("device") or "cpu"
@@ -300,8 +295,10 @@ def _cmd_replay(args) -> int:
           f"{summary['evicted_tokens']:,} evicted, {summary['rejected']} rejected "
           f"in {secs:.2f} s -> {args.out}" if hit is not None else "no requests in trace")
     if hit is not None and "tokens_per_link" in summary:
+        from .outputs import fmt_or_dash
         print(f"hit rate by tier: device {summary['hit_rate_device']:.4f}, host {summary['hit_rate_host']:.4f}, "
-              f"storage {summary['hit_rate_storage']:.4f}; last 10 rounds {_rate(summary['hit_rate_last10'])}")
+              f"storage {summary['hit_rate_storage']:.4f}; "
+              f"last 10 rounds {fmt_or_dash(summary['hit_rate_last10'], '.4f')}")
     return 0
 
 
@@ -331,6 +328,7 @@ def _cmd_run(args) -> int:
     except (ValueError, OSError) as e:
         sys.stderr.write(f"radixsim run: {name}: {e}\n")
         return EXIT_BAD_INPUT
+    from .outputs import fmt_or_dash
     c = sc.cache
     tiers = "L1" if c.tiers is None else ("L1+L2+L3" if c.tiers.l3 else "L1+L2")
     print(f"{sc.doc['name']}: {sc.model.name} TP{sc.tp}, {tiers}, L1 {c.capacity_tokens:,} tokens"
@@ -338,7 +336,7 @@ def _cmd_run(args) -> int:
           + ("" if c.tiers is None or not c.tiers.l3 else f", L3 {sc.doc['cache']['l3_tokens']}"))
     print(f"{s['requests']} requests, {s['total_prompt_tokens']:,} prompt tokens: hit rate {s['hit_rate']:.4f} "
           f"(device {s['hit_rate_device']:.4f}, host {s['hit_rate_host']:.4f}, storage "
-          f"{s['hit_rate_storage']:.4f}), last 10 rounds {_rate(s['hit_rate_last10'])}")
+          f"{s['hit_rate_storage']:.4f}), last 10 rounds {fmt_or_dash(s['hit_rate_last10'], '.4f')}")
     print(f"simulated {s['duration_s']:,.1f} s: mean TTFT {s['ttft_mean_s']:.3f} s (p90 {s['ttft_p90_s']:.3f}), "
           f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.1f} s -> {out}")
     f = s.get("fleet")

@@ -17,8 +17,8 @@ from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES
 
-REPLAY_ONLY_POLICIES = ("belady",)
-FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check (their readers do)  # needs every future request up front
+REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
+FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check (their readers do)
 
 
 class ScenarioError(ValueError):

@@ -80,10 +80,6 @@ class OperatorTable:
         self._decode = _surface(data["decode_attention"], f"{source}: decode_attention", 2)
         self._copy = _surface(data["copy"], f"{source}: copy", 2)
 
-    @classmethod
-    def from_file(cls, path) -> "OperatorTable":
-        return cls(json.loads(pathlib.Path(path).read_text()), str(path))
-
     def gemm(self, m: float, n: float, k: float) -> float:
         curve = self._gemm.get((round(n), round(k)))
         if curve is None:

@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from ..eviction import Policy, register_policy
+from .stamped import FullRanked
 
 T1, T2 = 1, 2
 
 
 @register_policy("arc")
-class Arc(Policy):
+class Arc(FullRanked, Policy):
     volatile = True
     needs_keys = True
     reads_priority = False
@@ -55,11 +56,7 @@ class Arc(Policy):
         lst = self._place(node)
         return (self.epoch if lst == self.victim else self.epoch + 1, node.tick)
 
-    def key_for(self, component: str):
-        return self.key if component == "full" else (lambda node: node.tick)
 
-    def evict_hook(self, component: str):
-        return self._evicted if component == "full" else None
 
     @staticmethod
     def _pages(node) -> int:

@@ -14,13 +14,13 @@ So a page deep in a long prefix is worth more than one near the root: cost / siz
 from __future__ import annotations
 
 from ..eviction import Policy, register_policy
-from .stamped import KeyAtAccess
+from .stamped import FullRanked, KeyAtAccess
 
 ATTENTION_TOKENS = 32768  # K above
 
 
 @register_policy("gdsf")
-class Gdsf(KeyAtAccess, Policy):
+class Gdsf(KeyAtAccess, FullRanked, Policy):
     reads_priority = False
 
     def __init__(self):
@@ -35,11 +35,7 @@ class Gdsf(KeyAtAccess, Policy):
         density = 1.0 + (start + node.end) / (2 * ATTENTION_TOKENS)
         return self.clock + node.hits * density
 
-    def key_for(self, component: str):
-        return self.key if component == "full" else (lambda node: node.tick)  # SWA/MAMBA: LRU
 
-    def evict_hook(self, component: str):
-        return self._evicted if component == "full" else None
 
     def _evicted(self, node, key) -> None:
         self.clock = key

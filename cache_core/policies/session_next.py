@@ -23,12 +23,13 @@ any time has passed.
 from __future__ import annotations
 
 from ..eviction import Policy, register_policy
+from .stamped import FullRanked
 
 _INF = float("inf")
 
 
 @register_policy("session-next")
-class SessionNextUse(Policy):
+class SessionNextUse(FullRanked, Policy):
     uses_sessions = True
     volatile = True
     reads_hits = reads_priority = False
@@ -80,5 +81,3 @@ class SessionNextUse(Policy):
             return (0, 0.0, node.tick)
         return (1, -min(self.predicted(s) for s in sids), node.tick)
 
-    def key_for(self, component: str):
-        return self.key if component == "full" else (lambda node: node.tick)

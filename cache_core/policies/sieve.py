@@ -15,11 +15,11 @@ as visited when it was touched after its creation. Tier (L2) evictions move the 
 from __future__ import annotations
 
 from ..eviction import Policy, register_policy
-from .stamped import KeyAtAccess
+from .stamped import FullRanked, KeyAtAccess
 
 
 @register_policy("sieve")
-class Sieve(KeyAtAccess, Policy):
+class Sieve(KeyAtAccess, FullRanked, Policy):
     reads_hits = reads_priority = False
 
     def __init__(self):
@@ -32,11 +32,7 @@ class Sieve(KeyAtAccess, Policy):
         visited = seen_before or node.tick > node.created
         return (reach + visited, node.created)
 
-    def key_for(self, component: str):
-        return self.key if component == "full" else (lambda node: node.tick)  # SWA/MAMBA: LRU
 
-    def evict_hook(self, component: str):
-        return self._evicted if component == "full" else None
 
     def _evicted(self, node, key) -> None:
         self.hand = key

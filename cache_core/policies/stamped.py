@@ -1,6 +1,8 @@
 """Keys fixed at a node's last access, for policies whose rank depends on state at that time."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 
 class KeyAtAccess:
     """Per-node keys computed once per access: `key(node)` returns the stored key while the
@@ -28,3 +30,16 @@ class KeyAtAccess:
 
     def drop(self, node) -> None:
         self._keys.pop(node.id, None)
+
+
+class FullRanked:
+    """A policy that ranks FULL nodes by its own key and leaves SWA/MAMBA payloads to LRU (their
+    tick); `_evicted`, where the policy defines it, is told of each FULL node handed out."""
+
+    key: Callable[[Any], Any]  # the policy's own rank of a FULL node
+
+    def key_for(self, component: str):
+        return self.key if component == "full" else (lambda node: node.tick)  # SWA/MAMBA: LRU
+
+    def evict_hook(self, component: str):
+        return getattr(self, "_evicted", None) if component == "full" else None

@@ -24,13 +24,13 @@ access or when its known length changes. SWA and MAMBA pools rank by LRU.
 from __future__ import annotations
 
 from ..eviction import Policy, register_policy
-from .stamped import KeyAtAccess
+from .stamped import FullRanked, KeyAtAccess
 
 XI_TOKENS = 4096
 
 
 @register_policy("tail-lru")
-class TailLru(KeyAtAccess, Policy):
+class TailLru(KeyAtAccess, FullRanked, Policy):
     reads_hits = reads_priority = False
 
     def __init__(self, xi: int = XI_TOKENS):
@@ -57,11 +57,7 @@ class TailLru(KeyAtAccess, Policy):
         safe = self.length(node) + self.q_hat() - start <= self.xi
         return (not safe, node.tick)
 
-    def key_for(self, component: str):
-        return self.key if component == "full" else (lambda node: node.tick)  # SWA/MAMBA: LRU
 
-    def evict_hook(self, component: str):
-        return self._evicted if component == "full" else None
 
     def _evicted(self, node, key) -> None:
         parent = node.parent
