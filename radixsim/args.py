@@ -58,6 +58,26 @@ def policy(text: str) -> str:
     return text
 
 
+class _ReplayWorkloads:
+    """argparse `choices` of --workload, read from the workload kind registry when an argument is
+    checked or help is shown, not when the parser is built (so that `--help` imports no numpy)."""
+
+    @staticmethod
+    def _names() -> list[str]:
+        from .replay import replay_workload_names
+
+        return replay_workload_names()
+
+    def __contains__(self, name) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+REPLAY_WORKLOADS = _ReplayWorkloads()  # choices=REPLAY_WORKLOADS, metavar="KIND"
+
+
 def workload_sets(sets) -> tuple:
     import yaml
 

@@ -14,7 +14,7 @@ import time
 
 from .args import DeviceError, check_device  # noqa: F401  (re-exported)
 from .args import EXIT_BAD_INPUT, Parser as _Parser, nonneg_int as _nonneg_int, policy as _policy, pos_int as _pos_int
-from .args import size as _size, sizes as _sizes, workload_sets as _workload_sets
+from .args import REPLAY_WORKLOADS, size as _size, sizes as _sizes, workload_sets as _workload_sets
 
 
 def _torch_device(args, sc) -> str:
@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "match/lock/allocate/insert/unlock rules. Writes requests.csv, summary.json "
                            "and config.yaml to --out."))
     r.add_argument("trace", nargs="?", help="JSONL trace file (see docs/ARCHITECTURE.md, Trace format)")
-    r.add_argument("--workload", choices=["multiturn", "agentic"],
-                   help="generate requests instead of reading a trace (knobs: --set workload.KEY=VALUE)")
+    r.add_argument("--workload", choices=REPLAY_WORKLOADS, metavar="KIND",
+                   help="generate requests instead of reading a trace: %(choices)s (knobs: --set workload.KEY=VALUE)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=48 (repeatable)")
     r.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .args import EXIT_BAD_INPUT, policy, pos_int, workload_sets
+from .args import EXIT_BAD_INPUT, REPLAY_WORKLOADS, policy, pos_int, workload_sets
 
 
 def add_parsers(subparsers) -> None:
@@ -19,7 +19,8 @@ def add_parsers(subparsers) -> None:
                      "belady bound from one exact replay per capacity in parallel. Writes curve.csv, curve.json "
                      "and curve.png/.svg to --out."))
     c.add_argument("trace", nargs="?", help="JSONL trace file (or --workload)")
-    c.add_argument("--workload", choices=["multiturn", "agentic"], help="generate the requests instead")
+    c.add_argument("--workload", choices=REPLAY_WORKLOADS, metavar="KIND",
+                   help="generate the requests instead: %(choices)s")
     c.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=16 (repeatable)")
     c.add_argument("--policy", type=policy, default="lru", help="comma-separated policies (default lru)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sized
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from cache_core.tiers import TierConfig
 from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
 from scenarios.units import check_pool, floor_pages, tier_warnings
+from scenarios.workload_kinds import ReplayRequest, SessionClose, replay_kind_names, workload_kind
 from sim.recorder import evictions
 
 from . import results
@@ -29,7 +31,7 @@ from .outputs import result_dir
 @dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
     trace: str | None = None
-    workload: str | None = None  # "multiturn": generate requests instead of reading a trace
+    workload: str | None = None  # a workload kind with a replay hook ("multiturn", "agentic"): generate requests
     workload_set: tuple = ()  # (("num_clients", 48), ...) overrides of the workload config
     page_size: int
     capacity_tokens: int | None = None
@@ -166,24 +168,6 @@ def _progress(total: int | None, enabled: bool):
     return tqdm(total=total, unit="req", desc="replay", file=sys.stderr, mininterval=0.5)
 
 
-class _Item:
-    """One request for the stepper, from a trace line or a workload generator."""
-
-    __slots__ = ("rid", "session_id", "round", "prompt", "output", "seq", "priority", "times")
-
-    def __init__(self, rid, session_id, rnd, prompt, output, seq=None, priority=None, times=None):
-        self.rid, self.session_id, self.round = rid, session_id, rnd
-        self.prompt, self.output, self.seq, self.priority = prompt, output, seq, priority
-        self.times = times  # (timestamp ms, tool-call ms or None) of a timed trace line, for `request_times`
-
-
-class _Close:
-    __slots__ = ("session_id",)
-
-    def __init__(self, session_id):
-        self.session_id = session_id
-
-
 class _NoEvictionSplit:
     """The miss split of a cache that never evicts or rejects: all misses are cold."""
 
@@ -214,33 +198,41 @@ def _trace_items(opts: ReplayOptions):
     def gen():
         for rec in trace:
             if isinstance(rec, TraceEvent):
-                yield _Close(rec.session_id)
+                yield SessionClose(rec.session_id)
                 continue
             out = rec.output_tokens if rec.output_tokens is not None else (
                 fresh.take(rec.output_length) if rec.output_length else None)
             times = None if rec.timestamp_ms is None or rec.session_id is None else (rec.timestamp_ms, rec.tool_ms)
-            yield _Item(rec.rid, rec.session_id, None, rec.prompt, out, priority=rec.priority, times=times)
-
-    def future():  # prompts' page keys in order, for `belady`
-        return [page_keys(it.prompt, opts.page_size)[0] for it in gen() if isinstance(it, _Item)]
+            yield ReplayRequest(rec.rid, rec.session_id, None, rec.prompt, out, priority=rec.priority, times=times)
 
     total = trace.count_lines() if opts.progress and sys.stderr.isatty() else None
-    return gen(), total, {"trace": str(opts.trace), "trace_block_size": lambda: trace.block_size_used}, future
+    return (gen(), total, {"trace": str(opts.trace), "trace_block_size": lambda: trace.block_size_used},
+            lambda: _prompt_keys(gen(), opts.page_size))
 
 
-WORKLOADS = ("multiturn", "agentic")
+def _prompt_keys(items, page_size: int) -> list:
+    """Every request's prompt page keys, in order (the `belady` oracle's future)."""
+    return [page_keys(it.prompt, page_size)[0] for it in items if isinstance(it, ReplayRequest)]
+
+
+def replay_workload_names() -> list[str]:
+    """The workload kinds `--workload` accepts: every registered kind with a replay hook."""
+    import scenarios.scenario  # noqa: F401 (registers the built-in kinds)
+
+    return replay_kind_names()
+
+
+def _replay_hook(name: str):
+    if name not in replay_workload_names():
+        raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(replay_workload_names())}")
+    return workload_kind(name).replay_hook()
 
 
 def make_workload(name: str, overrides, page_size: int):
-    """A workload generator by name, with `overrides` ((key, value), ...) of its config."""
-    from scenarios.agentic import AgenticConfig, AgenticWorkload
-    from scenarios.workloads import MultiTurnConfig, MultiTurnWorkload
-
-    kinds = {"multiturn": (MultiTurnConfig, MultiTurnWorkload), "agentic": (AgenticConfig, AgenticWorkload)}
-    if name not in kinds:
-        raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(WORKLOADS)}")
-    cfg_cls, wl_cls = kinds[name]
-    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    """A workload generator by kind name (scenarios/workload_kinds.py, its replay hook), with
+    `overrides` ((key, value), ...) of its config. Returns (generator, config)."""
+    hook = _replay_hook(name)
+    fields = {f.name for f in dataclasses.fields(hook.config)}
     kw = {"page_size": page_size} if "page_size" in fields else {}
     for key, value in overrides:
         if key not in fields:
@@ -248,46 +240,22 @@ def make_workload(name: str, overrides, page_size: int):
                              f"{', '.join('workload.' + f for f in sorted(fields))}")
         kw[key] = tuple(value) if isinstance(value, list) else value
     try:
-        cfg = cfg_cls(**kw)
+        cfg = hook.config(**kw)
     except TypeError as e:
         raise ValueError(f"workload {name}: {e}") from None
-    return wl_cls(cfg), cfg
+    return hook.generator(cfg), cfg
 
 
 def _workload_items(opts: ReplayOptions):
-    from cache_core import TokenSeq
-
     wl, cfg = make_workload(opts.workload, opts.workload_set, opts.page_size)
-    P = opts.page_size
-    if opts.workload == "agentic":
-        return _agentic_items(wl, cfg, P)
-
-    def gen():
-        for r in wl:
-            seq = TokenSeq(r.sequence, keys=r.sequence_keys(P), page_size=P) if opts.tiers and opts.tiers.l3 \
-                else TokenSeq(r.sequence)
-            yield _Item(r.rid, r.session_id, r.round, r.prompt, r.output, seq)
+    hook, P = workload_kind(opts.workload).replay_hook(), opts.page_size
+    keyed = bool(opts.tiers and opts.tiers.l3)
 
     def future():
-        return [np.array(r.page_keys) for r in wl]
+        return hook.future(wl) if hook.future is not None else _prompt_keys(hook.items(wl, P, keyed), P)
 
-    return gen(), len(wl), {"workload": {"kind": opts.workload, **dataclasses.asdict(cfg)}}, future
-
-
-def _agentic_items(wl, cfg, P: int):
-    from scenarios.agentic import AgenticClose
-
-    def gen():
-        for r in wl:
-            if isinstance(r, AgenticClose):
-                yield _Close(r.session_id)
-            else:
-                yield _Item(r.rid, r.session_id, None, r.prompt, r.output)
-
-    def future():
-        return [page_keys(it.prompt, P)[0] for it in gen() if isinstance(it, _Item)]
-
-    return gen(), None, {"workload": {"kind": "agentic", **dataclasses.asdict(cfg)}}, future
+    total = len(wl) if isinstance(wl, Sized) else None
+    return hook.items(wl, P, keyed), total, {"workload": {"kind": opts.workload, **dataclasses.asdict(cfg)}}, future
 
 
 def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict:
@@ -316,7 +284,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     bar = _progress(total, opts.progress)
     closes = 0
     for it in items:
-        if isinstance(it, _Close):
+        if isinstance(it, SessionClose):
             cache.close_session(it.session_id)
             closes += 1
             continue
@@ -392,4 +360,4 @@ def request_stream(opts: ReplayOptions):
     """(prompt, output or None) token arrays of every request `run_replay(opts)` would serve, in
     order (session events left out): the input of one-pass curves (radixsim/curve.py)."""
     items = (_workload_items(opts) if opts.workload else _trace_items(opts))[0]
-    return ((it.prompt, it.output) for it in items if isinstance(it, _Item))
+    return ((it.prompt, it.output) for it in items if isinstance(it, ReplayRequest))

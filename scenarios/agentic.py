@@ -107,6 +107,7 @@ import numpy as np
 
 from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
+from .workload_kinds import ReplayHook, ReplayRequest, SessionClose
 
 MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's bound)
 LENGTHS = ("uniform", "lognormal")  # AgenticConfig.lengths
@@ -543,3 +544,15 @@ def _session_plan(sid, parent, fork_turn, inherited, context, tool, out, request
         a.flags.writeable = False
     return SessionPlan(sid, parent, fork_turn, inherited, context, tool, out, prompt_end,
                        request_ms, int(close_ms), think, arrival)
+
+
+def _replay_items(wl: AgenticWorkload, page_size: int, keyed: bool):
+    """`radixsim replay --workload agentic`: turns as requests, closes as session closes."""
+    for r in wl:
+        if isinstance(r, AgenticClose):
+            yield SessionClose(r.session_id)
+        else:
+            yield ReplayRequest(r.rid, r.session_id, None, r.prompt, r.output)
+
+
+REPLAY = ReplayHook(AgenticConfig, AgenticWorkload, _replay_items)  # the kind's replay hook

@@ -359,6 +359,11 @@ def _file_workload(w: dict, ctx: WorkloadContext) -> TraceSpec:
     return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
 
 
+def _file_smoke(w: dict) -> None:
+    """trace and azure at smoke size: the first 40 requests."""
+    w["max_requests"] = min(40, w.get("max_requests") or 40)
+
+
 def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
     from .programs import program_config
 
@@ -370,6 +375,11 @@ def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
         raise ScenarioError(f"{ctx.where}: workload.knobs: {err}") from None
     rate = w["request_rate"]
     return ProgramSpec(cfg, w["max_parallel"], math.inf if isinstance(rate, str) else float(rate))
+
+
+def _program_smoke(w: dict) -> None:
+    """A program at smoke size: one instance."""
+    w["knobs"] = {**(w.get("knobs") or {}), "num_instances": 1}
 
 
 def _agentic_workload(w: dict, ctx: WorkloadContext) -> AgenticSpec:
@@ -384,6 +394,15 @@ def _agentic_workload(w: dict, ctx: WorkloadContext) -> AgenticSpec:
     except ValueError as err:
         raise ScenarioError(f"{ctx.where}: workload.{str(err).removeprefix('AgenticConfig.')}") from None
     return AgenticSpec(cfg, float(w["speedup"]), closed_loop=w["closed_loop"])
+
+
+def _agentic_smoke(w: dict) -> None:
+    """Agentic at smoke size: sessions / 16 (at least 2), concurrency / 16 (at least 1), 2-3 turns."""
+    d = WORKLOAD_SCHEMAS["agentic"]
+    w["num_sessions"] = max(2, int(w.get("num_sessions", d["num_sessions"][0])) // 16)
+    w["concurrency"] = max(1, int(w.get("concurrency", d["concurrency"][0])) // 16)
+    w["turns"] = [2, 3]
+    w["subagent_turns"] = [1, 2]
 
 
 def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
@@ -405,9 +424,21 @@ def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
     return wl
 
 
-for _name, _build in (("multiturn", _multiturn_workload), ("trace", _file_workload), ("azure", _file_workload),
-                      ("agentic", _agentic_workload), ("program", _program_workload)):
-    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}")
+def _multiturn_smoke(w: dict) -> None:
+    """Multi-turn at smoke size: clients / 8 (at least 2), at most 3 rounds."""
+    d = WORKLOAD_SCHEMAS["multiturn"]
+    w["num_clients"] = max(2, -(-int(w.get("num_clients", d["num_clients"][0])) // 8))
+    w["num_rounds"] = min(3, int(w.get("num_rounds", d["num_rounds"][0])))
+    w["max_parallel"] = min(int(w.get("max_parallel", d["max_parallel"][0])), w["num_clients"])
+
+
+for _name, _build, _smoke, _replay in (
+        ("multiturn", _multiturn_workload, _multiturn_smoke, "scenarios.workloads:REPLAY"),
+        ("trace", _file_workload, _file_smoke, None), ("azure", _file_workload, _file_smoke, None),
+        ("agentic", _agentic_workload, _agentic_smoke, "scenarios.agentic:REPLAY"),
+        ("program", _program_workload, _program_smoke, None)):
+    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}", smoke=_smoke, replay=_replay)
+
 
 def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
     """Refuse a trace without a single request (reads up to its first request line)."""
@@ -452,27 +483,14 @@ def _efficiency_fields() -> list[str]:
 
 def smoke(raw: dict) -> dict:
     """A copy of `raw` at a size that runs in about a second (CI runs every catalog scenario
-    this way, so none can rot): multi-turn: clients / 8 (at least 2), at most 3 rounds; agentic:
-    sessions / 16 (at least 2), concurrency / 16 (at least 1), 2-3 turns; trace and azure: the
-    first 40 requests. Everything else (model, tiers, policies) is kept."""
+    this way, so none can rot): its workload kind's `smoke` hook shrinks the `workload` section
+    (scenarios/workload_kinds.py; a kind without one runs as written). Everything else (model,
+    tiers, policies) is kept."""
     out = copy.deepcopy(raw)
     w = out.setdefault("workload", {})
-    kind = w.get("kind", "multiturn")
-    if kind == "multiturn":
-        d = WORKLOAD_SCHEMAS["multiturn"]
-        w["num_clients"] = max(2, -(-int(w.get("num_clients", d["num_clients"][0])) // 8))
-        w["num_rounds"] = min(3, int(w.get("num_rounds", d["num_rounds"][0])))
-        w["max_parallel"] = min(int(w.get("max_parallel", d["max_parallel"][0])), w["num_clients"])
-    elif kind == "agentic":
-        d = WORKLOAD_SCHEMAS["agentic"]
-        w["num_sessions"] = max(2, int(w.get("num_sessions", d["num_sessions"][0])) // 16)
-        w["concurrency"] = max(1, int(w.get("concurrency", d["concurrency"][0])) // 16)
-        w["turns"] = [2, 3]
-        w["subagent_turns"] = [1, 2]
-    elif kind in ("trace", "azure"):
-        w["max_requests"] = min(40, w.get("max_requests") or 40)
-    elif kind == "program":
-        w["knobs"] = {**(w.get("knobs") or {}), "num_instances": 1}
+    kind = workload_kind(w.get("kind", "multiturn"))
+    if kind is not None and kind.smoke is not None:
+        kind.smoke(w)
     return out
 
 

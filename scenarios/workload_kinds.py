@@ -5,7 +5,13 @@ object the run uses (a ScenarioError for a bad value), and its `feed`: "module:f
 `feed(env, eng, spec) -> (SimPy process, request count or None)` (sim/feeds.py for the
 built-in ones, named there so that this layer never imports sim/; or the function).
 
-Adding a kind: one module that defines the three and calls `register_workload_kind` once
+Optional hooks:
+- `smoke(section)`: shrink the raw `workload` section (a copy, changed in place) to a run of
+  about a second (`radixsim run --smoke`; CI runs every catalog scenario so); default: unchanged;
+- `replay`: a `ReplayHook` (or "module:NAME" of one) that lets `radixsim replay --workload NAME`
+  (and `radixsim curve`) generate the kind's requests with no clock; default: not replayable.
+
+Adding a kind: one module that defines them and calls `register_workload_kind` once
 (tests/test_workload_kinds.py does it in the test file)."""
 from __future__ import annotations
 
@@ -24,27 +30,73 @@ class WorkloadContext:
     where: str  # the scenario file, for error messages and relative paths
 
 
+@dataclass(slots=True)
+class ReplayRequest:
+    """One request for `radixsim replay`: a trace line or a generated request."""
+
+    rid: object
+    session_id: object
+    round: int | None
+    prompt: object  # int64 token array
+    output: object  # int64 token array, or None
+    seq: object = None  # a cache_core TokenSeq of prompt + output[:-1] (None: replay makes it)
+    priority: int | None = None
+    times: tuple | None = None  # (timestamp ms, tool-call ms or None) of a timed trace line, for `request_times`
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClose:
+    """A session's close event for `radixsim replay`."""
+
+    session_id: object
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayHook:
+    """How a kind feeds `radixsim replay --workload NAME`: the generator is `generator(config)`
+    with `config` a dataclass of its knobs (`--set workload.KEY=VALUE`; a `page_size` field gets
+    the replay's page size); `items(workload, page_size, keyed)` yields `ReplayRequest` and
+    `SessionClose` in replay order (`keyed`: an L3 tier will want every sequence's page keys);
+    `future(workload)`, if given, lists every prompt's page keys in order (the `belady` oracle;
+    default: hashed from the items). A generator with a length is its request count."""
+
+    config: type
+    generator: Callable
+    items: Callable
+    future: Callable | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadKind:
     name: str
     schema: dict
     build: Callable[[dict, WorkloadContext], object]
     feed: str | Callable  # "module:function", or the function itself
+    smoke: Callable[[dict], None] | None = None
+    replay: str | ReplayHook | None = None  # "module:NAME" of a ReplayHook, or the hook
 
     def feed_function(self) -> Callable:
-        if callable(self.feed):
-            return self.feed
-        module, _, func = self.feed.partition(":")
-        return getattr(importlib.import_module(module), func)
+        return _resolve(self.feed, callable)
+
+    def replay_hook(self) -> ReplayHook | None:
+        return None if self.replay is None else _resolve(self.replay, lambda r: isinstance(r, ReplayHook))
+
+
+def _resolve(ref, ready):
+    if ready(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 _KINDS: dict[str, WorkloadKind] = {}
 
 
-def register_workload_kind(name: str, schema: dict, build: Callable, feed) -> WorkloadKind:
+def register_workload_kind(name: str, schema: dict, build: Callable, feed, *, smoke: Callable | None = None,
+                           replay=None) -> WorkloadKind:
     if name in _KINDS:
         raise ValueError(f"workload kind {name!r} is already registered")
-    kind = WorkloadKind(name, schema, build, feed)
+    kind = WorkloadKind(name, schema, build, feed, smoke, replay)
     _KINDS[name] = kind
     return kind
 
@@ -59,3 +111,8 @@ def workload_kind(name: str) -> WorkloadKind | None:
 
 def workload_kind_names() -> list[str]:
     return list(_KINDS)
+
+
+def replay_kind_names() -> list[str]:
+    """The kinds `radixsim replay --workload` accepts (those with a replay hook)."""
+    return [name for name, kind in _KINDS.items() if kind.replay is not None]

@@ -65,9 +65,11 @@ from typing import Iterator
 import numpy as np
 
 from cache_core.keys import ROOT_STATE, TOKEN_DTYPE, KeyState, page_keys
+from cache_core.records import TokenSeq
 
 from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
+from .workload_kinds import ReplayHook, ReplayRequest
 
 READY_QUEUE_POLICIES = ("fifo", "random")
 MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's bound)
@@ -296,3 +298,19 @@ class MultiTurnWorkload:
             if rnd == c.num_rounds:
                 del sessions[client]
             yield WorkloadRequest(rid, client, rnd, prompt, output, keys, t, seq, sess.state)
+
+
+def _replay_items(wl: MultiTurnWorkload, page_size: int, keyed: bool):
+    """`radixsim replay --workload multiturn`: every request with its sequence (and, for an L3
+    tier, its page keys, continued from the prompt's incrementally built ones)."""
+    for r in wl:
+        seq = TokenSeq(r.sequence, keys=r.sequence_keys(page_size), page_size=page_size) if keyed \
+            else TokenSeq(r.sequence)
+        yield ReplayRequest(r.rid, r.session_id, r.round, r.prompt, r.output, seq)
+
+
+def _replay_future(wl: MultiTurnWorkload) -> list:
+    return [np.array(r.page_keys) for r in wl]
+
+
+REPLAY = ReplayHook(MultiTurnConfig, MultiTurnWorkload, _replay_items, _replay_future)  # the kind's replay hook

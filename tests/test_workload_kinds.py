@@ -1,7 +1,9 @@
 """Workload kinds are a registry (issue 16 item 4): a kind defined and registered in this file
-alone (schema, build, feed) runs through `scenarios.scenario.resolve` -> `radixsim.run.simulate`."""
+alone (schema, build, feed, smoke, replay) runs through `scenarios.scenario.resolve` ->
+`radixsim.run.simulate`, shrinks for `--smoke`, and feeds `radixsim replay --workload`."""
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,8 +13,10 @@ from cache_core.engine_types import EngineRequest
 from cache_core.records import TokenSeq
 from radixsim import results
 from radixsim.run import request_rows, simulate
-from scenarios.scenario import ScenarioError, resolve
-from scenarios.workload_kinds import register_workload_kind, unregister_workload_kind
+from radixsim.cli import main
+from scenarios.scenario import ScenarioError, resolve, smoke
+from scenarios.workload_kinds import (ReplayHook, ReplayRequest, SessionClose, register_workload_kind,
+                                      unregister_workload_kind)
 
 
 @dataclass(frozen=True)
@@ -41,13 +45,35 @@ def feed_burst(env, eng, spec: Burst):
     return timed_arrivals(env, eng, items()), spec.requests
 
 
+def smoke_burst(w: dict) -> None:
+    w["requests"] = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class BurstConfig:  # the replay generator's knobs (`--set workload.KEY=VALUE`)
+    requests: int = 3
+    prompt_tokens: int = 256
+    page_size: int = 1
+
+
+def burst_items(cfg: BurstConfig, page_size: int, keyed: bool):
+    """Session 7's requests, each the shared prompt plus its rid, then the session's close."""
+    for rid in range(cfg.requests):
+        prompt = np.arange(cfg.prompt_tokens + 1, dtype=np.int64)
+        prompt[-1] = 10_000 + rid
+        yield ReplayRequest(rid, 7, None, prompt, np.array([-1 - rid], dtype=np.int64))
+    yield SessionClose(7)
+
+
 BURST_SCHEMA = {"kind": ("multiturn", "workload_kind", "a registered workload kind"),
                 "requests": (3, "int1", "an integer >= 1"), "prompt_tokens": (256, "int1", "an integer >= 1")}
+BURST_REPLAY = ReplayHook(BurstConfig, lambda cfg: cfg, burst_items)
 
 
 @pytest.fixture
 def burst_kind():
-    register_workload_kind("test-burst", BURST_SCHEMA, build_burst, feed_burst)
+    register_workload_kind("test-burst", BURST_SCHEMA, build_burst, feed_burst, smoke=smoke_burst,
+                           replay=BURST_REPLAY)
     yield
     unregister_workload_kind("test-burst")
 
@@ -77,3 +103,30 @@ def test_a_registered_kind_has_its_keys_and_errors(burst_kind):
 def test_an_unregistered_kind_is_refused():
     with pytest.raises(ScenarioError, match="workload.kind: got 'test-burst'; expected one of multiturn, trace"):
         resolve(_raw(), "s.yaml")
+
+
+def test_a_registered_kind_has_its_smoke_size(burst_kind):
+    raw = _raw(requests=40, prompt_tokens=128)
+    small = smoke(raw)
+    assert small["workload"] == {"kind": "test-burst", "requests": 1, "prompt_tokens": 128}
+    assert raw["workload"]["requests"] == 40 and resolve(small).workload == Burst(1, 128)
+
+
+def test_a_registered_kind_feeds_replay(burst_kind, tmp_path):
+    out = tmp_path / "out"
+    assert main(["replay", "--workload", "test-burst", "--set", "workload.requests=4", "--page-size", "64",
+                 "--out", str(out), "--no-progress"]) == 0
+    with open(out / "requests.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["rid"], r["session_id"], r["prompt_tokens"], r["cached_tokens"]) for r in rows] == [
+        ("0", "7", "257", "0"), ("1", "7", "257", "256"), ("2", "7", "257", "256"), ("3", "7", "257", "256")]
+    config = (out / "config.yaml").read_text()
+    assert "workload:\n  kind: test-burst\n  requests: 4\n  prompt_tokens: 256\n  page_size: 64\n" in config
+
+
+def test_replay_lists_the_kinds_with_a_replay_hook(burst_kind, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["replay", "--workload", "bogus", "--out", "x"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == ("radixsim replay: error: argument --workload: invalid choice: 'bogus' "
+                                       "(choose from 'multiturn', 'agentic', 'test-burst')\n")
