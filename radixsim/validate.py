@@ -22,9 +22,9 @@ import math
 import sys
 from pathlib import Path
 
+from .args import EXIT_BAD_INPUT
 from .validate_cases import CaseError, case_files, scenario_of, skip_reason
 
-EXIT_BAD_INPUT = 2
 COLUMNS = ["case", "file", "status", "model", "hardware", "rounds", "hit_mae_pts", "ttft_ratio_gmean",
            "ttft_ratio_min", "ttft_ratio_max", "shape_error", "reason"]
 SHAPE_HELP = ("shape error = mean |a_i/mean(a) - b_i/mean(b)| of the per-round TTFT series a (sim) and "

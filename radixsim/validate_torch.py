@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-EXIT_BAD_INPUT = 2
+from .args import EXIT_BAD_INPUT
+
 ROUND_COLUMNS = ["scenario", "round", "requests", "torch_ttft_s", "sim_ttft_s", "sim_rel_err", "table_ttft_s",
                  "table_rel_err"]
 REQUEST_COLUMNS = ["scenario", "rid", "round", "torch_ttft_s", "sim_ttft_s", "table_ttft_s", "torch_cached",

@@ -5,6 +5,7 @@ DESIGN.md "Trace format").
 Most cases run in-process through `radixsim.cli.main`; a few run the real command line in a
 subprocess. Inputs that once crashed the reader (deep nesting, huge literals, NaN, huge blocks) are at the end of the file.
 """
+import ast
 import csv
 import pathlib
 import subprocess
@@ -382,3 +383,12 @@ def test_messages_keep_their_quotes(tmp_path, capsys, text, quoted):
     trace = write(tmp_path, text)
     rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out"))
     assert err == f"{PREFIX}{trace}:1: {quoted}\n"
+
+
+def test_exit_bad_input_is_defined_once_in_args():
+    """One exit status for bad input: radixsim/args.py defines it, every command imports it."""
+    defining = sorted(p.name for p in (ROOT / "radixsim").glob("*.py")
+                      if any(isinstance(t, ast.Name) and t.id == "EXIT_BAD_INPUT"
+                             for node in ast.walk(ast.parse(p.read_text())) if isinstance(node, ast.Assign)
+                             for t in node.targets))
+    assert defining == ["args.py"]
