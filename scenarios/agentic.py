@@ -171,7 +171,7 @@ class AgenticConfig:
     service_base_s: float = 0.25  # nominal time to first token of every request
     service_s_per_output_token: float = 0.02  # nominal decode time per output token
     vocab_size: int = 128_000
-    lengths: str = "uniform"  # how turns, tool outputs and answers are drawn in their ranges
+    lengths: str = LENGTHS[0]  # how turns, tool outputs and answers are drawn in their ranges
 
     def __post_init__(self):
         _check_int("seed", self.seed, 0)

@@ -13,6 +13,7 @@ from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
+from .agentic import LENGTHS
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES
@@ -136,7 +137,7 @@ WORKLOAD_SCHEMAS = {
                 "service_base_s": (0.25, "nonneg", "seconds >= 0"),
                 "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
                 "vocab_size": (128_000, "int1", "an integer >= 1"),
-                "lengths": ("uniform", ("choice", ("uniform", "lognormal")), "uniform or lognormal")},
+                "lengths": (LENGTHS[0], ("choice", LENGTHS), " or ".join(LENGTHS))},
     "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
                                            ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
                 "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
@@ -252,11 +253,7 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             return
         if i == len(parts) - 1:
             node[part] = value
-        elif isinstance(schema, tuple) and schema[1] in FREE_FORM:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        elif isinstance(schema, dict):
+        elif isinstance(schema, dict) or schema[1] in FREE_FORM:  # a section, or a free-form mapping
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]

@@ -243,9 +243,7 @@ def _bailian(obj: dict, roots: dict) -> dict:
             raise ValueError(f"'{field}' is not a field of a Qwen trace line (it has 'chat_id')")
     if "hash_ids" not in obj:
         raise ValueError("Qwen trace line needs 'hash_ids'")
-    ts = obj.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise ValueError(f"'timestamp' must be a non-negative number of seconds, got {json.dumps(ts)[:40]}")
+    ts = _time(obj.get("timestamp"), "timestamp", "seconds")  # required here
     root = chat if parent == -1 else roots.get(parent, parent)
     roots[chat] = root
     line = {k: obj[k] for k in ("hash_ids", "input_length", "output_length") if k in obj}
@@ -278,8 +276,11 @@ def _timestamp(obj: dict):
 
 def _milliseconds(obj: dict, field: str):
     ts = obj.get(field)
-    if ts is None:
-        return None
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
-        raise ValueError(f"'{field}' must be a non-negative number of milliseconds, got {json.dumps(ts)[:40]}")
-    return ts
+    return None if ts is None else _time(ts, field, "milliseconds")
+
+
+def _time(v, field: str, unit: str):
+    """A time field's value: a finite number >= 0 (in `unit`, for the message)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ValueError(f"'{field}' must be a non-negative number of {unit}, got {json.dumps(v)[:40]}")
+    return v

@@ -347,3 +347,12 @@ def test_swe_agent_lengths_follow_the_published_fit():
 def test_lengths_must_be_a_known_shape():
     with pytest.raises(ValueError, match=r"AgenticConfig.lengths must be one of uniform, lognormal, got 'pareto'"):
         AgenticConfig(lengths="pareto")
+
+
+def test_the_scenario_key_lengths_takes_its_shapes_from_agentic():
+    """One source: workload.lengths (scenarios/schema.py) is AgenticConfig's LENGTHS and default."""
+    from scenarios.agentic import LENGTHS
+    from scenarios.schema import WORKLOAD_SCHEMAS
+
+    default, (_, shapes), expected = WORKLOAD_SCHEMAS["agentic"]["lengths"]
+    assert shapes is LENGTHS and (default, expected) == (AgenticConfig().lengths, "uniform or lognormal")

@@ -50,6 +50,8 @@ def test_a_qwen_trace_replays_with_sessions_known(tmp_path):
      "'turn' must be >= 1, got 0"),
     ('{"chat_id": 1, "parent_chat_id": -1, "timestamp": -1, "turn": 1, "hash_ids": [1]}',
      "'timestamp' must be a non-negative number of seconds, got -1"),
+    ('{"chat_id": 1, "parent_chat_id": -1, "turn": 1, "hash_ids": [1]}',
+     "'timestamp' must be a non-negative number of seconds, got null"),
     ('{"chat_id": 1, "parent_chat_id": -1, "timestamp": 0, "turn": 1}', "Qwen trace line needs 'hash_ids'"),
     ('{"chat_id": "a", "parent_chat_id": -1, "timestamp": 0, "turn": 1, "hash_ids": [1]}',
      "'chat_id' must be an integer, got \"a\""),
