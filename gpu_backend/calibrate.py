@@ -25,7 +25,6 @@ import time
 import torch
 
 from .pools import KVPools
-from .staging import StagedCopier
 
 
 def _sync(device) -> None:
@@ -120,7 +119,7 @@ def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int
     nbytes = pages * pools.page_bytes(component)
     dev = pools.device
     out = {"pages": pages, "bytes": nbytes, "page_bytes": pools.page_bytes(component)}
-    staged = StagedCopier(pools)
+    staged = pools.staged
     for name, a, b, si, di in (("d2h", "L1", "L2", src, dst), ("h2d", "L2", "L1", dst, src)):
         t = _timed(lambda: staged.copy(a, b, component, si, di).synchronize(), repeats, dev)
         out[f"{name}_GBps"] = nbytes / t / 1e9

@@ -1,8 +1,9 @@
 """The torch data plane: carries out the core's actions on real pools and a real page store.
 
 - "load" (L2 -> L1) and "backup" (L1 -> L2): through persistent staging buffers
-  (`gpu_backend.staging.StagedCopier`: allocated once and reused; on a GPU a side CUDA stream,
-  DMA straight from/to the pinned host pool, an event per layer with ``layer_first`` pools),
+  (the pools' `gpu_backend.staging.StagedCopier`, `KVPools.staged`: allocated once and reused;
+  on a GPU a side CUDA stream, DMA straight from/to the pinned host pool, an event per layer
+  with ``layer_first`` pools),
   for FULL and SWA pages and MAMBA state slots alike (a handle's `wait_layer(l)` is the
   per-layer wait of a layer-wise load);
 - sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
@@ -41,7 +42,6 @@ import numpy as np
 
 from cache_core.engine_types import LOAD_OVERLAPS
 
-from .staging import StagedCopier
 from .store import page_key
 
 TIER_OF = {"L1": "L1", "L2": "L2"}
@@ -81,7 +81,7 @@ class TorchDataPlane:
         self.snapshots = 0  # every-K snapshot CopyStates the executor had carried out in its forward
         self.already_taken = None  # executor hook: CopyState -> True if nothing is left to copy
         self.copy_s = 0.0  # measured seconds of every transfer
-        self.staged = StagedCopier(pools)
+        self.staged = pools.staged
 
     def submit(self, t, on_done) -> None:
         t0 = time.perf_counter()

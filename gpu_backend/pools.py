@@ -26,12 +26,10 @@ sidecar pool ``[pages, Ls, 2, page_size / group, D]`` or ``[Ls, pages, ...]``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import torch
 
 from .spec import HybridSpec
+from .staging import StagedCopier, StagedHandle, as_index
 
 TIERS = ("L1", "L2")
 COMPONENTS = ("full", "swa", "state")
@@ -47,32 +45,6 @@ def component_name(component: str, sidecars=()) -> str:
         return component
     raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba; "
                    f"sidecars: {', '.join(sidecars) or 'none'})")
-
-
-def _as_index(idx) -> torch.Tensor:
-    if isinstance(idx, torch.Tensor):
-        return idx.to(device="cpu", dtype=torch.int64).reshape(-1)
-    return torch.as_tensor(np.asarray(idx, dtype=np.int64).reshape(-1))
-
-
-as_index = _as_index  # public names (gpu_backend/staging.py)
-
-
-@dataclass
-class CopyHandle:
-    """What `copy_pages` returns: on CUDA the event recorded on the side stream after the copy
-    (plus the staging tensors it must keep alive); on CPU the copy is already done."""
-
-    event: object = None
-    _keep: tuple = ()
-
-    def query(self) -> bool:
-        return self.event is None or self.event.query()
-
-    def synchronize(self) -> None:
-        if self.event is not None:
-            self.event.synchronize()
-        self._keep = ()
 
 
 class KVPools:
@@ -113,7 +85,7 @@ class KVPools:
                 pin = tier == "L2" and self.pinned and self.device.type == "cuda"
                 self._t[tier, comp] = torch.zeros(shape + inner, dtype=dt, device=self.tier_device[tier],
                                                   pin_memory=pin)
-        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.staged = StagedCopier(self)  # `copy_pages`'s staging buffers and (CUDA) side stream
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -143,54 +115,19 @@ class KVPools:
         return per
 
     # -- copies ------------------------------------------------------------------------------
-    def copy_pages(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> CopyHandle:
-        """dst pool[dst_idx[i]] = src pool[src_idx[i]] for every i, all layers, one batched
-        gather + scatter. On CUDA the copy runs on a side stream (after the work already queued
-        on the current stream) and the handle's event says when it is done; on CPU it is
-        synchronous. Payload validity is the caller's business (the core acknowledges a
-        transfer only when its handle is done)."""
-        src, dst = self.tensor(src_tier, component), self.tensor(dst_tier, component)
-        si, di = _as_index(src_idx), _as_index(dst_idx)
-        if si.numel() != di.numel():
-            raise ValueError(f"copy_pages: {si.numel()} source and {di.numel()} destination indices")
-        if si.numel() == 0:
-            return CopyHandle()
-        d = self.page_dim
-        for name, idx, t in (("source", si, src), ("destination", di, dst)):
-            if int(idx.min()) < 0 or int(idx.max()) >= t.shape[d]:
-                raise IndexError(f"copy_pages {component}: {name} index out of range "
-                                 f"[0, {t.shape[d]}) on {src_tier if t is src else dst_tier}")
-        if self._stream is None or (src.device.type != "cuda" and dst.device.type != "cuda"):
-            dst.index_copy_(d, di, src.index_select(d, si))
-            return CopyHandle()
-        return self._copy_cuda(src, dst, si, di, d)
-
-    def _copy_cuda(self, src, dst, si, di, d) -> CopyHandle:
-        stream = self._stream
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        keep = []
-        with torch.cuda.stream(stream):
-            if src.device.type == "cpu":  # host -> device: gather on the host, one H2D, scatter
-                staged = src.index_select(d, si).pin_memory()
-                keep.append(staged)
-                moved = staged.to(dst.device, non_blocking=True)
-                dst.index_copy_(d, di.to(dst.device, non_blocking=True), moved)
-            elif dst.device.type == "cpu":  # device -> host: gather on the device, copy per run
-                g = src.index_select(d, si.to(src.device, non_blocking=True))
-                keep.append(g)
-                for lo, off, n in _runs(di):
-                    dst.narrow(d, lo, n).copy_(g.narrow(d, off, n), non_blocking=True)
-            else:
-                dst.index_copy_(d, di.to(dst.device), src.index_select(d, si.to(src.device)))
-            ev = torch.cuda.Event()
-            ev.record(stream)
-        return CopyHandle(ev, tuple(keep))
+    def copy_pages(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
+        """dst pool[dst_idx[i]] = src pool[src_idx[i]] for every i, all layers: `StagedCopier.copy`
+        through the pools' own staging buffers (`staged`). On CUDA the copy runs on a side stream
+        (after the work already queued on the current stream) and the handle says when it is done;
+        on CPU it is synchronous. Payload validity is the caller's business (the core acknowledges
+        a transfer only when its handle is done)."""
+        return self.staged.copy(src_tier, dst_tier, component, src_idx, dst_idx)
 
     def copy_state(self, tier: str, src, dst) -> None:
         """State slot(s) `src` -> `dst` on one tier (MAMBA `CopyState`: copy-on-reuse of a
         checkpoint, every-K snapshots). Ordered with the current stream's work."""
         t = self.tensor(tier, "state")
-        si, di = _as_index(src).to(t.device), _as_index(dst).to(t.device)
+        si, di = as_index(src).to(t.device), as_index(dst).to(t.device)
         d = self.page_dim
         t.index_copy_(d, di, t.index_select(d, si))
 
@@ -198,33 +135,14 @@ class KVPools:
     def read_pages(self, tier: str, component: str, idx) -> list:
         """Per index one CPU tensor ``[layers, ...]`` (contiguous), e.g. to put into a store."""
         t = self.tensor(tier, component)
-        g = t.index_select(self.page_dim, _as_index(idx).to(t.device)).cpu()
+        g = t.index_select(self.page_dim, as_index(idx).to(t.device)).cpu()
         return [g.select(self.page_dim, i).contiguous() for i in range(g.shape[self.page_dim])]
 
     def write_pages(self, tier: str, component: str, idx, pages) -> None:
         """Inverse of `read_pages`: pool[idx[i]] = pages[i]."""
         t = self.tensor(tier, component)
         data = torch.stack([p.to(t.device, t.dtype) for p in pages], dim=self.page_dim)
-        t.index_copy_(self.page_dim, _as_index(idx).to(t.device), data)
-
-    def synchronize(self) -> None:
-        if self._stream is not None:
-            self._stream.synchronize()
+        t.index_copy_(self.page_dim, as_index(idx).to(t.device), data)
 
 
-def _runs(idx: torch.Tensor):
-    """(start, offset, length) of each run of consecutive indices in `idx`."""
-    a = idx.numpy()
-    if len(a) == 0:
-        return []
-    cut = np.flatnonzero(np.diff(a) != 1) + 1
-    starts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [len(a)]])
-    return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
-
-
-
-index_runs = _runs
-
-
-__all__ = ["KVPools", "CopyHandle", "as_index", "index_runs", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]
+__all__ = ["KVPools", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]

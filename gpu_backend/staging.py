@@ -26,9 +26,26 @@ on CPU); `synchronize()` waits for the whole transfer.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-from .pools import as_index, index_runs
+
+def as_index(idx) -> torch.Tensor:
+    """`idx` (a tensor, an array, a sequence or one int) as a flat int64 CPU tensor."""
+    if isinstance(idx, torch.Tensor):
+        return idx.to(device="cpu", dtype=torch.int64).reshape(-1)
+    return torch.as_tensor(np.asarray(idx, dtype=np.int64).reshape(-1))
+
+
+def index_runs(idx: torch.Tensor) -> list:
+    """(start, offset, length) of each run of consecutive indices in `idx`."""
+    a = idx.numpy()
+    if len(a) == 0:
+        return []
+    cut = np.flatnonzero(np.diff(a) != 1) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(a)]])
+    return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
 class StagedHandle:
@@ -86,12 +103,15 @@ class StagedCopier:
         return 0 if self.pools.page_dim == 0 else layer
 
     def copy(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
-        """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer, through the staging buffers."""
+        """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer, through the staging buffers.
+        ValueError (nothing moved) when the counts differ or an index is outside its pool."""
         si, di = as_index(src_idx), as_index(dst_idx)
         if si.numel() != di.numel():
             raise ValueError(f"staged copy: {si.numel()} source and {di.numel()} destination indices")
         if si.numel() == 0:
             return StagedHandle()
+        for name, idx, tier in (("source", si, src_tier), ("destination", di, dst_tier)):
+            self._check_range(f"copy {component} {src_tier} -> {dst_tier}", name, idx, tier, component)
         if self._last is not None:  # the buffers are reused: the previous transfer must be done
             self._last.synchronize()
         src, dst = self.pools.tensor(src_tier, component), self.pools.tensor(dst_tier, component)
@@ -102,6 +122,14 @@ class StagedCopier:
         else:
             self._last = self._to_host(src, dst, component, si, di)
         return self._last
+
+    def _check_range(self, what: str, name: str, idx: torch.Tensor, tier: str, component: str) -> None:
+        """ValueError unless every index of `idx` is a page of pool (`tier`, `component`): checked
+        on the CPU before anything moves (on CUDA a bad index is a device-side assert)."""
+        n = self.pools.size(tier, component)
+        bad = idx[(idx < 0) | (idx >= n)]
+        if bad.numel():
+            raise ValueError(f"{what}: {name} index {int(bad[0])} out of range [0, {n}) of pool {tier} {component}")
 
     def _on_host(self, src, dst, comp, si, di) -> StagedHandle:
         stage = self.units(self.buffer("host", comp, si.numel()))
@@ -168,4 +196,4 @@ class StagedCopier:
         return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer, None if pinned else scatter)
 
 
-__all__ = ["StagedCopier", "StagedHandle"]
+__all__ = ["StagedCopier", "StagedHandle", "as_index", "index_runs"]
