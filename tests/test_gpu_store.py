@@ -144,7 +144,8 @@ def test_pool_shapes_copies_and_store_round_trip(tmp_path, layout):
     store.put(keys, l2)
     pools.write_pages("L1", "full", [5, 1, 3], store.get(keys))
     assert all(torch.equal(a, b) for a, b in zip(pools.read_pages("L1", "full", [5, 1, 3]), l1))
-    with pytest.raises(ValueError, match=r"^copy full L1 -> L2: destination index 5 out of range \[0, 5\) of pool L2 full$"):
+    with pytest.raises(ValueError, match=r"^copy full L1 -> L2: destination index 5 out of range \[0, 5\) "
+                                         r"of pool L2 full$"):
         pools.copy_pages("L1", "L2", "full", [5], [5])
     with pytest.raises(ValueError):
         pools.copy_pages("L1", "L2", "full", [1, 2], [1])
