@@ -70,6 +70,18 @@ def _pages(pool) -> int:
     return 0 if pool is None or pool.capacity_pages is None else pool.capacity_pages
 
 
+def synthetic_model(preset, config, opts: TorchOptions) -> tuple:
+    """(the synthetic model the torch backend runs for a cache of `config` (a `CacheConfig`: its
+    SWA window, page size and sidecars) with model preset `preset` and options `opts`, its layer
+    scale: the preset's layers over the model's)."""
+    window = config.swa.window_tokens if config.swa is not None else None
+    spec = HybridSpec.from_preset(preset, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
+                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab,
+                                  window=window, page_size=config.page_size, sidecars=config.sidecars)
+    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
+    return model, sum(preset_counts(preset).values()) / spec.num_layers
+
+
 def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, record_logits: bool = False,
                   store=None, chunk_tokens: int = 8192, pace=(None, None), load_overlap: str = "none"):
     """(model, pools, data plane, executor) for `cache` (built with record_actions and, with
@@ -83,10 +95,8 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
-    swa_window = cache.swa.window if cache.swa is not None else None
-    spec = HybridSpec.from_preset(preset, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
-                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab,
-                                  window=swa_window, page_size=P, sidecars=cache.config.sidecars)
+    model, scale = synthetic_model(preset, cache.config, opts)
+    spec = model.spec
     hier = cache.hier
     full = {"L1": cache.full.pool.capacity_pages, "L2": _pages(hier.pool) if hier is not None else 0}
     swa = 0
@@ -103,10 +113,8 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     dtype = DTYPES[opts.dtype]
     pools = KVPools(spec, full_pages=full, swa_pages=swa, state_slots=state, layout=opts.layout,
                     device=opts.device, dtype=dtype)
-    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
         store = make_store(opts)
-    scale = sum(preset_counts(preset).values()) / spec.num_layers
     plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale, overlap=load_overlap)
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
                        swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1],
@@ -116,4 +124,4 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     return model, pools, plane, ex
 
 
-__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_store", "DTYPES"]
+__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_store", "synthetic_model", "DTYPES"]

@@ -67,17 +67,10 @@ def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
 
 def scenario_model(sc, opts) -> tuple:
     """(the synthetic model the torch backend runs for scenario `sc` with `TorchOptions`
-    `opts`, its layer scale: the preset's layers over the model's)."""
-    from .backend import DTYPES
-    from .model import SyntheticHybridModel
-    from .spec import HybridSpec, preset_counts
+    `opts`, its layer scale: `gpu_backend.backend.synthetic_model` of its preset and cache)."""
+    from .backend import synthetic_model
 
-    window = sc.cache.swa.window_tokens if sc.cache.swa is not None else None
-    spec = HybridSpec.from_preset(sc.model, max_layers=opts.layers, hidden=opts.hidden, num_heads=opts.num_heads,
-                                  head_dim=opts.head_dim, state_dim=opts.state_dim, vocab=opts.vocab, window=window,
-                                  page_size=sc.cache.page_size)
-    model = SyntheticHybridModel(spec, seed=opts.seed, device=opts.device, dtype=DTYPES[opts.dtype])
-    return model, sum(preset_counts(sc.model).values()) / spec.num_layers
+    return synthetic_model(sc.model, sc.cache, opts)
 
 
 def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:

@@ -169,3 +169,23 @@ def test_calibrate_writes_a_table_the_simulator_prices_steps_with(tmp_path):
     out = tmp_path / "run"
     assert main(["run", str(p), "--set", "cost.kind=table", "--set", f"cost.table={table}", "--out", str(out),
                  "--no-plots", "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("components", ["[full, swa]", "[full]"])
+def test_calibrate_measures_the_model_the_backend_runs(components):
+    """`radixsim calibrate`'s step table times `calibrate.scenario_model`: the very model (spec,
+    seed, dtype) and layer scale `build_plugins` runs, also when the cache leaves out the
+    preset's SWA (and with it the sidecars that follow SWA)."""
+    import simpy
+
+    from cache_core.cache import RadixCache
+    from gpu_backend.backend import TorchOptions, build_plugins
+    from gpu_backend.calibrate import scenario_model
+
+    sc = scenario("dsv4-flash", sets=[f"cache.components={components}"])
+    opts = TorchOptions(**sc.doc["torch"])
+    model, scale = scenario_model(sc, opts)
+    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=True)
+    ran, _, plane, _ = build_plugins(simpy.Environment(), cache, sc.model, opts, sc.engine.max_running_requests)
+    assert (model.spec, model.seed, model.dtype, scale) == (ran.spec, ran.seed, ran.dtype, plane.layer_scale)
+    assert [s.name for s in model.spec.sidecars] == [s.name for s in sc.cache.sidecars]
