@@ -37,11 +37,9 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Sequence
-
 import numpy as np
 
-from sim.cost import Efficiency, StepCost, Surface, TableCostModel, parse_batch, parse_contexts, transfer_time_s
+from sim.cost import Efficiency, Surface, TableCostModel, transfer_time_s
 from sim.operators import OperatorCostModel
 
 FORMAT = "radixsim-operators/1"
@@ -131,7 +129,6 @@ class OperatorTableCostModel(OperatorCostModel):
     def __init__(self, table: OperatorTable, model, hw, tp: int, eff: Efficiency | None = None, *, ep: int = 1):
         super().__init__(model, hw, tp, eff, ep=ep)
         self.table = table
-        self._parts = None  # the step being priced: ((new, cached), contexts)
 
     def __repr__(self) -> str:
         return f"OperatorTableCostModel({self.table.source!r}, {self.model.name!r}, tp={self.tp})"
@@ -147,25 +144,22 @@ class OperatorTableCostModel(OperatorCostModel):
             out.append((m.swa_layers, np.minimum(prefix, m.swa_window_tokens - 1)))
         return out
 
+    def request_work(self, new: np.ndarray, cached: np.ndarray, *, decode: bool) -> dict:
+        """`OperatorCostModel`'s work of one part, with its requests (``new``, ``cached``: for
+        decode the contexts) for `attention_s` to price each one from the table."""
+        return {**super().request_work(new, cached, decode=decode), "new": new, "cached": cached}
+
     def attention_s(self, w: dict, queries: int) -> float:
         if queries <= 0:
             return 0.0
-        (new, cached), ctx = self._parts
         t = 0.0
         if w["decode"]:
-            for layers, kv in self._layer_pairs(ctx):
+            for layers, kv in self._layer_pairs(w["cached"]):
                 t += layers * sum(self.table.decode_attention(float(c)) for c in kv)
         else:
-            for layers, pre in self._layer_pairs(cached):
-                t += layers * sum(self.table.prefill_attention(float(c), float(n)) for c, n in zip(pre, new))
+            for layers, pre in self._layer_pairs(w["cached"]):
+                t += layers * sum(self.table.prefill_attention(float(c), float(n)) for c, n in zip(pre, w["new"]))
         return t + self.recurrent_s(w)
-
-    def cost(self, prefill_batch: Sequence[tuple[int, int]] = (), decode_contexts: Sequence[int] = ()) -> StepCost:
-        self._parts = (parse_batch(prefill_batch), parse_contexts(decode_contexts))
-        try:
-            return super().cost(prefill_batch, decode_contexts)
-        finally:
-            self._parts = None
 
     def transfer_time_s(self, nbytes: float, link: str, *, blocks: int = 0) -> float:
         if link == "pcie" and nbytes > 0:

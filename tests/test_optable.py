@@ -75,6 +75,35 @@ def test_step_times_equal_the_table_on_grid_points_and_interpolate_between(calib
     assert cost.transfer_time_s(1 << 16, "pcie") == dict(data["copy"])[1 << 16]
 
 
+def test_a_part_is_priced_from_its_own_work_and_a_step_parses_its_batch_once(calibrated, monkeypatch):
+    """No state kept between calls: the part `request_work` returns (its requests included) is
+    all `attention_s` needs; one step parses its prefill batch and its decode contexts once."""
+    import numpy as np
+
+    import sim.operators
+    import sim.optable
+    from sim.cost import parse_batch, parse_contexts
+
+    sc, data = calibrated
+    cost = make_cost(sc)
+    L = cost.model.num_layers
+    pre = {(c, n): s for c, n, s in data["prefill_attention"]}
+    dec = dict(data["decode_attention"])
+    new, cached = parse_batch([(16, 64), (64, 0)])
+    p = {**cost.request_work(new, cached, decode=False), "decode": False}
+    assert cost.attention_s(p, 80) == pytest.approx(L * (pre[64, 16] + pre[0, 64]), rel=1e-12)
+    ctx = parse_contexts([64, 256])
+    d = {**cost.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
+    assert cost.attention_s(d, 2) == pytest.approx(L * (dec[64] + dec[256]), rel=1e-12)
+    calls = []
+    for mod in (sim.operators, sim.optable):
+        for fn in (parse_batch, parse_contexts):
+            if hasattr(mod, fn.__name__):
+                monkeypatch.setattr(mod, fn.__name__, lambda *a, fn=fn: calls.append(fn.__name__) or fn(*a))
+    cost.cost([(16, 64)], [64])
+    assert calls == ["parse_batch", "parse_contexts"]
+
+
 def test_the_simulator_runs_on_the_operator_table(calibrated):
     sc, _ = calibrated
     eng, _env, cost, _wall = simulate(sc)
