@@ -561,7 +561,7 @@ class RooflineCostModel:
 _COLUMNS = {"prefill": ("tokens", "cached", "seconds"), "decode": ("batch", "mean_context", "seconds")}
 
 
-class _Surface:
+class Surface:
     """Seconds over (x, y): piecewise linear in x per distinct y (linear extrapolation from
     the end segments; constant for a single point), linear between bracketing y's, nearest
     beyond them; floored at 0."""
@@ -599,9 +599,6 @@ class _Surface:
             t = (y - ys[j - 1]) / (ys[j] - ys[j - 1])
             v = lo + t * (hi - lo)
         return max(0.0, v)
-
-
-Surface = _Surface  # public name: sim/optable.py interpolates its operator curves the same way
 
 
 def _table_rows(data, key: str, source: str) -> np.ndarray:
@@ -642,8 +639,8 @@ class TableCostModel:
         self.source = source
         self.prefill_rows = _table_rows(data, "prefill", source)
         self.decode_rows = _table_rows(data, "decode", source)
-        self._prefill = _Surface(self.prefill_rows)
-        self._decode = _Surface(self.decode_rows)
+        self._prefill = Surface(self.prefill_rows)
+        self._decode = Surface(self.decode_rows)
         self.hw = hw if (hw is None or isinstance(hw, HardwarePreset)) else get_hardware(hw)
 
     @classmethod
