@@ -41,6 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scenarios.presets import get_hardware  # noqa: E402
+from sim.operators import gemm_efficiency  # noqa: E402
 
 COMMIT = "7d47513363ec447a741ac5e47241580b47724fbf"
 REPO = "github.com/microsoft/vidur"
@@ -48,6 +49,7 @@ DEVICES = {"a100": "a100-80gbx8", "h100": "h100x8"}
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = {"input_layernorm": 1, "attn_rope": 1, "post_attention_layernorm": 1, "mlp_act": 1, "add": 2}
 ELEM_BYTES = 2  # fp16/bf16 activations
+GEMM_PARAMS = ("e_max", "m_half", "e_bw", "t0_s", "n_half", "k_half")  # the GEMM fit, in the optimiser's order
 
 
 def git_show(git_dir: str, path: str) -> list[dict]:
@@ -73,9 +75,10 @@ def gemm_shapes(row: dict) -> dict[str, tuple[int, int]]:
 
 
 def gemm_time(p, M, N, K, peak, hbm):
-    e_max, m_half, e_bw, t0, n_half, k_half = p
-    e = e_max * M / (M + m_half) * N / (N + n_half) * K / (K + k_half)
-    return np.maximum(2 * M * N * K / (peak * e), 2 * (N * K + M * K + M * N) / (hbm * e_bw)) + t0
+    """Seconds of (M x K) @ (K x N) GEMMs under the fit `p` (GEMM_PARAMS' values, in order)."""
+    f = dict(zip(GEMM_PARAMS, p))
+    e = gemm_efficiency(f, M, N, K)
+    return np.maximum(2 * M * N * K / (peak * e), 2 * (N * K + M * K + M * N) / (hbm * f["e_bw"])) + f["t0_s"]
 
 
 def nelder_mead(f, x0, iters=3000):

@@ -296,3 +296,24 @@ def test_scenario_default_is_operators_and_rejects_unused_knobs():
         resolve({**base, "cost": {"efficiency": {"mfu_prefill": 0.1}}})
     rf = resolve({**base, "cost": {"kind": "roofline", "efficiency": {"mfu_prefill": 0.1}}})
     assert type(make_cost(rf)) is RooflineCostModel
+
+
+@pytest.mark.parametrize("device", ["a100", "h100"])
+def test_the_fit_script_fits_the_gemm_time_the_simulator_prices(device):
+    """benchmarks/fit_operators.py fits `gemm_time` to Vidur's profiles: with the fitted values it
+    is `OperatorCostModel.gemm_s` of a bf16 weight (N x K x 2 bytes) on the preset fitted against."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "fit_operators.py"
+    spec = importlib.util.spec_from_file_location("fit_operators", path)
+    fit_operators = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit_operators)
+    fit = load_fits()[device]
+    hw = get_hardware(fit["fit_against"]["preset"])
+    cost = OperatorCostModel("llama-3.1-8b", hw, 1)
+    assert cost.gemm_fit is fit["gemm"] and cost.linear_peak_flops == hw.bf16_flops
+    params = [fit["gemm"][name] for name in fit_operators.GEMM_PARAMS]
+    for m, n, k in ((1, 4096, 4096), (16, 14336, 4096), (333, 4096, 14336), (8192, 6144, 4096)):
+        got = fit_operators.gemm_time(params, m, n, k, hw.bf16_flops, hw.hbm_bytes_per_s)
+        assert got == pytest.approx(cost.gemm_s(m, n, k, 2 * n * k), **EXACT)
