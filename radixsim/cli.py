@@ -439,10 +439,9 @@ def _cmd_calibrate(args) -> int:
 
 def _operator_table(sc, opts, dtype, quick: bool) -> dict:
     from gpu_backend.calibrate import QUICK, measure_operators
-    from sim.cost import Efficiency
-    from sim.operators import OperatorCostModel
+    from sim.cost_models import operator_cost_model
 
-    cost = OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency), ep=sc.doc["engine"]["ep_size"])
+    cost = operator_cost_model(sc)
     say = (lambda m: sys.stderr.write(f"radixsim calibrate: {m}\n")) if sys.stderr.isatty() else None
     return measure_operators(cost, device=opts.device, dtype=dtype, progress=say, **(QUICK if quick else {}))
 

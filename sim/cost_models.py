@@ -22,7 +22,9 @@ def make_cost(sc):
 
 
 @register_cost_model("operators")
-def _operators(sc):
+def operator_cost_model(sc):
+    """The operator-level model (sim/operators.py) for a resolved scenario (also what
+    `radixsim calibrate --kind operators` measures)."""
     from .cost import Efficiency
     from .operators import OperatorCostModel
 
