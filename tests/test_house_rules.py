@@ -113,7 +113,23 @@ def test_the_engine_holds_its_step_builder_and_loader():
     assert Engine.__bases__ == (object,)
     assert (StepBuilder.__bases__, Loader.__bases__) == ((object,), (object,))
     src = (ROOT / "engine.py").read_text()
-    assert "self.builder = StepBuilder(self)" in src and "self.loader = Loader(self)" in src
+    assert "self.builder = StepBuilder(" in src and "self.loader = Loader(" in src
+
+
+def engine_reach(tree: ast.Module) -> list[str]:
+    """How a module reaches an Engine: an import of cache_core.engine, or `self.e`."""
+    out = [f"import {n.module}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "engine"]
+    out += [f"line {n.lineno}: self.e" for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "e"
+            and isinstance(n.value, ast.Name) and n.value.id == "self"]
+    return out
+
+
+def test_step_builder_and_loader_get_narrow_collaborators_not_the_engine():
+    """issue 16 item 3: the StepBuilder and the Loader are given what they use (cache, config,
+    queues, clock, data plane, ...; callbacks as bound methods), never the Engine."""
+    found = {rel: engine_reach(tree) for rel, tree, _ in modules() if rel in ("engine_steps.py", "engine_loading.py")}
+    assert found == {"engine_steps.py": [], "engine_loading.py": []}
+    assert engine_reach(ast.parse("from .engine import Engine\nself.e.cache\n")) == ["import engine", "line 2: self.e"]
 
 
 def test_tiers_and_transfer_kinds_are_enums_in_the_logic():
