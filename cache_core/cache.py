@@ -305,7 +305,9 @@ class RadixCache:
         return touched
 
     def _tiers_inserted(self, visited, final, leaf, counted: list | None, inserted_len: int) -> None:
-        """Tiers after an insert: the visited nodes are offered to the FULL and L2 queues; the
+        """Tiers after an insert: the visited nodes are offered to the FULL and L2 queues (with
+        voting components FULL a second time after `touch_path`: a duplicate heap entry, kept
+        because the heap's length decides when it is compacted, eviction.py); the
         nodes that counted a hit (`counted`, bottom-up, as count_hits walked them; None: a split
         since changed that path, walk it again) may now be backed up, top-down
         (write_through_selective); the new leaf too (write_through)."""
