@@ -234,7 +234,8 @@ class RadixCache:
         self.full.touched(last)
         leaf, freed = self._take_pages(seq, node, prefix, num_tokens, pages, pages_from, keep_uncached, priority)
         final = leaf or node
-        self._count_hit_and_priority(final, inserted_len, priority)
+        counted = self._count_hit_and_priority(final, inserted_len, priority)
+        shape = self.topo.version  # a split below (a MAMBA checkpoint) puts new nodes on the counted path
         if self.voters:
             given = dict(slots) if slots else {}
             given.update((k, v) for k, v in (("swa", swa_pages), ("mamba", state_slots)) if v is not None)
@@ -243,12 +244,7 @@ class RadixCache:
             for c in self.voters:
                 c.place(final, leaf, min(pages_from, hi), hi, given.get(c.name))
         if self.hier is not None:
-            for nd in present(visited, "tiers keep eager statistics"):
-                self.full.touched(nd)
-                self.hier.touched(nd)
-            self._on_hits(final, inserted_len)
-            if leaf is not None:
-                self.hier.on_insert(leaf)
+            self._tiers_inserted(visited, final, leaf, counted if self.topo.version == shape else None, inserted_len)
         return InsertResult(prefix, freed, LockHandle(final))
 
     def _take_pages(self, seq, node, prefix: int, num_tokens: int, pages, pages_from: int, keep_uncached: bool,
@@ -288,9 +284,10 @@ class RadixCache:
             raise ValueError("insert of new tokens needs their pages")
         return leaf, freed
 
-    def _count_hit_and_priority(self, final, inserted_len: int, priority: int) -> None:
+    def _count_hit_and_priority(self, final, inserted_len: int, priority: int) -> list:
         """Every node of the path past `inserted_len` counts one hit; every node on it keeps
-        the highest priority it has seen; queues whose keys changed are told."""
+        the highest priority it has seen; queues whose keys changed are told. Returns the
+        nodes whose hits changed (eager statistics: that path, bottom-up)."""
         touched = self.tree.count_hits(final, inserted_len)
         if self.policy.reads_hits:  # their policy keys changed
             for n in touched:
@@ -305,17 +302,23 @@ class RadixCache:
                 n = n.parent
             if self.policy.reads_priority:
                 self.full.touched(final)  # its key may have changed
+        return touched
 
-    def _on_hits(self, n, inserted_len: int) -> None:
-        """Tiers: the nodes that just counted a hit (top-down) may now be backed up
-        (write_through_selective)."""
-        path = []
-        while n.parent is not None and n.end > inserted_len:
-            path.append(n)
-            n = n.parent
+    def _tiers_inserted(self, visited, final, leaf, counted: list | None, inserted_len: int) -> None:
+        """Tiers after an insert: the visited nodes are offered to the FULL and L2 queues (with
+        voting components FULL a second time after `touch_path`: a duplicate heap entry, kept
+        because the heap's length decides when it is compacted, eviction.py); the
+        nodes that counted a hit (`counted`, bottom-up, as count_hits walked them; None: a split
+        since changed that path, walk it again) may now be backed up, top-down
+        (write_through_selective); the new leaf too (write_through)."""
         hier = present(self.hier, "tiers only")
-        for n in reversed(path):
+        for nd in present(visited, "tiers keep eager statistics"):
+            self.full.touched(nd)
+            hier.touched(nd)
+        for n in reversed(counted if counted is not None else self.tree.hit_path(final, inserted_len)):
             hier.on_hit(n)
+        if leaf is not None:
+            hier.on_insert(leaf)
 
     # -- one request's units of the voting components (lifecycle.py takes and returns them) ---------
     def finalize(self, m: MatchResult, slots) -> list:

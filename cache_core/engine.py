@@ -69,23 +69,25 @@ order, once all have finished (a piece is valid on L1 only below a parent on L1)
 """
 from __future__ import annotations
 
-from collections import deque
-
 from .engine_loading import MAX_RESOLVE_ROUNDS, Loader, overlap_end_s
+from .engine_queues import RequestQueues
 from .engine_steps import StepBuilder
-from .engine_types import (ARRIVED, DONE, LOADING, PREFETCHING, WAITING, EngineConfig, EngineRequest,
-                           EngineStalled)
+from .engine_types import ARRIVED, DONE, PREFETCHING, EngineConfig, EngineRequest, EngineStalled
 from .admission import Admission, BatchLimits, RunningBatch
 from .scheduling import FINISHED, make_schedule_policy
-from .scheduling import WAITING as Q_WAITING
 
-_STRETCH = {WAITING: "queue_s", PREFETCHING: "load_s", LOADING: "load_s"}  # the rest of a TTFT is compute
 UNBOUNDED_TOKENS = 1 << 62
 
 
 class Engine:
     """Continuous batching over one `RadixCache` (built with ``record_actions=True``; with
-    tiers ``auto_ack=False``). See the module docstring for the rules."""
+    tiers ``auto_ack=False``). See the module docstring for the rules.
+
+    It holds its requests' queues (`engine_queues.RequestQueues`), a `Loader` (transfers,
+    loading, completing steps) and a `StepBuilder` (forming steps), each given only the
+    collaborators it uses; neither holds the engine. Callbacks into it: the loader reports a
+    finished request (`done_request`), the builder asks whether nothing-to-run is a stall
+    (`check_stalled`)."""
 
     def __init__(self, cache, config: EngineConfig, clock, dataplane, executor):
         if cache.actions is None:
@@ -110,23 +112,34 @@ class Engine:
         if config.chunked_prefill_tokens is not None and config.chunked_prefill_tokens % P:
             raise ValueError(f"engine.chunked_prefill_tokens ({config.chunked_prefill_tokens}) must be a "
                              f"multiple of cache.page_size ({P})")
-        self.running = RunningBatch(P)  # decoding
-        self.waiting: list = []
-        self.prefetching: list = []
-        self.loading: list = []
-        self.ready: deque = deque()
-        self.chunked: EngineRequest | None = None
-        self.finished: list = []
-        self.inflight = 0
+        self.queues = q = RequestQueues(now=clock.now, running=RunningBatch(P))
         self.arrived = 0
         self.input_closed = False
-        self.steps = 0
         self.timeline: list = []  # (t_s, admitted, waiting, l1_used, l2_used, l3_used) after each step
-        self.counters = {"transfers": 0, "retractions": 0, "prefill_steps": 0, "decode_steps": 0,
-                         "shared_prefill_tokens": 0, "alloc_waits": 0}
         self.listeners: list = []  # called with each request that finishes or is rejected
-        self.builder = StepBuilder(self)  # forms the steps (admission, chunking, prefill pages, decode batch)
-        self.loader = Loader(self)  # transfers, loading, the overlap wait, completing steps
+        # transfers, loading, the overlap wait, completing steps
+        self.loader = Loader(cache=cache, config=config, queues=q, clock=clock, dataplane=dataplane,
+                             executor=executor, on_done=self.done_request)
+        # forms the steps (admission, chunking, prefill pages, decode batch)
+        self.builder = StepBuilder(cache=cache, config=config, queues=q, loader=self.loader, admission=self.admission,
+                                   policy=self.policy, limits=self.limits, on_nothing_to_run=self.check_stalled)
+
+    @property
+    def finished(self) -> list:
+        return self.queues.finished
+
+    @property
+    def counters(self) -> dict:
+        return self.queues.counters
+
+    @property
+    def inflight(self) -> int:
+        """Transfers handed to the data plane, not yet reported done."""
+        return self.loader.inflight
+
+    @property
+    def steps(self) -> int:
+        return self.builder.steps
 
     # ---------------------------------------------------------------------------------------
     # the loop
@@ -144,12 +157,29 @@ class Engine:
             settle = getattr(self.executor, "settle", None)
             if settle is not None:
                 settle(step)
-            self.loader.complete(step)
+            self.sample(self.loader.complete(step))
+
+    def sample(self, now: float) -> None:
+        """One timeline row after a step (`timeline`)."""
+        cache, hier, q = self.cache, self.cache.hier, self.queues
+        l2 = l3 = 0
+        if hier is not None:
+            if hier.pool is not None and hier.pool.capacity_pages is not None:
+                l2 = hier.pool.capacity_pages * self.P - hier.free_l2_tokens
+            if hier.storage is not None:
+                l3 = len(hier.storage) * self.P
+        l1 = 0 if cache.full.pool.unbounded else self.max_total_tokens - cache.free_tokens
+        self.timeline.append((now, len(self.builder.admitted()), len(q.waiting) + len(q.prefetching), l1, l2, l3))
 
     def idle_done(self) -> bool:
         """No request anywhere in the engine."""
-        return not (self.waiting or self.prefetching or self.loading or self.ready or self.chunked
-                    or len(self.running))
+        return self.queues.idle()
+
+    def check_stalled(self) -> None:
+        """Nothing can run and nothing is in flight: once no more requests can arrive, the
+        requests left can never finish (EngineStalled)."""
+        if self.input_closed and not self.idle_done():
+            raise EngineStalled(f"nothing can run: {self.stall_report()}")
 
     def close_input(self) -> None:
         """No more arrivals: the loop ends when the last request finishes."""
@@ -166,10 +196,11 @@ class Engine:
 
     def stall_report(self) -> str:
         """One line: the unfinished requests by phase (with their ids) and the memory state."""
-        groups = [("prefetching", self.prefetching), ("waiting", self.waiting),
-                  ("loading", self.loading + [r for r in self.loader.overlapping if r.waiting_ids]),
-                  ("ready", self.ready), ("chunked", [self.chunked] if self.chunked is not None else []),
-                  ("running", list(self.running))]
+        q = self.queues
+        groups = [("prefetching", q.prefetching), ("waiting", q.waiting),
+                  ("loading", q.loading + [r for r in self.loader.overlapping if r.waiting_ids]),
+                  ("ready", q.ready), ("chunked", [q.chunked] if q.chunked is not None else []),
+                  ("running", list(q.running))]
         parts = [f"{name} {len(rs)} (rids {', '.join(str(r.rid) for r in rs[:8])}{', ...' if len(rs) > 8 else ''})"
                  for name, rs in groups if rs]
         held = sum(len(rs) for _, rs in groups)
@@ -181,7 +212,7 @@ class Engine:
                 f"{self.cache.full.evictable_tokens}, transfers in flight {self.inflight}")
 
     def wake_at(self):
-        times = [r.ready_at for r in self.prefetching if r.ready_at is not None]
+        times = [r.ready_at for r in self.queues.prefetching if r.ready_at is not None]
         return min(times) if times else None
 
     # ---------------------------------------------------------------------------------------
@@ -198,7 +229,7 @@ class Engine:
             r.phase = DONE
             r.state = FINISHED
             r.finish_s = self.clock.now()
-            self.loader.done_request(r)
+            self.done_request(r)
             return
         if r.session_id is not None:
             r.gen = cache.session_begin(r.session_id)
@@ -211,39 +242,25 @@ class Engine:
                 cache.unlock(m)
                 self.loader.drain(r)
         if r.waiting_ids and self.config.prefetch_policy != "best_effort":
-            self.set_phase(r, PREFETCHING)
+            self.queues.set_phase(r, PREFETCHING)
             if self.config.prefetch_policy == "timeout":
                 assert hier is not None  # only an L3 prefetch leaves transfers to wait for
                 r.ready_at = r.arrival_s + hier.cfg.prefetch_budget_s(r.prefetch_tokens)
-            self.prefetching.append(r)
+            self.queues.prefetching.append(r)
         else:
-            self.to_waiting(r)
+            self.queues.to_waiting(r)
         self.clock.kick()
 
     def close_session(self, session_id) -> None:
         self.cache.close_session(session_id)
 
-    def set_phase(self, r: EngineRequest, phase: str) -> None:
-        """Move r to `phase`. Until its first token, a stretch in the waiting queue adds to
-        ``queue_s`` and one waiting for transfers (prefetch gate, loads) to ``load_s``; the
-        rest of its TTFT is compute (ready, prefill), so queue + load + compute = TTFT."""
-        old, new = _STRETCH.get(r.phase), _STRETCH.get(phase)
-        if old != new:
-            now = self.clock.now()
-            if old is not None and r.first_token_s is None:
-                setattr(r, old, getattr(r, old) + (now - r.phase_since_s))
-            r.phase_since_s = now
-        r.phase = phase
-
-    def to_waiting(self, r, front: bool = False) -> None:
-        self.set_phase(r, WAITING)
-        r.state = Q_WAITING
-        if front:
-            self.waiting.insert(0, r)
-        else:
-            self.waiting.append(r)
-
-
+    def done_request(self, r: EngineRequest) -> None:
+        """r finished or was rejected: it joins `finished` and the listeners hear of it."""
+        r.seq = None  # the tokens are not needed any more: a long run must not keep them
+        r.prompt = r.prompt[:0]
+        self.queues.finished.append(r)
+        for f in self.listeners:
+            f(r)
 
 
 __all__ = ["Engine", "EngineStalled", "MAX_RESOLVE_ROUNDS", "overlap_end_s"]

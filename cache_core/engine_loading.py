@@ -25,19 +25,20 @@ land evenly between the loads' issue and their completion on the link.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .actions import LOAD, PREFETCH, CopyState, Transfer
 from .allocator import INDEX_DTYPE
-from .engine_types import DECODE, DONE, LOADING, PREFETCHING, READY, WAITING, EngineRequest, Step
+from .engine_types import (DECODE, DONE, LOADING, PREFETCHING, READY, WAITING, Clock, DataPlane, EngineConfig,
+                           EngineRequest, Step)
 from .lifecycle import CommitParams, commit
 from .records import MatchResult
 from .scheduling import FINISHED
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_queues import RequestQueues
 
 MAX_RESOLVE_ROUNDS = 8
 _TIME_SLACK_S = 1e-9
@@ -72,13 +73,19 @@ class _Detached:
 
 
 class Loader:
-    """Transfers, loading and completing steps for an `Engine` (its state: cache, clock,
-    dataplane, executor, config, queues): hands the cache's transfers to the data plane and
-    acknowledges them, resolves admitted requests, waits for overlapped loads, and completes
-    steps (first tokens, decode progress, inserts after prefill chunks and at finish)."""
+    """Transfers, loading and completing steps for an engine: hands the cache's transfers to
+    the data plane and acknowledges them, resolves admitted requests, waits for overlapped
+    loads, and completes steps (first tokens, decode progress, inserts after prefill chunks
+    and at finish). Collaborators: the cache, the engine's config, request queues, clock,
+    data plane and step executor, and `on_done` (the engine's: a request finished)."""
 
-    def __init__(self, engine: Engine):
-        self.e = engine
+    def __init__(self, *, cache, config: EngineConfig, queues: RequestQueues, clock: Clock, dataplane: DataPlane,
+                 executor, on_done: Callable[[EngineRequest], None]):
+        self.cache, self.config, self.q = cache, config, queues
+        self.clock, self.dataplane, self.executor = clock, dataplane, executor
+        self.on_done = on_done  # the engine's: a request finished
+        self.P = cache.page_size
+        self.inflight = 0  # transfers handed to the data plane, not yet reported done
         self._owner: dict = {}  # transfer id -> request waiting for it
         self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
         self._kinds: dict = {}  # transfer id -> kind, for the transfers a request waits for
@@ -91,16 +98,16 @@ class Loader:
         loaded = [r for r, _, _ in step.prefill if r.load_start_s is not None]
         if not loaded:
             return
-        compute = self.e.clock.now() - t0
+        compute = self.clock.now() - t0
         self.overlapping = loaded  # named as loading if the run stalls here
         while any(r.waiting_ids for r in loaded):
-            yield self.e.clock.idle(None)  # a finished transfer kicks the clock
+            yield self.clock.idle(None)  # a finished transfer kicks the clock
         self.overlapping = []
         end = overlap_end_s(t0, compute, [(r.load_start_s, r.load_done_s) for r in loaded],
-                            self.e.executor.layers)
-        while self.e.clock.now() < end - _TIME_SLACK_S:  # a kick (arrival) may wake it early; float
-            yield self.e.clock.idle(end)  # round-off must not make it wait for an ulp forever
-        stall = self.e.clock.now() - (t0 + compute)
+                            self.executor.layers)
+        while self.clock.now() < end - _TIME_SLACK_S:  # a kick (arrival) may wake it early; float
+            yield self.clock.idle(end)  # round-off must not make it wait for an ulp forever
+        stall = self.clock.now() - (t0 + compute)
         for r in loaded:
             if r.first_token_s is None:
                 r.load_s += stall
@@ -109,13 +116,13 @@ class Loader:
     def drain(self, owner: EngineRequest | None = None) -> list:
         """Hand the cache's new transfers to the data plane; `owner` waits for its loads.
         Returns the transfers handed over."""
-        acts = self.e.cache.actions
+        acts = self.cache.actions
         if not acts:
             return []
         batch = [a for a in acts if isinstance(a, Transfer)]
         copies = [a for a in acts if isinstance(a, CopyState)]
         acts.clear()
-        run_copy = getattr(self.e.dataplane, "copy_state", None)
+        run_copy = getattr(self.dataplane, "copy_state", None)
         if copies and run_copy is not None:  # a real data plane copies state slots (MAMBA)
             for c in copies:
                 run_copy(c)
@@ -124,31 +131,31 @@ class Loader:
                 owner.waiting_ids.add(t.id)
                 self._owner[t.id] = owner
                 self._kinds[t.id] = t.kind
-            self.e.inflight += 1
-            self.e.counters["transfers"] += 1
+            self.inflight += 1
+            self.q.counters["transfers"] += 1
         for t in batch:
-            self.e.dataplane.submit(t, self._on_done)
+            self.dataplane.submit(t, self._on_done)
         return batch
 
     def _on_done(self, tid: int, ok: bool = True) -> None:
         """The data plane finished transfer `tid`."""
-        self.e.inflight -= 1
+        self.inflight -= 1
         self._kinds.pop(tid, None)
         r = self._owner.pop(tid, None)
         if r is None:
-            self.e.cache.ack(tid, ok)
+            self.cache.ack(tid, ok)
             self.drain()
         else:
             self._done.setdefault(id(r), []).append((tid, ok))
             r.waiting_ids.discard(tid)
             if not r.waiting_ids:
                 for t, good in sorted(self._done.pop(id(r))):
-                    self.e.cache.ack(t, good)
+                    self.cache.ack(t, good)
                     if not good:  # a failed prefetch brought nothing from L3
                         r.prefetch_tokens = 0
                 self.drain()
                 self._advance(r)
-        self.e.clock.kick()
+        self.clock.kick()
 
     def _detach(self, r: EngineRequest) -> None:
         """r stops waiting for its transfers in flight: they finish in the background, still
@@ -166,17 +173,17 @@ class Loader:
         if r.load_start_s is not None and r.match is not None:  # layerwise: it computes already
             self._relock_loaded(r)
         elif r.phase == PREFETCHING:
-            self.e.prefetching.remove(r)
-            r.prefetch_wait_s = self.e.clock.now() - r.arrival_s
-            self.e.to_waiting(r)
+            self.q.prefetching.remove(r)
+            r.prefetch_wait_s = self.clock.now() - r.arrival_s
+            self.q.to_waiting(r)
         elif r.phase == LOADING:
-            self.e.loading.remove(r)
+            self.q.loading.remove(r)
             self.resolve(r)
 
     def resolve(self, r: EngineRequest) -> None:
         """Match and lock r, issue its loads; ``loading`` while any is in flight, else
         ``ready`` with its reused prefix fixed."""
-        cache = self.e.cache
+        cache = self.cache
         if r.match is not None:
             cache.unlock(r.match)
             r.match = None
@@ -200,15 +207,15 @@ class Loader:
             m = m0  # its prefix once the loads land; it joins steps while they are in flight
         elif r.waiting_ids:
             if r.resolve_rounds < MAX_RESOLVE_ROUNDS:
-                self.e.set_phase(r, LOADING)
-                self.e.loading.append(r)
+                self.q.set_phase(r, LOADING)
+                self.q.loading.append(r)
                 return
             self._detach(r)  # give up waiting: they finish in the background
         r.prefix_len = r.computed_tokens = m.cached_tokens
-        r.kv_pages = m.cached_tokens // self.e.P
-        self.e.set_phase(r, READY)
+        r.kv_pages = m.cached_tokens // self.P
+        self.q.set_phase(r, READY)
         if r.first_token_s is None:
-            r.ready_s = self.e.clock.now()
+            r.ready_s = self.clock.now()
         if r.retracted == 0:
             r.cached_tokens = m.cached_tokens
             dev = min(r.first_prefix, m.cached_tokens)
@@ -216,10 +223,10 @@ class Loader:
             loaded = m.cached_tokens - dev
             r.cached_storage = min(r.prefetch_tokens, loaded)
             r.cached_host = loaded - r.cached_storage
-        self.e.ready.append(r)
+        self.q.ready.append(r)
 
     def _layerwise(self) -> bool:
-        return self.e.config.load_overlap == "layerwise" and getattr(self.e.executor, "layers", None) is not None
+        return self.config.load_overlap == "layerwise" and getattr(self.executor, "layers", None) is not None
 
     def _start_overlapped(self, r: EngineRequest, m0: MatchResult, issued: list, pin: bool) -> bool:
         """If r's loads just `issued` for match `m0` may overlap (`_may_overlap`), r joins steps
@@ -230,11 +237,11 @@ class Loader:
         ok = bool(r.waiting_ids) and self._may_overlap(r, m0, issued)
         if pin:
             assert r.match is not None  # `resolve` just set it
-            self.e.cache.unlock(r.match if ok else m0)
+            self.cache.unlock(r.match if ok else m0)
             if ok:
                 r.match = m0
         if ok:
-            r.load_start_s = self.e.clock.now()
+            r.load_start_s = self.clock.now()
         return ok
 
     def _may_overlap(self, r: EngineRequest, m0, issued: list) -> bool:
@@ -251,7 +258,7 @@ class Loader:
         if (not self._layerwise() or m0.storage_tokens or m0.l3_boundary > m0.cached_tokens
                 or not all(self._kinds.get(t) == LOAD for t in r.waiting_ids)):
             return False
-        cache = self.e.cache
+        cache = self.cache
         if not cache.voters:
             return True
         full = sum(t.tokens for t in issued if t.kind == LOAD and t.component == "full")
@@ -269,7 +276,7 @@ class Loader:
         failed transfer) loads in one more round, as `resolve`'s rounds do; the step waits for
         it too (`overlap_wait`). When L1 cannot serve the prefix after all and r has not
         started computing, it is resolved again without overlap, as it would have been."""
-        cache = self.e.cache
+        cache = self.cache
         m = cache.match(r.seq, r.prefix_len)
         cache.lock(m)
         if cache.voters:
@@ -278,14 +285,14 @@ class Loader:
                 cache.unlock(m)  # r.match (the pinned prefix) holds it until these land too
                 r.resolve_rounds += 1
                 return
-        if m.cached_tokens != r.prefix_len and not r.started and r in self.e.ready:
+        if m.cached_tokens != r.prefix_len and not r.started and r in self.q.ready:
             if m is not r.match:
                 cache.unlock(m)
             r.load_start_s = None
-            self.e.ready.remove(r)
+            self.q.ready.remove(r)
             self.resolve(r)
             return
-        r.load_done_s = self.e.clock.now()
+        r.load_done_s = self.clock.now()
         if m.cached_tokens != r.prefix_len:
             raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
                                f"{r.prefix_len} prefix tokens on L1 once it had started (not modelled)")
@@ -297,19 +304,18 @@ class Loader:
             cache.finalize(m, r.slots)
             self.drain()  # its copy runs before the step's forward (a torch executor's settle)
 
-    def complete(self, step: Step) -> None:
-        """The step's compute is done (at clock.now())."""
-        now = self.e.clock.now()
-        cache = self.e.cache
-        self.e.counters["prefill_steps" if step.prefill else "decode_steps"] += 1
+    def complete(self, step: Step) -> float:
+        """The step's compute is done (at clock.now(), returned)."""
+        now = self.clock.now()
+        self.q.counters["prefill_steps" if step.prefill else "decode_steps"] += 1
         for r, new, _ in step.prefill:
             r.computed_tokens += new
             if r.computed_tokens < r.fill_len or r.generated_tokens + 1 < r.output_length:
                 self._cache_unfinished(r)
             if r.computed_tokens < r.fill_len:
                 continue
-            if self.e.chunked is r:
-                self.e.chunked = None
+            if self.q.chunked is r:
+                self.q.chunked = None
             if r.first_token_s is None:
                 r.first_token_s = now
             if r.generated_tokens < r.output_length:
@@ -318,27 +324,19 @@ class Loader:
                 self._finish(r, now)
             else:
                 r.phase = DECODE
-                self.e.running.add(r)
+                self.q.running.add(r)
         for r in step.decode:
             r.generated_tokens += 1
-        for r in self.e.running.remove_finished():
+        for r in self.q.running.remove_finished():
             self._finish(r, now)
-        hier = cache.hier
-        l2 = l3 = 0
-        if hier is not None:
-            if hier.pool is not None and hier.pool.capacity_pages is not None:
-                l2 = hier.pool.capacity_pages * self.e.P - hier.free_l2_tokens
-            if hier.storage is not None:
-                l3 = len(hier.storage) * self.e.P
-        l1 = 0 if cache.full.pool.unbounded else self.e.max_total_tokens - cache.free_tokens
-        self.e.timeline.append((now, len(self.e.builder.admitted()), len(self.e.waiting) + len(self.e.prefetching), l1, l2, l3))
+        return now
 
     def _cache_unfinished(self, r: EngineRequest) -> None:
         """SGLang's cache_unfinished_req: after a prefill chunk, the request's computed whole
         pages join the tree (it keeps them locked), so concurrent requests sharing that prefix
         reuse it instead of computing it again. FULL-only caches (with SWA or MAMBA the window
         pages and checkpoints belong to the end of the request: it is inserted at finish)."""
-        cache, P = self.e.cache, self.e.P
+        cache, P = self.cache, self.P
         if cache.voters or r.match is None:
             return
         assert r.seq is not None  # unfinished
@@ -366,7 +364,7 @@ class Loader:
     def _finish(self, r: EngineRequest, now: float) -> None:
         pages = np.concatenate(r.pages) if r.pages else _EMPTY
         assert r.seq is not None and r.match is not None  # running until now
-        commit(self.e.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
+        commit(self.cache, CommitParams(seq=r.seq, prompt_len=len(r.prompt), match=r.match, pages=pages,
                                         slots=r.slots or {}, session_id=r.session_id, gen=r.gen,
                                         priority=r.priority, inserted_len=r.inserted_tokens))
         r.match = None
@@ -375,11 +373,4 @@ class Loader:
         r.state = FINISHED
         r.finish_s = now
         self.drain()
-        self.done_request(r)
-
-    def done_request(self, r: EngineRequest) -> None:
-        r.seq = None  # the tokens are not needed any more: a long run must not keep them
-        r.prompt = r.prompt[:0]
-        self.e.finished.append(r)
-        for f in self.e.listeners:
-            f(r)
+        self.on_done(r)

@@ -5,17 +5,18 @@ is the loader's (`engine_loading.Loader.complete`). The rules are in engine.py's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .engine_types import PREFILL, READY, EngineRequest, EngineStalled, Step
+from .engine_types import PREFILL, READY, EngineConfig, EngineRequest, Step
 from .lifecycle import release_slots, take_slots
-from .admission import BatchLimits
+from .admission import Admission, BatchLimits
 from .scheduling import RUNNING, SchedulingContext
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_loading import Loader
+    from .engine_queues import RequestQueues
 
 
 @dataclass(kw_only=True)
@@ -51,45 +52,52 @@ class PrefillBudget:
 
 
 class StepBuilder:
-    """Forms the steps of an `Engine` (its state: cache, config, queues, counters): admission,
-    chunking, prefill pages, the decode batch with retraction."""
+    """Forms the steps of an engine: admission, chunking, prefill pages, the decode batch with
+    retraction. Collaborators: the cache, the engine's config, batch limits, admission rules
+    and schedule policy, its request queues, its `Loader` (admitted requests are resolved
+    and transfers drained there) and `on_nothing_to_run` (the engine's stall check)."""
 
-    def __init__(self, engine: Engine):
-        self.e = engine
+    def __init__(self, *, cache, config: EngineConfig, queues: RequestQueues, loader: Loader, admission: Admission,
+                 policy, limits: BatchLimits, on_nothing_to_run: Callable[[], None]):
+        self.cache, self.config, self.q, self.loader = cache, config, queues, loader
+        self.admission, self.policy, self.limits = admission, policy, limits
+        self.on_nothing_to_run = on_nothing_to_run  # the engine's stall check
+        self.P = cache.page_size
+        self.steps = 0
         self._in_prefill: list[EngineRequest] = []  # requests taken into the step being formed (admission sees them)
         self._ctx = SchedulingContext(match_len=self._match_len, path_key=self._path_key)
 
     def schedule(self, admit: bool = True) -> Step | None:
         """Form the next step (None: nothing can run now); `admit` False: no new request
         from the waiting queue (after a stall's retraction, the earlier admitted go first)."""
-        now = self.e.clock.now()
+        now = self.q.now()
         self._release_timeouts(now)
-        P = self.e.P
-        C = self.e.config.chunked_prefill_tokens
-        budget = PrefillBudget(tokens=self.e.config.max_prefill_tokens, chunk=C, page_size=P)
+        P = self.P
+        C = self.config.chunked_prefill_tokens
+        budget = PrefillBudget(tokens=self.config.max_prefill_tokens, chunk=C, page_size=P)
         cut = False
         # 1. the chunked request, 2. ready requests (admitted earlier, loads done)
-        if self.e.chunked is not None:
-            r = self.e.chunked
+        if self.q.chunked is not None:
+            r = self.q.chunked
             new = budget.portion(r)
             if new > 0:
                 budget.take(r, new)
             cut = r.computed_tokens + new < r.fill_len
-        while self.e.ready and not cut and budget.room() > 0 and (C is not None or not budget.entries or
-                                                                 self.e.ready[0].uncached_tokens < budget.tokens):
-            r = self.e.ready[0]
+        while self.q.ready and not cut and budget.room() > 0 and (C is not None or not budget.entries or
+                                                                 self.q.ready[0].uncached_tokens < budget.tokens):
+            r = self.q.ready[0]
             new = budget.portion(r)
             if new <= 0:
                 break
-            self.e.ready.popleft()
+            self.q.ready.popleft()
             r.phase = PREFILL
             r.state = RUNNING
             budget.take(r, new)
             if new < r.fill_len - r.computed_tokens:
-                self.e.chunked = r
+                self.q.chunked = r
                 cut = True
         # 3. the waiting queue
-        if admit and not cut and self.e.waiting and budget.room() > 0:
+        if admit and not cut and self.q.waiting and budget.room() > 0:
             self._admit(budget)
         entries = budget.entries
         # prefill pages; a request that cannot get them now keeps what it holds and retries
@@ -97,118 +105,117 @@ class StepBuilder:
         for r, new in entries:
             need = -(-(r.computed_tokens + new) // P) - r.kv_pages
             if not self._alloc(r, need):
-                if r is not self.e.chunked:
+                if r is not self.q.chunked:
                     blocked.append(r)
                 continue
             if not r.started and not self._start(r):  # after FULL, in replay's order
-                if self.e.chunked is r:
-                    self.e.chunked = None
+                if self.q.chunked is r:
+                    self.q.chunked = None
                 self._fail_start(r)
                 continue
             prefill.append((r, new, r.computed_tokens))
         for r in reversed(blocked):
             r.phase = READY
-            self.e.ready.appendleft(r)
-        self.e.loader.drain()  # state copies of the requests that start now run before their compute
+            self.q.ready.appendleft(r)
+        self.loader.drain()  # state copies of the requests that start now run before their compute
         decode = []
-        if not prefill or self.e.config.mixed_chunk:
+        if not prefill or self.config.mixed_chunk:
             decode = self._decode_batch()
         if not prefill and not decode:
             return self._nothing_to_run()
         cost = self._prefill_cost(prefill)
-        self.e.steps += 1
-        return Step(self.e.steps, now, tuple(prefill), tuple(decode), cost,
+        self.steps += 1
+        return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
                     tuple(r.fill_len - 1 for r in decode))
 
     def _nothing_to_run(self) -> Step | None:
         """No prefill and no decode can run: wait (None) for acknowledgements or arrivals, or
         retract the latest admitted prefill that holds memory none of them can complete with
         and form the step again; with nothing left to wait for, the engine is stalled."""
-        if self.e.inflight or self.e.prefetching or self.e.loading:
+        if self.loader.inflight or self.q.prefetching or self.q.loading:
             return None  # acknowledgements will free or bring memory
-        stuck = list(self.e.ready) + ([self.e.chunked] if self.e.chunked is not None else [])
+        stuck = list(self.q.ready) + ([self.q.chunked] if self.q.chunked is not None else [])
         stuck = [r for r in stuck if r.started or r.pages or (r.match is not None and r.match.cached_tokens)]
         if stuck:  # admitted prefills hold memory (pages, locked prefixes) none of them can complete with:
             r = max(stuck, key=lambda x: (x.admit_s, x.rid))  # give back the latest one's
-            if r is self.e.chunked:
-                self.e.chunked = None
+            if r is self.q.chunked:
+                self.q.chunked = None
             else:
-                self.e.ready.remove(r)
-            self.e.counters["retractions"] += 1
+                self.q.ready.remove(r)
+            self.q.counters["retractions"] += 1
             r.retracted += 1
             self._release(r)
-            self.e.to_waiting(r, front=True)
+            self.q.to_waiting(r, front=True)
             return self.schedule(admit=False)
-        if not self.e.input_closed or self.e.idle_done():
-            return None
-        raise EngineStalled(f"nothing can run: {self.e.stall_report()}")
+        self.on_nothing_to_run()  # raises EngineStalled when no arrival can come any more
+        return None
 
     def _release_timeouts(self, now: float) -> None:
-        if self.e.config.prefetch_policy != "timeout" or not self.e.prefetching:
+        if self.config.prefetch_policy != "timeout" or not self.q.prefetching:
             return
-        for r in [x for x in self.e.prefetching if x.ready_at is not None and x.ready_at <= now]:
-            self.e.prefetching.remove(r)
+        for r in [x for x in self.q.prefetching if x.ready_at is not None and x.ready_at <= now]:
+            self.q.prefetching.remove(r)
             r.prefetch_wait_s = now - r.arrival_s
-            self.e.to_waiting(r)  # its prefetch goes on; what arrives in time is used
+            self.q.to_waiting(r)  # its prefetch goes on; what arrives in time is used
 
     def admitted(self) -> list:
-        out = list(self.e.running)
-        out += self.e.loading
-        out += self.e.ready
-        if self.e.chunked is not None:
-            out.append(self.e.chunked)
+        out = list(self.q.running)
+        out += self.q.loading
+        out += self.q.ready
+        if self.q.chunked is not None:
+            out.append(self.q.chunked)
         out += [r for r in self._in_prefill]
         return out
 
     def _admit(self, budget: PrefillBudget) -> None:
-        limits = self.e.limits
-        self._in_prefill = [r for r, _ in budget.entries if r is not self.e.chunked]
+        limits = self.limits
+        self._in_prefill = [r for r, _ in budget.entries if r is not self.q.chunked]
         if budget.tokens != limits.max_prefill_tokens or budget.chunk != limits.chunked_prefill_tokens:
             limits = BatchLimits(max_running_requests=limits.max_running_requests,
                                  max_prefill_tokens=max(budget.tokens, 1),
-                                 chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.e.P),
+                                 chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.P),
                                  max_total_tokens=limits.max_total_tokens)
-        ordered = self.e.policy.order(self.e.waiting, self._ctx)
+        ordered = self.policy.order(self.q.waiting, self._ctx)
         probed: list = []
 
         def probe(r) -> int:
             """Match and lock a candidate just before admission considers it (as SGLang's
             PrefillAdder locks what it admits), so the next candidate sees less evictable
             memory. Host hits count as uncached here: loading them takes L1 pages."""
-            m = self.e.cache.match(r.seq, r.limit)
-            self.e.cache.lock(m)
+            m = self.cache.match(r.seq, r.limit)
+            self.cache.lock(m)
             probed.append((r, m))
-            return m.device if self.e.cache.hier is not None else m.cached_tokens
+            return m.device if self.cache.hier is not None else m.cached_tokens
 
-        res = self.e.admission.select(ordered, self.admitted(), self._free_fn, limits, match_len=probe)
+        res = self.admission.select(ordered, self.admitted(), self._free_fn, limits, match_len=probe)
         for _, m in probed:
-            self.e.cache.unlock(m)
+            self.cache.unlock(m)
         self._in_prefill = []
-        now = self.e.clock.now()
+        now = self.q.now()
         r: EngineRequest
         gone = {id(r) for r, _ in res.admitted}
-        self.e.waiting = [r for r in self.e.waiting if id(r) not in gone]
+        self.q.waiting = [r for r in self.q.waiting if id(r) not in gone]
         for r, new in res.admitted:
             if r.admit_s is None:
                 r.admit_s = now
             r.state = RUNNING
-            self.e.loader.resolve(r)
+            self.loader.resolve(r)
             if r.phase != READY:
                 continue  # loading: it joins a later step
-            self.e.ready.remove(r)
+            self.q.ready.remove(r)
             new = min(new, r.fill_len - r.computed_tokens) if res.chunked is r else r.fill_len - r.computed_tokens
             if new <= 0:
                 continue
             r.phase = PREFILL
             budget.take(r, new)
             if r.computed_tokens + new < r.fill_len:
-                self.e.chunked = r
+                self.q.chunked = r
 
     def _decode_batch(self) -> list:
-        running = self.e.running
+        running = self.q.running
         if not len(running):
             return []
-        cache, P = self.e.cache, self.e.P
+        cache, P = self.cache, self.P
 
         def need(r) -> int:
             return 1 if r.fill_len > r.kv_pages * P else 0
@@ -217,18 +224,18 @@ class StepBuilder:
         if pages * P > self._free_fn() and not cache.full.pool.unbounded:
             out = running.retract(pages * P - self._free_fn(), freed_tokens=lambda r: sum(map(len, r.pages)) * P)
             for r in out:
-                self.e.counters["retractions"] += 1
+                self.q.counters["retractions"] += 1
                 self._release(r)
-                self.e.to_waiting(r, front=True)
-            self.e.waiting[: len(out)] = sorted(self.e.waiting[: len(out)], key=lambda x: x.fcfs_key())
+                self.q.to_waiting(r, front=True)
+            self.q.waiting[: len(out)] = sorted(self.q.waiting[: len(out)], key=lambda x: x.fcfs_key())
         batch = []
         for r in running:
             if need(r) and not self._alloc(r, 1):  # the last request alone does not fit: it waits
                 running.remove(r)
                 r.retracted += 1
-                self.e.counters["retractions"] += 1
+                self.q.counters["retractions"] += 1
                 self._release(r)
-                self.e.to_waiting(r, front=True)
+                self.q.to_waiting(r, front=True)
                 continue
             batch.append(r)
         return batch
@@ -238,7 +245,7 @@ class StepBuilder:
         the same step (same page keys) is computed once."""
         if len(prefill) < 2:
             return tuple((new, ctx) for _, new, ctx in prefill)
-        P = self.e.P
+        P = self.P
         seen: set = set()
         out = []
         for r, new, ctx in prefill:
@@ -251,17 +258,17 @@ class StepBuilder:
                     shared += P
                 seen.update(keys)
             shared = min(shared, new - 1)
-            self.e.counters["shared_prefill_tokens"] += shared
+            self.q.counters["shared_prefill_tokens"] += shared
             out.append((new - shared, ctx + shared))
         return tuple(out)
 
     def _match_len(self, r: EngineRequest) -> int:
         """Tokens of r that need no compute now: device + host hits (host hits will load)."""
-        m = self.e.cache.match(r.seq, r.limit)
-        return m.device + m.host_tokens if self.e.cache.hier is not None else m.cached_tokens
+        m = self.cache.match(r.seq, r.limit)
+        return m.device + m.host_tokens if self.cache.hier is not None else m.cached_tokens
 
     def _path_key(self, r: EngineRequest) -> tuple:
-        node = self.e.cache.match(r.seq, r.limit).handle.node
+        node = self.cache.match(r.seq, r.limit).handle.node
         ids = []
         while node.parent is not None:
             ids.append(node.id)
@@ -269,19 +276,19 @@ class StepBuilder:
         return tuple(reversed(ids))
 
     def _free_fn(self) -> int:
-        return self.e.cache.free_tokens + self.e.cache.full.evictable_tokens
+        return self.cache.free_tokens + self.cache.full.evictable_tokens
 
     def _alloc(self, r: EngineRequest, pages: int) -> bool:
         if pages <= 0:
             return True
-        cache = self.e.cache
+        cache = self.cache
         ev0 = cache.full.evicted_tokens
-        if not cache.full.pool.unbounded and cache.free_tokens < pages * self.e.P:
-            cache.evict(pages * self.e.P - cache.free_tokens)
+        if not cache.full.pool.unbounded and cache.free_tokens < pages * self.P:
+            cache.evict(pages * self.P - cache.free_tokens)
         got = cache.alloc(pages)
         r.evicted_tokens += cache.full.evicted_tokens - ev0
         if got is None:
-            self.e.counters["alloc_waits"] += 1
+            self.q.counters["alloc_waits"] += 1
             return False
         r.pages.append(got)
         r.kv_pages += pages
@@ -289,7 +296,7 @@ class StepBuilder:
 
     def _release(self, r: EngineRequest) -> None:
         """Give back everything r holds (retraction or a failed start)."""
-        cache = self.e.cache
+        cache = self.cache
         if r.pages:
             cache.free(np.concatenate(r.pages))
         if r.slots is not None:
@@ -301,20 +308,20 @@ class StepBuilder:
         r.started = False
         r.kv_pages = r.computed_tokens = r.prefix_len = r.inserted_tokens = 0
         r.resolve_rounds = 0
-        self.e.loader.drain()
+        self.loader.drain()
 
     def _start(self, r: EngineRequest) -> bool:
         """First prefill of r: its SWA window pages and MAMBA slots, as replay takes them."""
-        cache = self.e.cache
+        cache = self.cache
         r.started = True
         assert r.seq is not None and r.match is not None  # admitted and resolved, not finished
         n = r.seq.length - r.prefix_len
         # with loads still overlapped, the finalizers run at their end (engine_loading.py)
-        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.e.P * self.e.P,
+        r.slots, ok = take_slots(cache, r.match, n, r.prefix_len, r.seq.length // self.P * self.P,
                                  finalize=r.load_start_s is None or r.load_done_s is not None)
         return ok
 
     def _fail_start(self, r: EngineRequest) -> None:
-        self.e.counters["alloc_waits"] += 1
+        self.q.counters["alloc_waits"] += 1
         self._release(r)
-        self.e.to_waiting(r, front=True)
+        self.q.to_waiting(r, front=True)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .actions import L1, Alloc, Free
 from .components.ports import TreeLink
 from .tree import RadixTree
+from .vote import Voters
 
 if TYPE_CHECKING:
     from .components.full import FullComponent
@@ -28,7 +29,7 @@ class Topology:
         self.tree = RadixTree(page_size, self.on_split, self.on_remove, comp_slots=comp_slots, lazy=lazy)
         self.full: FullComponent | None = None  # the first component added
         self.components: list = []
-        self.voters: list = []  # every component but FULL (they vote on the boundary)
+        self.voters = Voters()  # every component but FULL (they vote on the boundary)
         self.tiers: Hierarchy | None = None  # the Hierarchy, wired by the cache when tiers exist
         self.sessions: SessionRegistry | None = None  # the SessionRegistry, wired by the cache when the policy uses sessions
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks

@@ -204,14 +204,13 @@ class RadixTree:
         ends past `inserted_len` tokens (SGLang's rule; module doc). Eager: each such node;
         lazy: +1 on `node`, -1 on the deepest node of the path ending at or before it.
         Returns the nodes whose stored hits changed."""
+        if not self.lazy:
+            path = self.hit_path(node, inserted_len)
+            for n in path:
+                n.hits += 1
+            return path
         changed: list[Node] = []
         if node.parent is None or node.end <= inserted_len:
-            return changed
-        if not self.lazy:
-            while node.parent is not None and node.end > inserted_len:
-                node.hits += 1
-                changed.append(node)
-                node = node.parent
             return changed
         node.hits += 1
         changed.append(node)
@@ -224,6 +223,16 @@ class RadixTree:
                 up.hits -= 1
                 changed.append(up)
         return changed
+
+    @staticmethod
+    def hit_path(node: Node, inserted_len: int = 0) -> list:
+        """The nodes of the path ending at `node` that end past `inserted_len`, bottom-up
+        (those an insert counts a hit on)."""
+        path = []
+        while node.parent is not None and node.end > inserted_len:
+            path.append(node)
+            node = node.parent
+        return path
 
     def split(self, child: Node, upper_tokens: int) -> Node:
         """Cut `child`'s edge after `upper_tokens`; the new upper node gets a fresh tick (and,

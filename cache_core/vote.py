@@ -55,8 +55,25 @@ _GAP = _Gap()
 
 def look_back(voters) -> int:
     """Tokens before a boundary that some voter's verdict there looks at (its `window`
-    attribute; 0 without one)."""
-    return max((getattr(c, "window", 0) or 0 for c in voters), default=0)
+    attribute; 0 without one): kept by `Voters` as they register, else computed."""
+    if isinstance(voters, Voters):
+        return voters.look_back
+    return max((_window(c) for c in voters), default=0)
+
+
+def _window(comp) -> int:
+    return getattr(comp, "window", 0) or 0
+
+
+class Voters(list):
+    """A topology's voting components in registration order, with their `look_back`
+    computed as each is added (voters do not change after the cache is built), not per vote."""
+
+    look_back = 0
+
+    def append(self, comp) -> None:
+        super().append(comp)
+        self.look_back = max(self.look_back, _window(comp))
 
 
 def gap_validators(voters, l1_only: bool = False) -> list:

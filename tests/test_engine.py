@@ -438,3 +438,15 @@ def test_prefill_budget_is_typed_and_charges_whole_pages():
     assert (b.tokens, b.chunk, b.room()) == (52, -8, -8)
     nb = PrefillBudget(tokens=100, chunk=None, page_size=16)
     assert nb.portion(SimpleNamespace(fill_len=500, computed_tokens=0)) == 500 and nb.room() == 100
+
+
+def test_step_builder_and_loader_do_not_hold_the_engine():
+    """They get narrow collaborators (cache, config, queues, clock, ...); the only ways back
+    into the engine are two bound methods: a finished request, and the stall check."""
+    _, cache, e, _ = make(CacheConfig(page_size=4, capacity_tokens=256))
+    held = {type(part).__name__: sorted(k for k, v in vars(part).items() if v is e) for part in (e.builder, e.loader)}
+    assert held == {"StepBuilder": [], "Loader": []}
+    callbacks = {type(part).__name__: sorted(k for k, v in vars(part).items() if getattr(v, "__self__", None) is e)
+                 for part in (e.builder, e.loader)}
+    assert callbacks == {"StepBuilder": ["on_nothing_to_run"], "Loader": ["on_done"]}
+    assert (e.builder.cache, e.loader.cache, e.builder.q, e.loader.q) == (cache, cache, e.queues, e.queues)

@@ -113,7 +113,23 @@ def test_the_engine_holds_its_step_builder_and_loader():
     assert Engine.__bases__ == (object,)
     assert (StepBuilder.__bases__, Loader.__bases__) == ((object,), (object,))
     src = (ROOT / "engine.py").read_text()
-    assert "self.builder = StepBuilder(self)" in src and "self.loader = Loader(self)" in src
+    assert "self.builder = StepBuilder(" in src and "self.loader = Loader(" in src
+
+
+def engine_reach(tree: ast.Module) -> list[str]:
+    """How a module reaches an Engine: an import of cache_core.engine, or `self.e`."""
+    out = [f"import {n.module}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "engine"]
+    out += [f"line {n.lineno}: self.e" for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "e"
+            and isinstance(n.value, ast.Name) and n.value.id == "self"]
+    return out
+
+
+def test_step_builder_and_loader_get_narrow_collaborators_not_the_engine():
+    """issue 16 item 3: the StepBuilder and the Loader are given what they use (cache, config,
+    queues, clock, data plane, ...; callbacks as bound methods), never the Engine."""
+    found = {rel: engine_reach(tree) for rel, tree, _ in modules() if rel in ("engine_steps.py", "engine_loading.py")}
+    assert found == {"engine_steps.py": [], "engine_loading.py": []}
+    assert engine_reach(ast.parse("from .engine import Engine\nself.e.cache\n")) == ["import engine", "line 2: self.e"]
 
 
 def test_tiers_and_transfer_kinds_are_enums_in_the_logic():
@@ -140,3 +156,32 @@ def test_transfers_carry_the_enums():
     assert all(type(t.kind) is TransferKind and type(t.src_tier) is Tier for t in ts)
     assert ts[1].kind == "load" and f"{ts[1].src_tier}->{ts[1].dst_tier}" == "L2->L1"  # reads as before
     assert cache.hier.tokens_moved == {"L1->L2": 20, "L2->L1": 16, "L2->L3": 0, "L3->L2": 0}
+
+
+def unused_imports(src: str) -> list[str]:
+    """Imported names a module never reads (as pyflakes' F401): not as a name, not in a quoted
+    annotation, not in `__all__`. An import marked ``noqa`` (a registration) is left out."""
+    tree, lines = ast.parse(src), src.splitlines()
+    imported: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__" and \
+                not any("noqa" in line for line in lines[n.lineno - 1 : n.end_lineno]):
+            for a in n.names:
+                imported[a.asname or a.name.split(".")[0]] = n.lineno
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    quoted = [n.annotation for n in ast.walk(tree) if isinstance(n, (ast.arg, ast.AnnAssign))]
+    quoted += [n.returns for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    quoted += [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)]
+    for q in quoted:
+        for c in ast.walk(q) if q is not None else ():
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                used.update(c.value.replace("|", " ").replace("[", " ").replace("]", " ").replace(".", " ").split())
+    return sorted(f"{name} (line {line})" for name, line in imported.items() if name not in used)
+
+
+def test_no_unused_imports_in_cache_core():
+    """Every imported name is used (engine_steps.py once imported WAITING for nothing)."""
+    found = {p.relative_to(ROOT).as_posix(): unused_imports(p.read_text()) for p in sorted(ROOT.rglob("*.py"))}
+    assert {k: v for k, v in found.items() if v} == {}
+    assert unused_imports("from .engine_types import PREFILL, WAITING\nx: 'list[PREFILL]'\n") == ["WAITING (line 1)"]

@@ -216,6 +216,21 @@ def test_write_through_selective_lower_half_of_a_split_gets_no_hit():
     check(c)
 
 
+def test_on_hit_takes_the_nodes_count_hits_walked():
+    """The insert offers `on_hit` (top-down) the nodes `tree.count_hits` walked and
+    returned, instead of walking the path a second time: a count_hits reporting only the
+    leaf B (A's hit still counted) gets only B offered."""
+    c = make(hicache_ratio=2, write_policy="write_through_selective", write_through_threshold=2)
+    request(c, A)
+    real_count, real_hit = c.tree.count_hits, c.hier.on_hit
+    calls = []
+    c.tree.count_hits = lambda node, inserted_len=0: real_count(node, inserted_len)[:1]
+    c.hier.on_hit = lambda n: (calls.append(n.end), real_hit(n))
+    request(c, AB)
+    assert calls == [len(AB)]
+    assert node_at(c, A).hits == 2 and node_at(c, A).host is None  # counted, never offered
+
+
 def test_write_back_backs_up_only_when_l1_evicts():
     c = make(hicache_ratio=2, l3=True, write_policy="write_back")
     request(c, A)

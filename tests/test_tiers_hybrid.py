@@ -972,3 +972,28 @@ def test_storage_prefetch_landing_after_a_boundary_fetch_of_the_same_pages_keeps
     invariants.check(c)
     assert swa_l2(node_at(c, A)) == [-1, -1] + ints(ts2[0].dst)
     assert c.swa.host_pool.free_pages == c.swa.host_pool.capacity_pages - 2
+
+
+# =============================================================================================
+# 10. write_through_selective after a MAMBA split: every node of the counted path is offered
+# =============================================================================================
+def _record_on_hit(c) -> list:
+    calls: list = []
+    real = c.hier.on_hit
+    c.hier.on_hit = lambda n: (calls.append(n.end), real(n))
+    return calls
+
+
+def test_on_hit_sees_the_nodes_a_mamba_checkpoint_split_put_on_the_counted_path():
+    """every_tokens=8: the first request's insert makes one leaf [0, 16) and counts its hit;
+    placing the snapshot at 8 then splits it. The nodes offered to `on_hit` (top-down) are
+    the path as it is after the split, [0, 8) then [8, 16), not only the leaf counted."""
+    c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, mamba=MambaConfig(slots=8, every_tokens=8),
+                               tiers=TierConfig(hicache_ratio=2, write_policy="write_through_selective",
+                                                write_through_threshold=1)), record_actions=True)
+    calls = _record_on_hit(c)
+    step(c, toks((0, 17)))
+    assert calls == [8, 16]
+    assert [n.end for n in reversed(c.tree.hit_path(node_at(c, toks((0, 16)))))] == [8, 16]
+    assert [(t.kind, t.component, t.tokens) for t in transfers(c) if t.component == "full"] == \
+        [("backup", "full", 8), ("backup", "full", 8)]

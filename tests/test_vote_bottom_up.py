@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq
-from cache_core.vote import END, REASONS, _and, _deepest, vote
+from cache_core.components.base import Component
+from cache_core.tiers import TierConfig
+from cache_core.vote import END, REASONS, _and, _deepest, look_back, vote
 
 
 def vote_top_down(voters, visited, traversed, page_size, l1_only=False, out=None):
@@ -116,3 +118,48 @@ def test_vote_examines_only_the_last_window_of_a_long_path():
     best, node, cut, lost = vote([counting], visited, traversed, P)
     assert (len(visited), traversed, best, lost) == (40, 400, 400, ())
     assert counting.shown == 1 + 1  # the gap, then the last node (it holds the whole window)
+
+
+class _WindowReads(Component):
+    """A test-only voter that accepts every boundary and counts reads of its `window`."""
+
+    name = "window-reads"
+
+    def __init__(self, link, window: int):
+        self.link, self.kind, self._window, self.reads = link, link.slot, window, 0
+
+    @property
+    def window(self) -> int:
+        self.reads += 1
+        return self._window
+
+    def validator(self, l1_only: bool = False):
+        class AcceptAll:
+            def mask(self, node, start, npages):
+                return True
+
+        return AcceptAll()
+
+
+class _WindowReadsSpec:
+    name = "window-reads"
+
+    def build(self, link):
+        return _WindowReads(link, 8)
+
+
+@pytest.mark.parametrize("tiers", [None, TierConfig(hicache_ratio=2, l3=True, min_prefetch_tokens=0)])
+def test_look_back_is_computed_once_per_topology_not_per_vote(tiers):
+    """Voters do not change after the cache is built: their look-back (the largest `window`)
+    is read when each registers (Topology.voters), never again by the 20 matches' votes
+    (L1, and with tiers the tree vote and the storage probe)."""
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, swa=SwaConfig(window_tokens=16),
+                                   extra_components=(_WindowReadsSpec(),), tiers=tiers))
+    (comp,) = [c for c in cache.voters if c.name == "window-reads"]
+    before = comp.reads
+    stepper = ReplayStepper(cache)
+    tokens = np.arange(100, dtype=np.int64)
+    for k in range(1, 21):
+        stepper.step(tokens[: 4 * k + 2], np.array([1000 + k, 0], dtype=np.int64))
+    assert (before, comp.reads - before) == (1, 0)
+    assert look_back(cache.voters) == 16 and comp.reads == 1
