@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from cache_core import RadixCache, invariants
 from scenarios.workload_kinds import workload_kind
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62

@@ -54,9 +54,10 @@ import numpy as np
 from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq
 from cache_core.keys import ROOT_STATE, TOKEN_DTYPE, page_keys
 
+from .seeding import rng as _rng
 from .program_dags import (MAX_CALLS, MAX_VOCAB_SIZE, _STREAM_STRUCTURE, _STREAM_TOKENS,  # noqa: F401
                            AgentConfig, FewShotConfig, MultiTurnChatConfig, ProgramConfig, SelfConsistencyConfig,
-                           TreeOfThoughtConfig, _agent_dag, _chat_dag, _few_shot_dag, _rng, _self_consistency_dag,
+                           TreeOfThoughtConfig, _agent_dag, _chat_dag, _few_shot_dag, _self_consistency_dag,
                            _tot_dag)
 
 if TYPE_CHECKING:

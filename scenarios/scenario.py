@@ -47,7 +47,7 @@ from cache_core.engine_types import EngineConfig
 from cache_core.tiers import TierConfig
 
 from . import presets
-from .schema import REPLAY_ONLY_POLICIES, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
+from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import read_mapping

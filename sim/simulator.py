@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections import deque
 
-import numpy as np
 import simpy
 
 from cache_core.engine import Engine
