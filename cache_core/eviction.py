@@ -202,15 +202,19 @@ class EvictionQueue:
         return None
 
     def maybe_compact(self, live: int) -> None:
-        """Drop stale entries when they dominate the heap (amortised O(1) per push)."""
+        """Drop stale entries when they dominate the heap (amortised O(1) per push). A volatile
+        queue keeps one entry per candidate, ranked by its key now: an entry whose key moved on
+        its own is the candidate's only entry (`pop` would have ranked it again)."""
         if len(self._heap) > 2 * live + 4096:
-            key, ok = self._key, self._is_candidate
+            key, ok, volatile = self._key, self._is_candidate, self._volatile
             seen = set()
             fresh = []
             for k, i, node in self._heap:
-                if i not in seen and ok(node) and key(node) == k:
-                    seen.add(i)
-                    fresh.append((k, i, node))
+                if i not in seen and ok(node):
+                    now = key(node)
+                    if now == k or volatile:
+                        seen.add(i)
+                        fresh.append((now, i, node))
             heapq.heapify(fresh)
             self._heap = fresh
 

@@ -501,3 +501,41 @@ def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError):
         CacheConfig(policy="no-such-policy")
     assert {"lru", "lfu", "fifo"} <= set(policy_names())
+
+
+class _Moving(Policy):
+    """A test-only volatile policy: the key is an attribute the test moves without re-offering."""
+
+    volatile = True
+
+    def key(self, node):
+        return node.k
+
+
+class _Item:
+    def __init__(self, i, k):
+        self.id, self.k, self.alive = i, k, True
+
+
+def test_compaction_keeps_a_volatile_candidate_whose_key_moved_on_its_own():
+    """A volatile queue re-ranks a popped entry whose key moved; compaction must not drop such a
+    candidate (it would never be offered again and never evicted). 5,000 stale re-offers of
+    node 0 trigger compaction while node 1's key has moved from 1 to 10 on its own: every live
+    candidate still pops, in key order."""
+    from cache_core.eviction import EvictionQueue
+
+    q = EvictionQueue(_Moving(), lambda n: n.alive)
+    a, b, c = _Item(0, 0), _Item(1, 1), _Item(2, 5)
+    for n in (a, b, c):
+        q.push(n)
+    b.k = 10  # moved on its own: no push
+    for k in range(1, 5_001):  # a's key moves with re-offers: 5,000 stale entries
+        a.k = k
+        q.push(a)
+    q.maybe_compact(3)
+    assert len(q) <= 3
+    popped = []
+    while (n := q.pop()) is not None:
+        popped.append((n.id, n.k))
+        n.alive = False
+    assert popped == [(2, 5), (1, 10), (0, 5_000)]
