@@ -403,3 +403,30 @@ def test_pd_hybrid_swa_decode_engine_lands_full_and_window_kv():
     # the missing tokens' FULL KV plus the SWA KV of their last 128-token window
     assert [r["kv_bytes"] for r in rows] == [m * full + 128 * swa for m in (1024, 2064 - 1024, 3104 - 2048)]
     assert [r["decode_cached_tokens"] for r in rows] == [1024, 2048, 3072]  # the decode engine reuses it all
+
+
+def test_the_fleet_progress_bar_counts_each_user_request_and_shows_the_simulated_time(monkeypatch):
+    """The fleet's bar is `radixsim run`'s (run.progress_listener): one update per finished
+    request, after the simulated time reached."""
+    from radixsim import fleet_run
+
+    calls = []
+    bar = type("Bar", (), {"set_postfix_str": lambda self, text, refresh=True: calls.append(text[:10]),
+                           "update": lambda self, n=1: calls.append(n), "close": lambda self: None})()
+    monkeypatch.setattr(fleet_run, "_progress", lambda total, enabled, desc: bar if enabled else None)
+    f, env, *_ = fleet_run.simulate_fleet(scenario(PD_1P1D, workload__num_clients=2, workload__num_rounds=2),
+                                          progress=True)
+    assert f.completed == 4 and calls == ["simulated ", 1] * 4
+
+
+def test_recent_keys_touch_puts_a_prefix_leaf_first_and_trim_drops_the_least_recent():
+    from fleet.routers.base import RecentKeys
+
+    keys = RecentKeys()
+    keys.touch([1, 2, 3])
+    keys.touch([4, 2])
+    assert list(keys) == [3, 1, 2, 4]  # least recently used first; a prefix's first key last
+    keys.trim(None)
+    assert list(keys) == [3, 1, 2, 4]
+    keys.trim(2)
+    assert list(keys) == [2, 4]
