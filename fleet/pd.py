@@ -102,7 +102,7 @@ class PDFleet(Fleet):
         req, P = part["user"], self.P
         lp = req.prompt_tokens
         keys = req.seq.page_keys(P)[: lp // P]
-        seq = TokenSeq(np.frombuffer(req.seq.data[: lp * 8], dtype=np.int64), keys, P)
+        seq = TokenSeq(_head(req.seq, lp), keys, P)
         pre = EngineRequest(rid=req.rid, session_id=req.session_id, prompt=req.prompt, output_length=1,
                             arrival_s=req.arrival_s, seq=seq, round=req.round)
         self.engines[self.prefill[part["p"]]].arrive(pre)
@@ -134,7 +134,7 @@ class PDFleet(Fleet):
         part["landed"] = land(eng.cache, seq, user.prompt_tokens, part.pop("reserved"))
         lp = user.prompt_tokens + 1
         dec = EngineRequest(rid=rid, session_id=user.session_id,
-                            prompt=np.frombuffer(seq.data[: lp * 8], dtype=np.int64),
+                            prompt=_head(seq, lp),
                             output_length=user.output_length - 1, arrival_s=self.now(), seq=seq, round=user.round)
         eng.arrive(dec)
         self._prealloc(part["d"])
@@ -158,6 +158,11 @@ class PDFleet(Fleet):
         part.pop("seq", None)
         user.rejected = part["prefill"].rejected or ("decode" in part and part["decode"].rejected)
         self.complete(user)
+
+
+def _head(seq, tokens: int) -> np.ndarray:
+    """The first `tokens` token ids of `seq` (a view of its data)."""
+    return np.frombuffer(seq.data, dtype=np.int64, count=tokens)
 
 
 def reserve(cache, seq, prompt_tokens: int, radix: bool):
