@@ -178,13 +178,14 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool):
         m = cache.match(seq, m.device)
     need = n - m.cached_tokens // P
     cap = cache.full.capacity_tokens
+    cache.lock(m)  # before evicting: the matched prefix stays
     if cap is not None and need * P > cap:
-        cache.lock(m)
         return m, None, None
     if cache.free_tokens < need * P:
         cache.evict(need * P - cache.free_tokens)
     pages = cache.alloc(need) if need else np.zeros(0, dtype=np.int64)
     if pages is None:
+        cache.unlock(m)
         return None
     swa = None
     if cache.swa is not None and need:
@@ -194,8 +195,8 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool):
         swa = cache.alloc_swa(k)
         if swa is None:
             cache.free(pages)
+            cache.unlock(m)
             return None
-    cache.lock(m)
     return m, pages, swa
 
 

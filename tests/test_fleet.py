@@ -430,3 +430,23 @@ def test_recent_keys_touch_puts_a_prefix_leaf_first_and_trim_drops_the_least_rec
     assert list(keys) == [3, 1, 2, 4]
     keys.trim(2)
     assert list(keys) == [2, 4]
+
+
+
+def test_pd_pre_allocation_locks_the_matched_prefix_before_it_evicts():
+    """A 14-page decode pool with decode radix, two sessions of three turns: a later turn's
+    pre-allocation, short of free pages, used to evict the very prefix it had matched (it
+    locked the match only after evicting) and then lock a node no longer in the tree
+    (AttributeError: 'NoneType' object has no attribute 'lock_ref'). The match is now locked
+    first: what it holds is not evicted, and each turn sends only what the pool lacks."""
+    from scenarios.presets import bytes_per_token
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": 896, "hicache_ratio": None}
+    sc = scenario(fleet, workload__num_clients=2, workload__num_rounds=3, workload__request_length=256)
+    f, env, *_ = simulate_fleet(sc)  # invariants.check on every engine's cache at the end
+    rows = fleet_rows(f)
+    bpt = bytes_per_token(sc.fleet.engines[0].model, "full")
+    assert [r["prompt_tokens"] for r in rows] == [256, 256, 528, 528, 800, 800]
+    assert [r["kv_bytes"] / bpt for r in rows] == [256, 256, 272, 272, 544, 800]
+    assert [r["decode_cached_tokens"] for r in rows] == [256, 256, 512, 512, 768, 768]
