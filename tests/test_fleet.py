@@ -450,3 +450,45 @@ def test_pd_pre_allocation_locks_the_matched_prefix_before_it_evicts():
     assert [r["prompt_tokens"] for r in rows] == [256, 256, 528, 528, 800, 800]
     assert [r["kv_bytes"] / bpt for r in rows] == [256, 256, 272, 272, 544, 800]
     assert [r["decode_cached_tokens"] for r in rows] == [256, 256, 512, 512, 768, 768]
+
+
+@pytest.mark.parametrize("pool_tokens, clients", [(2048, 2), (3072, 3)])
+def test_pd_pre_allocation_keeps_room_for_the_decode_of_the_requests_it_holds(pool_tokens, clients):
+    """16-page prompts on a decode pool of exactly `clients` x 16 pages: every request used to
+    reserve its pages and land, and then none could be admitted for its first decode token (no
+    page free or evictable; the run stopped with EngineStalled: 0 of N decoded). Pre-allocation
+    now keeps the decode room of the requests holding KV there (pd.decode_room), so the last
+    request waits until the first one's decode ends, and every request completes."""
+    from radixsim.run import request_rows
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": pool_tokens, "hicache_ratio": None}
+    f, env, *_ = simulate_fleet(scenario(fleet, workload__num_clients=clients, workload__num_rounds=1))
+    rows = fleet_rows(f)
+    decoded = {row["rid"]: row for row in request_rows(f.engines[1])}
+    assert f.completed == clients and sorted(decoded) == [r["rid"] for r in rows]
+    assert [r["prealloc_wait_s"] == 0.0 for r in rows] == [True] * (clients - 1) + [False]
+    assert f.parts[rows[-1]["rid"]]["prealloc_done_s"] == min(decoded[r["rid"]]["finish_s"] for r in rows[:-1])
+    assert [r["decode_cached_tokens"] for r in rows] == [1024] * clients
+    assert f.engines[1].counters["retractions"] == 0
+
+
+def test_pd_reserve_keeps_the_room_asked_for_or_goes_alone_when_no_pool_could_keep_it():
+    from cache_core.records import TokenSeq
+    from fleet.pd import reserve
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": 2048, "hicache_ratio": None}  # 32 pages
+    f, env, *_ = simulate_fleet(scenario(fleet, workload__num_clients=1, workload__num_rounds=1))
+    cache, seq = f.engines[1].cache, TokenSeq(np.arange(10**6, 10**6 + 1024, dtype=np.int64))
+    first = reserve(cache, seq, 1024, False, keep=1024)  # 16 pages, 16 kept free: exactly the pool
+    assert first is not None and len(first[1]) == 16
+    assert cache.free_tokens + cache.full.evictable_tokens == 1024
+    assert reserve(cache, seq, 1024, False, keep=1) is None  # its 16 pages would leave nothing
+    # no pool keeps 10**9 tokens beside 16 pages: the request waits until it is alone there
+    assert reserve(cache, seq, 1024, False, keep=10**9) is None
+    cache.free(first[1])
+    cache.unlock(first[0])
+    alone = reserve(cache, seq, 1024, False, keep=10**9)
+    assert alone is not None and len(alone[1]) == 16
+
