@@ -64,6 +64,7 @@ class PDFleet(Fleet):
         self.rooms: dict = {d: {} for d in range(len(self.decode))}  # rid -> decode room, requests holding KV
         router.engines = [[engines[i]] for i in self.prefill]
         decode_router.engines = [[engines[i]] for i in self.decode]
+        self.input_closed = False
 
     def kv_bytes(self, tokens: int) -> float:
         """Bytes of the KV of `tokens` missing tokens: every token's FULL KV, and the SWA KV of
@@ -82,6 +83,20 @@ class PDFleet(Fleet):
         self.engine_of[req.rid] = self.prefill[p]
         env = self.kv_links[p].env
         env.timeout(self.bootstrap_s).callbacks.append(lambda _e, rid=req.rid: self._bootstrapped(rid))
+
+    def close_input(self) -> None:
+        """No more user requests; the engines close once every one is done (one still on its
+        way reaches its prefill and decode engines later)."""
+        self.input_closed = True
+        self._close_when_done()
+
+    def complete(self, r) -> None:
+        super().complete(r)
+        self._close_when_done()
+
+    def _close_when_done(self) -> None:
+        if self.input_closed and self.completed == self.arrived:
+            super().close_input()
 
     def _bootstrapped(self, rid) -> None:
         part = self.parts[rid]

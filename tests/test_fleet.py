@@ -492,3 +492,17 @@ def test_pd_reserve_keeps_the_room_asked_for_or_goes_alone_when_no_pool_could_ke
     alone = reserve(cache, seq, 1024, False, keep=10**9)
     assert alone is not None and len(alone[1]) == 16
 
+
+def test_pd_timed_arrivals_finish_after_the_input_closes(tmp_path):
+    """A timed trace closes its input right after the last arrival; a P/D request still on its
+    way (bootstrap, pre-allocation, KV transfer) reaches the prefill and decode engines later,
+    so they stay open until every user request is done (they used to close at once: the idle
+    engines' loops ended and the last request stalled, 'the fleet finished 1 of 2')."""
+    raw = copy.deepcopy(SMALL)
+    raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
+    raw["fleet"] = copy.deepcopy(PD_1P1D)
+    f, env, *_ = simulate_fleet(resolve(raw, "test"))
+    a, b = fleet_rows(f)
+    assert f.completed == 2 and (a["rejected"], b["rejected"]) == (False, False)
+    assert b["arrival_s"] == 20.0 and b["bootstrap_s"] == pytest.approx(0.005, abs=1e-12)
+    assert b["decode_cached_tokens"] == 34 * 64 and b["finish_s"] > b["first_token_s"] > 20.005
