@@ -506,3 +506,16 @@ def test_pd_timed_arrivals_finish_after_the_input_closes(tmp_path):
     assert f.completed == 2 and (a["rejected"], b["rejected"]) == (False, False)
     assert b["arrival_s"] == 20.0 and b["bootstrap_s"] == pytest.approx(0.005, abs=1e-12)
     assert b["decode_cached_tokens"] == 34 * 64 and b["finish_s"] > b["first_token_s"] > 20.005
+
+
+def test_a_fleet_run_replaces_an_earlier_fleet_run_in_its_directory(tmp_path):
+    """engines.csv and fleet.json are a run's files (outputs.RUN_FILES): running a fleet again
+    into its directory replaces it (it used to refuse: 'holds files that are not radixsim
+    results (engines.csv, fleet.json)')."""
+    sc = scenario({"engines": 2})
+    first = run_scenario(sc, tmp_path / "out", progress=False, plots=False)
+    again = run_scenario(sc, tmp_path / "out", progress=False, plots=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.yaml", "engines.csv", "fleet.json", "requests.csv", "rounds.csv", "summary.json", "timeline.csv",
+        "tree.json"]
+    assert again["fleet"] == first["fleet"] and again["requests"] == 24
