@@ -106,7 +106,8 @@ class PDFleet(Fleet):
 
     def _prealloc(self, d: int) -> None:
         """Reserve decode KV for the queued requests of decode engine d, first come first
-        served; the head waits while the pool cannot supply its pages."""
+        served; the head waits while the pool cannot supply its pages and still keep the
+        decode rooms of the requests holding KV there (its own included)."""
         queue, eng = self.prealloc_queue[d], self.engines[self.decode[d]]
         while queue:
             part = self.parts[queue[0]]
