@@ -13,7 +13,11 @@ inflight queue):
 - Pre-allocation: the decode engine then reserves the KV of the prompt's whole pages (public
   `RadixCache` calls: match + lock of the prefix it holds, evict, alloc), first come first served
   per decode engine; while its pool cannot supply the pages the request waits (retried whenever
-  a decode request ends or KV lands). Only then does the prefill start.
+  a decode request ends or KV lands). The pool must also keep, free or evictable, the decode room
+  (`PDFleet.decode_room`) of every request holding KV there, this one included: else requests
+  whose KV landed could fill it so that none can be admitted for its first decode token, and
+  the run would stall (SGLang's PreallocQueue likewise keeps memory back for future decode).
+  Only then does the prefill start.
 - Prefill: a copy of the request with one output token (its TokenSeq is the prompt's) on the
   prefill engine.
 - KV transfer: ``missing tokens x bytes per token`` (the model's FULL KV with its sidecars,
@@ -57,8 +61,10 @@ class PDFleet(Fleet):
         self.decode_radix = pd["decode_radix"]
         self.parts: dict = {}  # rid -> {"user": request, "p": engine, "d": engine, ...times}
         self.prealloc_queue = {d: [] for d in range(len(self.decode))}  # FIFO of rids per decode engine
+        self.rooms: dict = {d: {} for d in range(len(self.decode))}  # rid -> decode room, requests holding KV
         router.engines = [[engines[i]] for i in self.prefill]
         decode_router.engines = [[engines[i]] for i in self.decode]
+        self.input_closed = False
 
     def kv_bytes(self, tokens: int) -> float:
         """Bytes of the KV of `tokens` missing tokens: every token's FULL KV, and the SWA KV of
@@ -78,6 +84,20 @@ class PDFleet(Fleet):
         env = self.kv_links[p].env
         env.timeout(self.bootstrap_s).callbacks.append(lambda _e, rid=req.rid: self._bootstrapped(rid))
 
+    def close_input(self) -> None:
+        """No more user requests; the engines close once every one is done (one still on its
+        way reaches its prefill and decode engines later)."""
+        self.input_closed = True
+        self._close_when_done()
+
+    def complete(self, r) -> None:
+        super().complete(r)
+        self._close_when_done()
+
+    def _close_when_done(self) -> None:
+        if self.input_closed and self.completed == self.arrived:
+            super().close_input()
+
     def _bootstrapped(self, rid) -> None:
         part = self.parts[rid]
         part["bootstrap_done_s"] = self.now()
@@ -86,23 +106,39 @@ class PDFleet(Fleet):
 
     def _prealloc(self, d: int) -> None:
         """Reserve decode KV for the queued requests of decode engine d, first come first
-        served; the head waits while the pool cannot supply its pages."""
-        queue, cache = self.prealloc_queue[d], self.engines[self.decode[d]].cache
+        served; the head waits while the pool cannot supply its pages and still keep the
+        decode rooms of the requests holding KV there (its own included)."""
+        queue, eng = self.prealloc_queue[d], self.engines[self.decode[d]]
         while queue:
             part = self.parts[queue[0]]
-            held = reserve(cache, part["seq"], part["user"].prompt_tokens, self.decode_radix)
+            room = self.decode_room(eng, part["user"])
+            held = reserve(eng.cache, part["seq"], part["user"].prompt_tokens, self.decode_radix,
+                           keep=max([room, *self.rooms[d].values()]))
             if held is None:
                 return
             queue.pop(0)
+            self.rooms[d][part["user"].rid] = room
             part["reserved"] = held
             part["prealloc_done_s"] = self.now()
             self._start_prefill(part)
+
+    @staticmethod
+    def decode_room(eng, user) -> int:
+        """Free + evictable tokens decode engine `eng` needs for `user`'s decode, once its
+        prompt's whole pages landed, to be admitted alone (`admission.Admission`: the tail's
+        pages + the output reservation, strictly below what is available) and to finish (the
+        pages of its tokens past the landed ones), whichever is more; 0 without a decode."""
+        if user.output_length <= 1:
+            return 0
+        adm, tail = eng.admission, user.prompt_tokens % eng.P
+        charge = adm.ceil_pages(tail + 1) + min(user.output_length - 1, adm.clip_max_new_tokens) + 1
+        return max(charge, adm.ceil_pages(tail + user.output_length))
 
     def _start_prefill(self, part) -> None:
         req, P = part["user"], self.P
         lp = req.prompt_tokens
         keys = req.seq.page_keys(P)[: lp // P]
-        seq = TokenSeq(np.frombuffer(req.seq.data[: lp * 8], dtype=np.int64), keys, P)
+        seq = TokenSeq(_head(req.seq, lp), keys, P)
         pre = EngineRequest(rid=req.rid, session_id=req.session_id, prompt=req.prompt, output_length=1,
                             arrival_s=req.arrival_s, seq=seq, round=req.round)
         self.engines[self.prefill[part["p"]]].arrive(pre)
@@ -134,7 +170,7 @@ class PDFleet(Fleet):
         part["landed"] = land(eng.cache, seq, user.prompt_tokens, part.pop("reserved"))
         lp = user.prompt_tokens + 1
         dec = EngineRequest(rid=rid, session_id=user.session_id,
-                            prompt=np.frombuffer(seq.data[: lp * 8], dtype=np.int64),
+                            prompt=_head(seq, lp),
                             output_length=user.output_length - 1, arrival_s=self.now(), seq=seq, round=user.round)
         eng.arrive(dec)
         self._prealloc(part["d"])
@@ -143,6 +179,7 @@ class PDFleet(Fleet):
         """The request no longer needs its decode KV held: unlock (or free) it; without the
         decode radix the engine keeps nothing (SGLang's ChunkCache frees a request's KV)."""
         cache = self.engines[self.decode[part["d"]]].cache
+        self.rooms[part["d"]].pop(part["user"].rid, None)
         if "reserved" in part:
             reserved = part.pop("reserved")
             _free(cache, reserved)
@@ -160,12 +197,19 @@ class PDFleet(Fleet):
         self.complete(user)
 
 
-def reserve(cache, seq, prompt_tokens: int, radix: bool):
+def _head(seq, tokens: int) -> np.ndarray:
+    """The first `tokens` token ids of `seq` (a view of its data)."""
+    return np.frombuffer(seq.data, dtype=np.int64, count=tokens)
+
+
+def reserve(cache, seq, prompt_tokens: int, radix: bool, keep: int = 0):
     """Pre-allocate decode KV for seq[:prompt_tokens]: (match, pages, SWA pages) with the
     device prefix the cache holds locked (radix; else nothing matched), pages for the rest of
     the prompt's whole pages (None when they are more than the whole pool: the request will
     recompute) and, with SWA, pages for their window (as the engine takes them: at most the
-    window's pages + 1). None when the pools cannot supply them now (the request waits)."""
+    window's pages + 1). None when the pools cannot supply them now, or would keep fewer than
+    `keep` FULL tokens free or evictable after them (the request waits; a `keep` more than
+    the pool could keep beside this prompt's pages asks for the pool to hold nothing else)."""
     P = cache.page_size
     n = prompt_tokens // P
     m = cache.match(seq, n * P if radix else 0)
@@ -173,13 +217,18 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool):
         m = cache.match(seq, m.device)
     need = n - m.cached_tokens // P
     cap = cache.full.capacity_tokens
+    cache.lock(m)  # before evicting: the matched prefix stays
     if cap is not None and need * P > cap:
-        cache.lock(m)
         return m, None, None
+    spare = cache.free_tokens + cache.full.evictable_tokens - need * P  # free or evictable after them
+    if cap is not None and spare < min(keep, cap - n * P):  # (at most what the pool could keep beside it)
+        cache.unlock(m)
+        return None
     if cache.free_tokens < need * P:
         cache.evict(need * P - cache.free_tokens)
     pages = cache.alloc(need) if need else np.zeros(0, dtype=np.int64)
     if pages is None:
+        cache.unlock(m)
         return None
     swa = None
     if cache.swa is not None and need:
@@ -189,8 +238,8 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool):
         swa = cache.alloc_swa(k)
         if swa is None:
             cache.free(pages)
+            cache.unlock(m)
             return None
-    cache.lock(m)
     return m, pages, swa
 
 

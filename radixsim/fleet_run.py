@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from . import results
-from .run import _progress, request_rows, sim_engine, summarise, timeline_rows, workload_source, write_result_dir
+from .run import (_progress, progress_listener, request_rows, sim_engine, summarise, timeline_rows, workload_source,
+                  write_result_dir)
 
 ENGINE_COLUMNS = ["engine", "role", "requests", "prompt_tokens", "hit_rate", "hit_rate_device", "hit_rate_host",
                   "hit_rate_storage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
@@ -34,7 +35,7 @@ def simulate_fleet(sc, *, progress: bool = False):
     source, total = workload_source(env, fleet, sc)
     bar = _progress(total, progress, sc.doc.get("name") or "fleet")
     if bar is not None:
-        fleet.listeners.append(lambda r: bar.update())
+        fleet.listeners.append(progress_listener(bar, env))
     env.process(source)
     for e in fleet.engines:
         env.process(e.loop())
@@ -96,10 +97,6 @@ def pd_rows(fleet, per_engine: list) -> list:
     return rows
 
 
-def _pct(a, q):
-    return float(np.percentile(a, q)) if len(a) else None
-
-
 def _tpot(r) -> float | None:
     if r["rejected"] or r["ttft_s"] is None or r["output_tokens"] <= 1:
         return None
@@ -115,8 +112,9 @@ def slo_metrics(rows, ttft_s: float, tpot_s: float, duration: float) -> dict:
     tpots = [t for t in (_tpot(r) for r in ok) if t is not None]
     good = [r for r in ok if r["ttft_s"] <= ttft_s and (_tpot(r) is None or _tpot(r) <= tpot_s)]
     per_s = (lambda x: x / duration) if duration > 0 else (lambda x: None)
-    return {"ttft_p50_s": _pct(ttft, 50), "ttft_p90_s": _pct(ttft, 90), "ttft_p99_s": _pct(ttft, 99),
-            "tpot_p50_s": _pct(tpots, 50), "tpot_p90_s": _pct(tpots, 90), "tpot_p99_s": _pct(tpots, 99),
+    pct = results.percentile
+    return {"ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
+            "tpot_p50_s": pct(tpots, 50), "tpot_p90_s": pct(tpots, 90), "tpot_p99_s": pct(tpots, 99),
             "slo_attainment": results.rate(len(good), len(rows)), "goodput_rps": per_s(len(good)),
             "goodput_tokens_per_s": per_s(sum(r["prompt_tokens"] + r["output_tokens"] for r in good))}
 
@@ -144,11 +142,12 @@ def _shared_stats(tree, stats: dict):
     return {k: stats[k] if k in stats else _shared_stats(v, stats) for k, v in tree.items()}
 
 
-def engine_table(fleet, per_engine: list, spec, duration: float) -> list:
+def engine_table(fleet, per_engine: list, summaries: list, spec, duration: float) -> list:
+    """engines.csv: one row per engine from its request rows and its `summarise` summary
+    (whose hit-rate totals it reuses)."""
     out = []
     for i, e in enumerate(fleet.engines):
-        mine = per_engine[i]
-        t = results.totals(mine, [])
+        mine, t = per_engine[i], summaries[i]
         m = slo_metrics(mine, spec.slo_ttft_s, spec.slo_tpot_s, duration)
         busy = e.executor.busy_s
         out.append({**_where(fleet, i), "role": fleet.roles[i], "requests": t["requests"],
@@ -215,7 +214,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         header = h + ["engine"]
         trows += [row + [i] for row in tr]
     results.write(out / "timeline.csv", trows, columns=header)
-    engines = engine_table(fleet, per_engine, sc.fleet, summary["duration_s"])
+    engines = engine_table(fleet, per_engine, per, sc.fleet, summary["duration_s"])
     results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS[:1] + (["dp_rank"] if fleet.dp > 1 else [])
                   + ENGINE_COLUMNS[1:])
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from sim.recorder import rate, round_table, totals  # noqa: F401  (row math, shared with replay)
+from sim.recorder import percentile, rate, round_table, totals  # noqa: F401  (row math, shared with replay)
 
 from .outputs import write
 

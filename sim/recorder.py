@@ -13,6 +13,11 @@ def rate(num: int, den: int) -> float | None:
     return None if den == 0 else num / den
 
 
+def percentile(a, q) -> float | None:
+    """The q-th percentile of `a` (numpy's linear one); None when `a` is empty."""
+    return float(np.percentile(a, q)) if len(a) else None
+
+
 def _tier_split(rows) -> tuple:
     prompt = sum(r["prompt_tokens"] for r in rows)
     cached = sum(r["cached_tokens"] for r in rows)
@@ -123,18 +128,14 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     duration = end - start
     tpot = [(r["finish_s"] - r["first_token_s"]) / (r["output_tokens"] - 1) for r in ok if r["output_tokens"] > 1]
     e2e = [r["finish_s"] - r["arrival_s"] for r in ok]
-
-    def pct(a, q):
-        return float(np.percentile(a, q)) if len(a) else None
-
     s = {"mode": eng.dataplane.mode, **totals(rows, rounds)}
     s.update({
         "effective_input_tps": s["total_prompt_tokens"] / duration if duration > 0 else None,
         "duration_s": duration,
         "ttft_mean_s": float(ttft.mean()) if len(ttft) else None,
-        "ttft_p50_s": pct(ttft, 50), "ttft_p90_s": pct(ttft, 90), "ttft_p99_s": pct(ttft, 99),
+        "ttft_p50_s": percentile(ttft, 50), "ttft_p90_s": percentile(ttft, 90), "ttft_p99_s": percentile(ttft, 99),
         "tpot_mean_s": float(np.mean(tpot)) if tpot else None,
-        "e2e_p50_s": pct(e2e, 50),
+        "e2e_p50_s": percentile(e2e, 50),
         "rejected": sum(1 for r in rows if r["rejected"]),
         "queue_mean_s": float(np.mean([r["queue_s"] for r in ok])) if ok else None,
         "load_mean_s": float(np.mean([r["load_s"] for r in ok])) if ok else None,

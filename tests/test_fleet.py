@@ -403,3 +403,119 @@ def test_pd_hybrid_swa_decode_engine_lands_full_and_window_kv():
     # the missing tokens' FULL KV plus the SWA KV of their last 128-token window
     assert [r["kv_bytes"] for r in rows] == [m * full + 128 * swa for m in (1024, 2064 - 1024, 3104 - 2048)]
     assert [r["decode_cached_tokens"] for r in rows] == [1024, 2048, 3072]  # the decode engine reuses it all
+
+
+def test_the_fleet_progress_bar_counts_each_user_request_and_shows_the_simulated_time(monkeypatch):
+    """The fleet's bar is `radixsim run`'s (run.progress_listener): one update per finished
+    request, after the simulated time reached."""
+    from radixsim import fleet_run
+
+    calls = []
+    bar = type("Bar", (), {"set_postfix_str": lambda self, text, refresh=True: calls.append(text[:10]),
+                           "update": lambda self, n=1: calls.append(n), "close": lambda self: None})()
+    monkeypatch.setattr(fleet_run, "_progress", lambda total, enabled, desc: bar if enabled else None)
+    f, env, *_ = fleet_run.simulate_fleet(scenario(PD_1P1D, workload__num_clients=2, workload__num_rounds=2),
+                                          progress=True)
+    assert f.completed == 4 and calls == ["simulated ", 1] * 4
+
+
+def test_recent_keys_touch_puts_a_prefix_leaf_first_and_trim_drops_the_least_recent():
+    from fleet.routers.base import RecentKeys
+
+    keys = RecentKeys()
+    keys.touch([1, 2, 3])
+    keys.touch([4, 2])
+    assert list(keys) == [3, 1, 2, 4]  # least recently used first; a prefix's first key last
+    keys.trim(None)
+    assert list(keys) == [3, 1, 2, 4]
+    keys.trim(2)
+    assert list(keys) == [2, 4]
+
+
+
+def test_pd_pre_allocation_locks_the_matched_prefix_before_it_evicts():
+    """A 14-page decode pool with decode radix, two sessions of three turns: a later turn's
+    pre-allocation, short of free pages, used to evict the very prefix it had matched (it
+    locked the match only after evicting) and then lock a node no longer in the tree
+    (AttributeError: 'NoneType' object has no attribute 'lock_ref'). The match is now locked
+    first: what it holds is not evicted, and each turn sends only what the pool lacks."""
+    from scenarios.presets import bytes_per_token
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": 896, "hicache_ratio": None}
+    sc = scenario(fleet, workload__num_clients=2, workload__num_rounds=3, workload__request_length=256)
+    f, env, *_ = simulate_fleet(sc)  # invariants.check on every engine's cache at the end
+    rows = fleet_rows(f)
+    bpt = bytes_per_token(sc.fleet.engines[0].model, "full")
+    assert [r["prompt_tokens"] for r in rows] == [256, 256, 528, 528, 800, 800]
+    assert [r["kv_bytes"] / bpt for r in rows] == [256, 256, 272, 272, 544, 800]
+    assert [r["decode_cached_tokens"] for r in rows] == [256, 256, 512, 512, 768, 768]
+
+
+@pytest.mark.parametrize("pool_tokens, clients", [(2048, 2), (3072, 3)])
+def test_pd_pre_allocation_keeps_room_for_the_decode_of_the_requests_it_holds(pool_tokens, clients):
+    """16-page prompts on a decode pool of exactly `clients` x 16 pages: every request used to
+    reserve its pages and land, and then none could be admitted for its first decode token (no
+    page free or evictable; the run stopped with EngineStalled: 0 of N decoded). Pre-allocation
+    now keeps the decode room of the requests holding KV there (pd.decode_room), so the last
+    request waits until the first one's decode ends, and every request completes."""
+    from radixsim.run import request_rows
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": pool_tokens, "hicache_ratio": None}
+    f, env, *_ = simulate_fleet(scenario(fleet, workload__num_clients=clients, workload__num_rounds=1))
+    rows = fleet_rows(f)
+    decoded = {row["rid"]: row for row in request_rows(f.engines[1])}
+    assert f.completed == clients and sorted(decoded) == [r["rid"] for r in rows]
+    assert [r["prealloc_wait_s"] == 0.0 for r in rows] == [True] * (clients - 1) + [False]
+    assert f.parts[rows[-1]["rid"]]["prealloc_done_s"] == min(decoded[r["rid"]]["finish_s"] for r in rows[:-1])
+    assert [r["decode_cached_tokens"] for r in rows] == [1024] * clients
+    assert f.engines[1].counters["retractions"] == 0
+
+
+def test_pd_reserve_keeps_the_room_asked_for_or_goes_alone_when_no_pool_could_keep_it():
+    from cache_core.records import TokenSeq
+    from fleet.pd import reserve
+
+    fleet = copy.deepcopy(PD_1P1D)
+    fleet["groups"][1]["cache"] = {"l1_tokens": 2048, "hicache_ratio": None}  # 32 pages
+    f, env, *_ = simulate_fleet(scenario(fleet, workload__num_clients=1, workload__num_rounds=1))
+    cache, seq = f.engines[1].cache, TokenSeq(np.arange(10**6, 10**6 + 1024, dtype=np.int64))
+    first = reserve(cache, seq, 1024, False, keep=1024)  # 16 pages, 16 kept free: exactly the pool
+    assert first is not None and len(first[1]) == 16
+    assert cache.free_tokens + cache.full.evictable_tokens == 1024
+    assert reserve(cache, seq, 1024, False, keep=1) is None  # its 16 pages would leave nothing
+    # no pool keeps 10**9 tokens beside 16 pages: the request waits until it is alone there
+    assert reserve(cache, seq, 1024, False, keep=10**9) is None
+    cache.free(first[1])
+    cache.unlock(first[0])
+    alone = reserve(cache, seq, 1024, False, keep=10**9)
+    assert alone is not None and len(alone[1]) == 16
+
+
+def test_pd_timed_arrivals_finish_after_the_input_closes(tmp_path):
+    """A timed trace closes its input right after the last arrival; a P/D request still on its
+    way (bootstrap, pre-allocation, KV transfer) reaches the prefill and decode engines later,
+    so they stay open until every user request is done (they used to close at once: the idle
+    engines' loops ended and the last request stalled, 'the fleet finished 1 of 2')."""
+    raw = copy.deepcopy(SMALL)
+    raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
+    raw["fleet"] = copy.deepcopy(PD_1P1D)
+    f, env, *_ = simulate_fleet(resolve(raw, "test"))
+    a, b = fleet_rows(f)
+    assert f.completed == 2 and (a["rejected"], b["rejected"]) == (False, False)
+    assert b["arrival_s"] == 20.0 and b["bootstrap_s"] == pytest.approx(0.005, abs=1e-12)
+    assert b["decode_cached_tokens"] == 34 * 64 and b["finish_s"] > b["first_token_s"] > 20.005
+
+
+def test_a_fleet_run_replaces_an_earlier_fleet_run_in_its_directory(tmp_path):
+    """engines.csv and fleet.json are a run's files (outputs.RUN_FILES): running a fleet again
+    into its directory replaces it (it used to refuse: 'holds files that are not radixsim
+    results (engines.csv, fleet.json)')."""
+    sc = scenario({"engines": 2})
+    first = run_scenario(sc, tmp_path / "out", progress=False, plots=False)
+    again = run_scenario(sc, tmp_path / "out", progress=False, plots=False)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "config.yaml", "engines.csv", "fleet.json", "requests.csv", "rounds.csv", "summary.json", "timeline.csv",
+        "tree.json"]
+    assert again["fleet"] == first["fleet"] and again["requests"] == 24

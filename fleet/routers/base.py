@@ -12,6 +12,8 @@ lowest engine index, so every router is deterministic (``seed`` places session_a
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 
 class Router:
     name = "base"
@@ -37,6 +39,21 @@ class Router:
     def prompt_keys(self, req) -> list:
         """The stable keys (cache_core.keys) of the prompt's whole pages."""
         return req.seq.page_keys(self.P)[: req.prompt_tokens // self.P].tolist()
+
+
+class RecentKeys(OrderedDict):
+    """A router's view of the page keys an engine holds, least recently used first."""
+
+    def touch(self, keys) -> None:
+        """Make `keys` the most recent, the first one last (a prefix's leaves go first)."""
+        for k in reversed(keys):
+            self[k] = None
+            self.move_to_end(k)
+
+    def trim(self, cap: int | None) -> None:
+        """Drop the least recently used keys down to `cap` (None: no bound)."""
+        while cap is not None and len(self) > cap:
+            self.popitem(last=False)
 
 
 def argmin(values) -> int:

@@ -18,9 +18,7 @@ characters, so matches and sizes count tokens at page granularity; eviction is c
 request arrives, not on a wall-clock thread."""
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from .base import Router, argmin, leading
+from .base import RecentKeys, Router, argmin, leading
 
 
 class CacheAware(Router):
@@ -35,7 +33,7 @@ class CacheAware(Router):
         self.rel_threshold = float(balance_rel_threshold)
         self.interval = float(eviction_interval_s)
         self.max_pages = max(int(max_tree_size) // self.P, 0)
-        self.trees = [OrderedDict() for _ in range(n)]  # page key -> None, least recently used first
+        self.trees = [RecentKeys() for _ in range(n)]
         self._next_evict = self.interval
         self.balanced_picks = self.imbalanced_picks = 0
 
@@ -68,11 +66,8 @@ class CacheAware(Router):
 
     @staticmethod
     def _insert(tree, keys) -> None:
-        for k in reversed(keys):  # the prefix ends most recent: leaves go first on eviction
-            tree[k] = None
-            tree.move_to_end(k)
+        tree.touch(keys)
 
     def _evict(self) -> None:
         for t in self.trees:
-            while len(t) > self.max_pages:
-                t.popitem(last=False)
+            t.trim(self.max_pages)

@@ -16,9 +16,8 @@ capacity in blocks, least recently stored first out (stated in docs/fleet.md).""
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
 
-from .base import Router, argmin, leading
+from .base import RecentKeys, Router, argmin, leading
 
 
 class KvOverlap(Router):
@@ -28,7 +27,7 @@ class KvOverlap(Router):
         super().__init__(n, **kw)
         self.weight = float(overlap_score_weight)
         self.staleness_s = float(staleness_s)
-        self.index = [OrderedDict() for _ in range(n)]
+        self.index = [RecentKeys() for _ in range(n)]
         self.capacity_pages = [None] * n  # set by the fleet from each engine's L1 (+ L2) size
         self._events: list = []  # heap of (visible at, seq, engine, keys)
         self._seq = 0
@@ -42,12 +41,8 @@ class KvOverlap(Router):
         ev = self._events
         while ev and ev[0][0] <= now:
             _, _, i, keys = heapq.heappop(ev)
-            idx, cap = self.index[i], self.capacity_pages[i]
-            for k in reversed(keys):
-                idx[k] = None
-                idx.move_to_end(k)
-            while cap is not None and len(idx) > cap:
-                idx.popitem(last=False)
+            self.index[i].touch(keys)
+            self.index[i].trim(self.capacity_pages[i])
 
     def pick(self, req, now):
         self._apply_events(now)

@@ -41,10 +41,9 @@ class SessionAffinity(Router):
         key = req.session_id if req.session_id is not None else f"rid:{req.rid}"
         cap = math.ceil((1 + self.epsilon) * (sum(self.outstanding) + 1) / self.n)
         start = bisect.bisect(self._points, _h(str(key)))
-        home = None
+        home = self._owners[start % len(self._points)]
         for j in range(len(self._points)):
             i = self._owners[(start + j) % len(self._points)]
-            home = i if home is None else home
             if self.outstanding[i] < cap:
                 if i != home:
                     self.moves.append((req.rid, home, i, self.outstanding[home], cap))
