@@ -3,7 +3,9 @@
 Runs one scenario (default: the Inkling figure-4 L3 one) as `radixsim run` in a fresh process
 at 1x, 2x and 4x its rounds (`--set workload.num_rounds=...`) and prints, per run, the wall
 time of the simulator, the prompt tokens simulated, simulated tokens per wall second, and the
-cost relative to the 1x run. Flat tokens/s = cost linear in the work.
+cost relative to the 1x run. Flat tokens/s = cost linear in the work. Then, per run, the
+simulated work that is not prompt tokens, relative to the 1x run: requests, engine steps
+(each a scheduling pass) and pages read from L3 (each prefetch reads its whole storage run).
 
     python benchmarks/bench_scaling.py [SCENARIO] [--factors 1,2,4]
 """
@@ -23,7 +25,7 @@ def rounds_of(scenario: str) -> int:
     return int(load(scenario)["workload"]["num_rounds"])
 
 
-def run(scenario: str, rounds: int, out: Path) -> tuple[float, int]:
+def run(scenario: str, rounds: int, out: Path) -> tuple[float, int, dict]:
     cmd = [sys.executable, "-m", "radixsim", "run", scenario, "--set", f"workload.num_rounds={rounds}",
            "--out", str(out), "--no-progress", "--no-plots"]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -32,7 +34,15 @@ def run(scenario: str, rounds: int, out: Path) -> tuple[float, int]:
     sim_s = float(p.stdout.rsplit("wall ", 1)[1].split(" s")[0])
     with open(out / "summary.json") as f:
         s = json.load(f)
-    return sim_s, int(s["total_prompt_tokens"])
+    return sim_s, int(s["total_prompt_tokens"]), work_of(s)
+
+
+def work_of(summary: dict) -> dict:
+    """Requests, engine steps and L3 pages read of a run's summary.json."""
+    c = summary.get("cache") or {}
+    moved = (c.get("tiers") or {}).get("tokens_moved", {})
+    return {"requests": summary["requests"], "steps": (summary.get("engine") or {}).get("steps", 0),
+            "L3 pages read": moved.get("L3->L2", 0) // max(c.get("page_size", 1), 1)}
 
 
 def main() -> None:
@@ -42,13 +52,17 @@ def main() -> None:
     args = ap.parse_args()
     base = rounds_of(args.scenario)
     print(f"{'rounds':>7} {'sim s':>8} {'prompt tokens':>14} {'tokens/s':>12} {'cost vs 1x':>11} {'tokens vs 1x':>13}")
-    first = None
+    first, works = None, []
     with tempfile.TemporaryDirectory() as tmp:
         for f in (int(x) for x in args.factors.split(",")):
-            sim_s, tokens = run(args.scenario, base * f, Path(tmp) / f"x{f}")
+            sim_s, tokens, work = run(args.scenario, base * f, Path(tmp) / f"x{f}")
             first = first or (sim_s, tokens)
+            works.append((base * f, work))
             print(f"{base * f:7d} {sim_s:8.1f} {tokens:14,d} {tokens / sim_s:12,.0f} {sim_s / first[0]:10.1f}x "
                   f"{tokens / first[1]:12.1f}x", flush=True)
+    print(f"\n{'rounds':>7}" + "".join(f" {k:>20}" for k in works[0][1]))
+    for rounds, work in works:
+        print(f"{rounds:7d}" + "".join(f" {v:>12,d} {v / max(works[0][1][k], 1):6.1f}x" for k, v in work.items()))
 
 
 if __name__ == "__main__":
