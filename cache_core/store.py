@@ -5,12 +5,8 @@ Both address pages by their stable page keys (cache_core.keys; SWA/MAMBA payload
 of present keys from the first (`leading`), mark keys read (`touch`), store keys (`put`,
 `put_many`). Which one a Hierarchy uses is ``TierConfig.l3_model``.
 
-``prefix`` (StorageIndex): LRU by put or read, one entry per page, capacity in pages. Until the
-first eviction the order is not needed: a read is only logged (its keys as an array, at the
-next stamps; the log is deduplicated in numpy now and then, keeping each key's last read), a
-put stamps its keys, and the first eviction orders the index once by each key's latest stamp.
-So the reads of a store that does not fill (a conversation's prefix read again every round)
-cost no per-page index update; from the first eviction on every read moves its pages.
+``prefix`` (StorageIndex): LRU by put or read, one entry per page, capacity in pages. Until its
+first eviction a read is logged, not applied page by page (read_log.py: ordered once then).
 
 ``mooncake`` (MooncakeStore): what Mooncake Store's master does with SGLang's HiCache objects
 (sources and the reasoning in docs/store_model.md):
@@ -56,11 +52,10 @@ from __future__ import annotations
 import math
 import random
 import zlib
-from collections import OrderedDict, deque
-from itertools import chain, compress, repeat
+from collections import OrderedDict
+from itertools import chain
 
-import numpy as np
-
+from .read_log import ReadLog
 from .registry import Registry
 
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
@@ -83,16 +78,11 @@ class StorageIndex:
     """L3 ``prefix`` model: page keys present in the external store, least recently used first."""
 
     clock = None  # a callable giving the current time in seconds (the Mooncake model's leases)
-    reads_kept, reads_slack = 2, 1 << 16  # logged reads, at most kept x (keys present + keys read) + slack
 
     def __init__(self, capacity_pages: int | None):
         self.capacity_pages = capacity_pages
-        self._keys: OrderedDict = OrderedDict()  # least recently used first (once `ordered`)
-        self.ordered = False  # before the first eviction: `_keys` values are put stamps
-        self._stamp = 0  # the next stamp (until ordered)
-        self._reads: list = []  # (first stamp, keys array) per read since the last dedup
-        self._logged = 0  # keys in `_reads`
-        self._read_last = (np.empty(0, np.uint64), np.empty(0, np.int64))  # deduplicated: key, last stamp
+        self._keys: OrderedDict = OrderedDict()
+        self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
         self.evicted_pages = 0
 
@@ -139,11 +129,8 @@ class StorageIndex:
         return 0
 
     def touch(self, keys) -> None:
-        """Mark page keys (an array) read, in their order, the last the most recent; keys not
-        present are not marked. Until ordered: logged only."""
-        if not self.ordered:
-            self._log_read(keys)
-            return
+        if self.reads is not None:  # before the first eviction: logged
+            return self.reads.add(keys, len(self._keys))
         move = self._keys.move_to_end
         for k in keys.tolist():
             try:
@@ -156,56 +143,21 @@ class StorageIndex:
 
     def put_many(self, keys: list) -> None:
         """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
-        d = self._keys
-        if not self.ordered:
-            t = self._stamp
-            self._stamp += len(keys)
-            d.update(zip(keys, range(t, t + len(keys))))
+        d, reads = self._keys, self.reads
+        if reads is not None:  # before the first eviction: stamped, ordered when it comes
+            d.update(zip(keys, reads.stamps(len(keys))))
         else:
             for k in keys:
                 d[k] = None
                 d.move_to_end(k)
         cap = self.capacity_pages
-        if cap is not None and len(d) > cap and not self.ordered:
-            self._order()
+        if cap is not None and len(d) > cap and reads is not None:
+            reads.order(d)
+            self.reads = None
         while cap is not None and len(d) > cap:
             d.popitem(last=False)
             self.evicted_pages += 1
             self._removed()
-
-    def _log_read(self, keys) -> None:
-        if len(keys):
-            self._reads.append((self._stamp, np.array(keys, dtype=np.uint64)))
-            self._stamp += len(keys)
-            self._logged += len(keys)
-        if self._logged > self.reads_kept * (len(self._keys) + len(self._read_last[0])) + self.reads_slack:
-            self._dedup_reads()
-
-    def _dedup_reads(self) -> None:
-        """Fold the logged reads into `_read_last` (each key read: its last read's stamp)."""
-        if not self._reads:
-            return
-        old_k, old_s = self._read_last
-        keys = np.concatenate([old_k] + [a for _, a in self._reads])
-        stamps = np.concatenate([old_s] + [np.arange(t, t + len(a), dtype=np.int64) for t, a in self._reads])
-        perm = np.argsort(keys)
-        keys, stamps = keys[perm], stamps[perm]
-        first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))  # each key's group
-        self._read_last = (keys[first], np.maximum.reduceat(stamps, first))
-        self._reads, self._logged = [], 0
-
-    def _order(self) -> None:
-        """Before the first eviction: order the index by each key's latest put or read (a read
-        counts for a key present at it: one put before it)."""
-        self._dedup_reads()
-        d = self._keys
-        u, last = self._read_last
-        ul = u.tolist()
-        put = np.fromiter(map(d.get, ul, repeat(-1)), dtype=np.int64, count=len(ul))
-        newer = (put >= 0) & (last > put)  # -1: never put (a read of a key not present)
-        d.update(zip(compress(ul, newer), last[newer].tolist()))
-        deque(map(d.move_to_end, sorted(d, key=d.__getitem__)), maxlen=0)
-        self.ordered, self._read_last = True, (u[:0], last[:0])
 
     def stats(self) -> dict:
         return {"l3_pages": len(self), "l3_evicted_pages": self.evicted_pages}

@@ -1,8 +1,8 @@
 """The L3 prefix store's reads (issue 16 item 6): a prefetch reads (`touch`) its whole storage
 run, and a conversation's prefix is read again every round, so the pages read grow with the
 square of the rounds (Inkling figure-4 L3: 0.35 M pages at 30 rounds, 12 M at 120). Before the
-store first evicts, the LRU order is unobservable: a read is logged, not applied page by page
-to the index; the first eviction orders the index once. Pinned here: no index update per page
+store first evicts, the LRU order is unobservable: a read is logged (cache_core/read_log.py), not
+applied page by page to the index; the first eviction orders the index once. Pinned here: no index update per page
 read while the store does not fill, and the eviction order of an ordinary LRU by put or read
 (reads of keys not present, repeated keys, component keys, eviction starting midway)."""
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_eviction_order_is_the_lru_by_put_or_read():
     rng = random.Random(7)
     for cap, kept, slack in ((60, 2, 0), (60, 1, 5), (None, 2, 0), (200, 2, 1 << 16)):
         s, ref = StorageIndex(cap), Lru(cap)
-        s.reads_kept, s.reads_slack = kept, slack  # deduplicate the logged reads often
+        s.reads.kept, s.reads.slack = kept, slack  # deduplicate the logged reads often
         universe = list(range(150)) + [("swa", k) for k in range(40)]
         for _ in range(400):
             if rng.random() < 0.4:

@@ -1,0 +1,66 @@
+"""The reads of the ``prefix`` L3 index (store.StorageIndex) before its first eviction.
+
+Until the index first evicts, its LRU order is not observable, and a prefetch reads its whole
+storage run (a conversation's prefix, read again every round: pages read grow with the square
+of the rounds). So a read is logged here, not applied page by page: its keys as an array, at
+the next stamps (a put takes stamps too, written into the index). Now and then the log is
+deduplicated in numpy (each key's last read); the first eviction orders the index once by
+each key's latest put or read, and the index applies reads itself from then on.
+"""
+from __future__ import annotations
+
+from collections import deque
+from itertools import compress, repeat
+
+import numpy as np
+
+
+class ReadLog:
+    """Reads logged at increasing stamps; `order` applies them to an index of put stamps."""
+
+    def __init__(self, kept: int = 2, slack: int = 1 << 16):
+        self.kept, self.slack = kept, slack  # logged keys, at most kept x (present + distinct read) + slack
+        self.next_stamp = 0
+        self._reads: list = []  # (first stamp, keys array) per read since the last dedup
+        self._logged = 0  # keys in `_reads`
+        self._last = (np.empty(0, np.uint64), np.empty(0, np.int64))  # each key read, its last stamp
+
+    def stamps(self, n: int) -> range:
+        """The next `n` stamps (a put's)."""
+        t = self.next_stamp
+        self.next_stamp += n
+        return range(t, t + n)
+
+    def add(self, keys, present: int) -> None:
+        """Log a read of page keys (an array), in their order; `present`: keys in the index."""
+        if len(keys):
+            self._reads.append((self.stamps(len(keys)).start, np.array(keys, dtype=np.uint64)))
+            self._logged += len(keys)
+        if self._logged > self.kept * (present + len(self._last[0])) + self.slack:
+            self._dedup()
+
+    def _dedup(self) -> None:
+        """Fold the logged reads into `_last` (each key read: its last read's stamp)."""
+        if not self._reads:
+            return
+        keys = np.concatenate([self._last[0]] + [a for _, a in self._reads])
+        stamps = np.concatenate([self._last[1]] + [np.arange(t, t + len(a), dtype=np.int64) for t, a in self._reads])
+        perm = np.argsort(keys)
+        keys, stamps = keys[perm], stamps[perm]
+        first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))  # each key's group
+        self._last = (keys[first], np.maximum.reduceat(stamps, first))
+        self._reads, self._logged = [], 0
+
+    def order(self, index) -> None:
+        """Order `index` (an OrderedDict: key -> its latest put's stamp) least recently put or
+        read first. A read counts for a key present at it (put before it); -1: never put."""
+        self._dedup()
+        u, last = self._last
+        ul = u.tolist()
+        put = np.fromiter(map(index.get, ul, repeat(-1)), dtype=np.int64, count=len(ul))
+        newer = (put >= 0) & (last > put)
+        index.update(zip(compress(ul, newer), last[newer].tolist()))
+        deque(map(index.move_to_end, sorted(index, key=index.__getitem__)), maxlen=0)
+
+
+__all__ = ["ReadLog"]
