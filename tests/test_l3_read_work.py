@@ -1,10 +1,11 @@
 """The L3 prefix store's reads (issue 16 item 6): a prefetch reads (`touch`) its whole storage
 run, and a conversation's prefix is read again every round, so the pages read grow with the
 square of the rounds (Inkling figure-4 L3: 0.35 M pages at 30 rounds, 12 M at 120). Before the
-store first evicts, the LRU order is unobservable: a read is logged (cache_core/read_log.py), not
-applied page by page to the index; the first eviction orders the index once. Pinned here: no index update per page
-read while the store does not fill, and the eviction order of an ordinary LRU by put or read
-(reads of keys not present, repeated keys, component keys, eviction starting midway)."""
+store first evicts, the LRU order is unobservable: a read is logged (cache_core/read_log.py),
+not applied page by page to the index; the first eviction orders the index once. Pinned here:
+no index update per page read while the store does not fill, and the eviction order of an
+ordinary LRU by put or read (reads of keys not present, repeated keys, component keys,
+eviction starting midway)."""
 from __future__ import annotations
 
 import random
