@@ -11,6 +11,7 @@ import pytest
 from cache_core import CacheConfig, RadixCache
 from cache_core.records import TokenSeq
 from cache_core.config import SwaConfig
+from cache_core.tier_config import TierConfig
 from cache_core.tree import RadixTree
 from test_engine import make, req, run
 
@@ -57,6 +58,41 @@ def test_engine_matches_each_request_once_per_state_change(monkeypatch, policy, 
     assert len(got) == 12
     seen = [walks[k] for k in keys]
     print(policy, swa, "walks", seen, sum(seen))
+    assert seen == walks_per_request
+
+
+def _tiered_groups(l3, swa):
+    """Tiers: L1 1,024 tokens, L2 1,536 (L3 if `l3`); 18 requests over six 384-token prefixes
+    (i % 6) with their own tails, at most 3 running, the last six after a pause."""
+    tiers = TierConfig(hicache_ratio=1.5, l3=l3, kv_bytes_per_token=200_000, min_prefetch_tokens=16)
+    cfg = CacheConfig(page_size=16, capacity_tokens=1_024, tiers=tiers,
+                      swa=SwaConfig(window_tokens=64, capacity_tokens=2_048) if swa else None)
+    env, cache, e, _ = make(cfg, max_running_requests=3, chunked_prefill_tokens=None, schedule_policy="lpm", seed=7)
+    pre = [np.arange(384) + 10_000 * g for g in range(6)]
+    tail = 8 if swa else 40  # SWA: the window at the prefix's end survives the commit
+    timed = [(0.01 * i + (2.0 if i >= 12 else 0.0),
+              req(i, np.concatenate([pre[i % 6], np.arange(tail) + 1000 * (i + 1)]), 3)) for i in range(18)]
+    return env, e, timed
+
+
+@pytest.mark.parametrize("l3,swa,walks_per_request,hits", [
+    # device hits for rids 6..11, then host (L2) or storage (L3) hits
+    (False, False, [5, 5, 8, 13, 12, 17, 5, 7, 8, 12, 15, 17, 5, 8, 8, 11, 6, 5], (2304, 384, 0)),
+    (True, False, [6, 6, 9, 14, 13, 18, 6, 8, 9, 13, 16, 18, 7, 12, 7, 18, 12, 11], (2304, 0, 1920)),
+    (False, True, [4, 4, 16, 10, 22, 16, 6, 6, 12, 12, 21, 18, 4, 14, 5, 11, 11, 10], (2304, 1152, 0)),
+])
+def test_engine_matches_each_tiered_request_once_per_state_change(monkeypatch, l3, swa, walks_per_request, hits):
+    """The same count on caches with tiers (FULL with L2; FULL with L2 and L3; SWA with L2):
+    the walks over each request's tokens, exactly, and the tokens reused from each tier."""
+    walks = _count_walks(monkeypatch)
+    env, e, timed = _tiered_groups(l3, swa)
+    keys = [id(r.seq.data) for _, r in timed]
+    got = run(env, e, timed)
+    seen = [walks[k] for k in keys]
+    rows = list(got.values())
+    tiers = tuple(sum(getattr(r, f"cached_{t}") for r in rows) for t in ("device", "host", "storage"))
+    print("l3", l3, "swa", swa, "walks", seen, sum(seen), "tiers", tiers)
+    assert tiers == hits
     assert seen == walks_per_request
 
 
