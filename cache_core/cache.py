@@ -29,6 +29,7 @@ from .l1_match import L1Match
 from .optional import present
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
+from .tier_match import TieredMatch
 from .tiers import Hierarchy
 from .topology import Topology
 
@@ -78,7 +79,7 @@ class RadixCache:
             topo.add(spec.build(topo.link(3 + i)))
         self.components = topo.components
         self.voters = topo.voters
-        self.tiered = TieredAccess(topo, self.hier, P) if self.hier is not None else None
+        self.tiered = TieredAccess(topo, self.hier, P, memo=not extra) if self.hier is not None else None
         if self.hier is not None:
             topo.tiers = self.hier
             link = self.hier.link()
@@ -91,6 +92,8 @@ class RadixCache:
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
         self.l1 = L1Match(topo, memo=not extra) if self.hier is None else None
+        self.matcher: L1Match | TieredMatch = (self.tiered.matcher if self.tiered is not None
+                                               else present(self.l1, "an L1 matcher without tiers"))
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             for c in self.components:
                 topo.watch(c.pool, c.name)
@@ -100,23 +103,21 @@ class RadixCache:
         """Longest reusable prefix of seq[:limit] (cut to whole pages). Takes one tick: the
         root and each visited node get it; a split's upper half gets a fresh later tick.
         With voting components: the deepest boundary all of them accept (split there if
-        needed). L1: `touch(query(...))`, a request's query kept while the state is unchanged
-        (l1_match.py)."""
+        needed). `touch(query(...))`, a request's query kept while the state it reads is
+        unchanged (l1_match.py; with tiers tier_match.py)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
         n = n // self.page_size * self.page_size
-        if self.tiered is not None:  # with tiers
-            return self.tiered.match(seq, n, self.tree.fresh())
-        return present(self.l1, "an L1 matcher without tiers").match(seq, n)
+        return self.matcher.match(seq, n)
 
     def query(self, seq, n: int):
-        """Read-only (no tick, no split): the L1 match plan of seq[:n] (l1_match.py)."""
+        """Read-only (no tick, no split, no queue offer): the match plan of seq[:n]."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
-        return present(self.l1, "query: a cache without tiers").query(seq, n)
+        return self.matcher.query(seq, n)
 
     def touch(self, plan) -> MatchResult:
-        """Apply an L1 match plan: ticks, the split it needs, queue offers (l1_match.py)."""
-        return present(self.l1, "touch: a cache without tiers").touch(plan)
+        """Apply a match plan: ticks, the split it needs, queue offers."""
+        return self.matcher.touch(plan)
 
     # -- sessions (sessions.py; active when the policy uses them) ---------------------------------
     def session_begin(self, session_id) -> int:

@@ -1,17 +1,19 @@
 """`TieredAccess`: the tiered matcher and loader a `RadixCache` with tiers holds (composed, not
-a mixin): the tiered match, loads, prefetches, acknowledgements and healing of host-only
-nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
+a mixin): the tiered match (its `matcher`, tier_match.py: a pure query plus a touch), loads,
+prefetches, acknowledgements and healing of host-only nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
 this is the orchestration on the cache."""
 from __future__ import annotations
 
 from .records import LockHandle, MatchResult, TokenSeq
-from .tier_votes import fetch_boundary, l3_boundary, load_boundary, prefetch_components, storage_boundary
+from .tier_match import TieredMatch
+from .tier_votes import fetch_boundary, load_boundary, prefetch_components
 from .vote import vote
 
 
 class TieredAccess:
-    def __init__(self, topo, hier, page_size: int):
+    def __init__(self, topo, hier, page_size: int, memo: bool = True):
         self.topo, self.hier, self.page_size = topo, hier, page_size
+        self.matcher = TieredMatch(topo, hier, memo)
         self.tree, self.full = topo.tree, topo.full
         self.voters, self.components = topo.voters, topo.components
 
@@ -20,68 +22,6 @@ class TieredAccess:
 
     def unlock(self, m: MatchResult) -> None:
         self.topo.unlock(m.handle.node)
-
-    def match(self, seq, n: int, tick: int) -> MatchResult:
-        """Device run, then host run (tree), then storage run (L3, by page key)."""
-        if self.voters:
-            return self._match_voted(seq, n, tick)
-        hier, P = self.hier, self.page_size
-        visited: list = []
-        node, matched, _ = self.tree.walk(seq.data, n, tick, visited=visited)
-        for nd in visited:
-            self.topo.touch_all(nd)
-        cut = False
-        while node.parent is not None and node.value is None and node.host is None:
-            node, cut = node.parent, True  # a prefetch still in flight: nothing there to reuse yet
-        matched = min(matched, node.end)
-        d = node
-        while d.parent is not None and d.value is None:
-            d = d.parent
-        device = d.end
-        storage = 0
-        if hier.storage is not None and matched < n and not cut:
-            keys = seq.page_keys(P)
-            run = hier.storage.leading(keys[matched // P : n // P]) * P
-            storage = run if run >= hier.cfg.min_prefetch_tokens else 0
-        return MatchResult(matched + storage, LockHandle(node), matched, (), device, matched - device, storage)
-
-    def _match_voted(self, seq, n: int, tick: int) -> MatchResult:
-        """Tiers with SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary
-        every component accepts (tier_votes.storage_boundary)."""
-        hier, P, tree = self.hier, self.page_size, self.tree
-        visited: list = []
-        _, traversed, _ = tree.walk(seq.data, n, tick, visited=visited, split=False)
-        for nd in visited:
-            self.topo.touch_all(nd)
-        vals: list = []
-        best, node, cut, lost = vote(self.voters, visited, traversed, P, out=vals)
-        storage = 0
-        if hier.storage is not None and traversed < n:
-            keys = seq.page_keys(P)[traversed // P : n // P]
-            run = hier.storage.leading(keys)
-            j = storage_boundary(self.voters, vals, keys, run, P) if run else 0
-            if j * P >= max(hier.cfg.min_prefetch_tokens, 1):
-                storage = j * P
-                tnode = visited[-1] if visited else tree.root
-                if tnode.parent is not None and tnode.end > traversed:
-                    tnode = tree.split(tnode, traversed - tnode.parent.end)
-                node, best, cut = tnode, traversed, None
-        l3b = 0
-        if storage == 0 and best < traversed and hier.storage is not None and hier.pool is not None:
-            # a deeper boundary whose missing component payloads L3 holds (computed before
-            # the split below: `visited` still describes the path)
-            l3b = l3_boundary(self.voters, P, visited, traversed, best, seq.page_keys(P))
-            if l3b - best < max(hier.cfg.min_prefetch_tokens, 1):
-                l3b = 0
-        if storage == 0:
-            if node is None:
-                node = tree.root
-            elif cut < node.num_tokens:
-                node = tree.split(node, cut)
-        d = node
-        while d.parent is not None and d.value is None:
-            d = d.parent
-        return MatchResult(best + storage, LockHandle(node), traversed, lost, d.end, node.end - d.end, storage, l3b)
 
     def _fetch_l3(self, m: MatchResult, seq):
         """Start the L3 -> L2 fetch of the component payloads that reuse at `m.l3_boundary`
@@ -96,6 +36,7 @@ class TieredAccess:
             bnode = tree.split(bnode, k)
         for c in self.voters:
             c.prepare_fetch(bnode)  # before the lock: it counts on the payload
+        self.topo.version += 1  # a payload placeholder may be new (tier_match.py reads payloads)
         self.topo.lock(bnode)  # no L2 eviction (for the slots) takes the path meanwhile
         try:
             ok = fetch_boundary(self.voters, bnode, seq.page_keys(self.page_size))

@@ -12,10 +12,11 @@ of a request's query while the cache's state is unchanged (issue 16 item 3).
   times on its way in (ordering, the admission probe, resolve), and each is then only a
   touch, with exactly the ticks and queue offers of a new walk.
 
-`version` is the state a query depends on: the topology's counter (every insert, split,
-removal, lock and unlock) plus every component pool's allocations and frees (evictions,
-SWA tombstones, MAMBA checkpoints). Used with the built-in components; tiers match through
-`cache_tiers.TieredAccess` (residency changes with acknowledgements and L3 contents)."""
+`version` is the state a query depends on: the topology's counter (every insert, split and
+removal) plus every component pool's allocations and frees (evictions, SWA tombstones, MAMBA
+checkpoints). Locks are not part of it: no query reads a lock (they decide only which nodes
+a queue takes, which `touch` offers afresh). Used with the built-in components; tiers match
+through tier_match.py (residency changes with acknowledgements and L3 contents)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,32 +36,68 @@ class MatchPlan:
     last: Node | None  # the deepest visited node (None: none)
     visited: list | None  # every visited node, top-down (None: lazy ticks)
 
+    @property
+    def splits(self) -> bool:
+        return self.cut is not None
 
-class L1Match:
-    def __init__(self, topo, memo: bool):
-        self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
-        self.pools: list | None = [c.pool for c in topo.components] if memo else None
+
+class PlanMemo:
+    """Match plans kept per request (by its `TokenSeq`) while the version they were queried
+    at holds (shared with tier_match.py)."""
+
+    def __init__(self):
         self.kept: dict = {}  # id(seq) -> (seq, n, plan)
         self.kept_at = -1  # the version the kept plans were queried at
 
+    def get(self, seq, n: int, version: int):
+        """The plan kept for seq[:n] at `version`, or None (a new version drops every plan)."""
+        if version != self.kept_at:
+            self.kept.clear()
+            self.kept_at = version
+        got = self.kept.get(id(seq))
+        return got[2] if got is not None and got[0] is seq and got[1] == n else None
+
+    def keep(self, seq, n: int, plan) -> None:
+        self.kept[id(seq)] = (seq, n, plan)
+
+
+class MemoMatch:
+    """`match` = touch(query(...)); a query whose plan needs no split is kept per request
+    while `version` holds (`memo` None: every match queries). Shared with tier_match.py."""
+
+    memo: PlanMemo | None = None
+
     @property
     def version(self) -> int:
-        return self.topo.version + sum(p.changes for p in self.pools or ())
+        raise NotImplementedError
+
+    def query(self, seq, n: int):
+        raise NotImplementedError
+
+    def touch(self, plan) -> MatchResult:
+        raise NotImplementedError
 
     def match(self, seq, n: int) -> MatchResult:
-        if self.pools is None:
+        memo = self.memo
+        if memo is None:
             return self.touch(self.query(seq, n))
-        v = self.version
-        if v != self.kept_at:
-            self.kept.clear()
-            self.kept_at = v
-        got = self.kept.get(id(seq))
-        if got is not None and got[0] is seq and got[1] == n:
-            return self.touch(got[2])
-        plan = self.query(seq, n)
-        if plan.cut is None:
-            self.kept[id(seq)] = (seq, n, plan)
+        plan = memo.get(seq, n, self.version)
+        if plan is None:
+            plan = self.query(seq, n)
+            if not plan.splits:
+                memo.keep(seq, n, plan)
         return self.touch(plan)
+
+
+class L1Match(MemoMatch):
+    def __init__(self, topo, memo: bool):
+        self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
+        self.pools = [c.pool for c in topo.components]
+        self.memo: PlanMemo | None = PlanMemo() if memo else None
+
+    @property
+    def version(self) -> int:
+        return self.topo.version + sum(p.changes for p in self.pools)
 
     def query(self, seq, n: int) -> MatchPlan:
         """Read-only: the match of seq[:n] and the split it needs."""

@@ -84,7 +84,7 @@ class StorageIndex:
         self._keys: OrderedDict = OrderedDict()
         self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
-        self.evicted_pages = 0
+        self.evicted_pages = self.changes = 0  # changes: put batches, evictions inside them (tier_match.py)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -143,7 +143,7 @@ class StorageIndex:
 
     def put_many(self, keys: list) -> None:
         """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
-        d, reads = self._keys, self.reads
+        d, reads, self.changes = self._keys, self.reads, self.changes + 1
         if reads is not None:  # before the first eviction: stamped, ordered when it comes
             d.update(zip(keys, reads.stamps(len(keys))))
         else:
@@ -248,6 +248,7 @@ class MooncakeStore(StorageIndex):
         return n
 
     def put_many(self, keys: list) -> None:
+        self.changes += 1
         if self._need_eviction:  # a pass since the last batch, once leases may have expired
             self._evict(True)
         objs = self._objects(keys)

@@ -59,6 +59,7 @@ class Hierarchy:
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
         self.ids = 0  # transfers emitted so far
+        self.finished = 0  # transfers acknowledged (or failed) so far (a match's version, tier_match.py)
         self.tokens_moved = {f"{a}->{b}": 0 for a, b in ((L1, L2), (L2, L1), (L2, L3), (L3, L2))}  # FULL tokens
         self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
         self.evicted_l2_tokens = 0
@@ -159,6 +160,7 @@ class Hierarchy:
         return t
 
     def _finish(self, done, span, ok: bool) -> None:
+        self.finished += 1
         if span is None:
             done(ok)
             return

@@ -35,7 +35,7 @@ class Topology:
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions = actions
         self.sidecars = sidecars
-        self.version = 0  # bumped by every insert, split, removal, lock and unlock (l1_match.py)
+        self.version = 0  # bumped by every insert, split and removal (l1_match.py; no query reads a lock)
 
     def link(self, slot: int) -> TreeLink:
         return TreeLink(tree=self.tree, policy=self.policy, page_size=self.page_size, slot=slot,
@@ -92,7 +92,6 @@ class Topology:
 
     # -- locks ---------------------------------------------------------------------------------
     def lock(self, node) -> None:
-        self.version += 1
         for c in self.components:
             c.lock(node)
         entry = self.locks.setdefault(node.id, [node, 0])
@@ -102,7 +101,6 @@ class Topology:
         entry = self.locks.get(node.id)
         if entry is None:
             raise RuntimeError("unlock without a matching lock")
-        self.version += 1
         for c in self.components:
             c.unlock(node)
         entry[1] -= 1

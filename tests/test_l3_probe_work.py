@@ -30,6 +30,7 @@ def l3_only_run():
     cfg = CacheConfig(page_size=P, capacity_tokens=64, swa=SwaConfig(window_tokens=W, capacity_tokens=32),
                       mamba=MambaConfig(slots=4), tiers=tc)
     c = RadixCache(cfg, record_actions=True, auto_ack=True)
+    c.matcher.memo = None  # the probe itself: every match queries (a kept plan probes nothing)
     seq = TokenSeq(np.arange(PAGES * P, dtype=np.int64))
     keys = seq.page_keys(P).tolist()
     store = c.hier.storage
