@@ -41,6 +41,11 @@ class MatchPlan:
         return self.cut is not None
 
 
+def path_tokens(path) -> int:
+    """Tokens a `RadixTree.path_nodes` path covers."""
+    return path[-1][0].parent.end + path[-1][1] if path else 0
+
+
 class PlanMemo:
     """Match plans kept per request (by its `TokenSeq`) while the version they were queried
     at holds (shared with tier_match.py)."""
@@ -102,7 +107,7 @@ class L1Match(MemoMatch):
     def query(self, seq, n: int) -> MatchPlan:
         """Read-only: the match of seq[:n] and the split it needs."""
         path = self.tree.path_nodes(seq.data, n)
-        traversed = sum(k for _, k in path)
+        traversed = path_tokens(path)
         last = path[-1][0] if path else None
         voters = self.topo.voters
         if not voters:

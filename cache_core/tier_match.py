@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .l1_match import MemoMatch, PlanMemo
+from .l1_match import MemoMatch, PlanMemo, path_tokens
 from .records import LockHandle, MatchResult
 from .tier_votes import l3_boundary, storage_boundary
 from .tree import Node
@@ -109,7 +109,7 @@ class TieredMatch(MemoMatch):
     def _query_full(self, seq, n: int, path) -> TierPlan:
         """FULL only: device run, host run (tree), then the storage run (L3, by page key)."""
         visited = [nd for nd, _ in path]
-        matched = sum(k for _, k in path)
+        matched = path_tokens(path)
         top = visited[-1] if visited else self.tree.root
         split, cut = (top, path[-1][1]) if path and path[-1][1] < top.num_tokens else (None, 0)
         stop = False  # a prefetch still in flight: nothing there to reuse yet
@@ -131,7 +131,7 @@ class TieredMatch(MemoMatch):
         missing payloads L3 holds (tier_votes.l3_boundary)."""
         hier, P, voters = self.hier, self.page_size, self.topo.voters
         visited = [nd for nd, _ in path]
-        traversed = sum(k for _, k in path)
+        traversed = path_tokens(path)
         vals: list = []
         best, node, cut, lost = vote(voters, visited, traversed, P, out=vals)
         least = max(hier.cfg.min_prefetch_tokens, 1)

@@ -298,17 +298,21 @@ class RadixTree:
     # -- inspection -----------------------------------------------------------------------
     def path_nodes(self, qb: bytes, n_tokens: int) -> list:
         """(node, tokens of its edge on the path) along qb[:n_tokens], read-only: no tick,
-        no split. The last node may be covered only partly."""
+        no split (it updates only the lookup hint `hot`, as `walk` does). The last node may be
+        covered only partly."""
         pb, end = self._pb, n_tokens << 3
         node, pos, out = self.root, 0, []
         while pos < end:
-            child = node.hot  # the walk's fast path (read here, set only by `walk`)
-            if child is None or not qb.startswith(child.key, pos, end):
+            child = node.hot  # the walk's fast path (a lookup hint only: no result depends on it)
+            whole = child is not None and qb.startswith(child.key, pos, end)
+            if not whole:
                 child = node.children.get(qb[pos : pos + pb])
-            if child is None:
-                break
-            if qb.startswith(child.key, pos, end):
-                out.append((child, child.num_tokens))
+                if child is None:
+                    break
+                node.hot = child
+                whole = qb.startswith(child.key, pos, end)
+            if whole:
+                out.append((child, len(child.key) >> 3))
                 pos = child.end << 3
                 node = child
                 continue
