@@ -304,13 +304,14 @@ class RadixTree:
         node, pos, out = self.root, 0, []
         while pos < end:
             child = node.hot  # the walk's fast path (a lookup hint only: no result depends on it)
-            whole = child is not None and qb.startswith(child.key, pos, end)
-            if not whole:
+            if child is None or not qb.startswith(child.key, pos, end):
                 child = node.children.get(qb[pos : pos + pb])
                 if child is None:
                     break
                 node.hot = child
                 whole = qb.startswith(child.key, pos, end)
+            else:
+                whole = True
             if whole:
                 out.append((child, len(child.key) >> 3))
                 pos = child.end << 3
