@@ -97,7 +97,7 @@ class MemoMatch:
 class L1Match(MemoMatch):
     def __init__(self, topo, memo: bool):
         self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
-        self.pools = [c.pool for c in topo.components]
+        self.pools = [c.pool for c in topo.components] if memo else []  # (an extra component may have none)
         self.memo: PlanMemo | None = PlanMemo() if memo else None
 
     @property
