@@ -30,7 +30,7 @@ from .optional import present
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
 from .tier_match import TieredMatch
-from .tiers import Hierarchy
+from .tiers import make_hierarchy
 from .topology import Topology
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
@@ -47,7 +47,7 @@ class RadixCache:
     Components: FULL, then SWA and MAMBA when configured, then `config.extra_components`
     (each built from a `ports.TreeLink`); the cache iterates them (components/base.py)."""
 
-    def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True):
+    def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True, storage=None):
         self.config = config
         self.page_size = P = config.page_size
         self.policy = make_policy(config.policy)
@@ -61,7 +61,7 @@ class RadixCache:
         self.tree = topo.tree
         useless = topo.useless_leaf if voting else None
         tcfg = config.tiers  # not None when tiered
-        self.hier = Hierarchy(topo, tcfg, config.usable_tokens, auto_ack, useless) if tiered and tcfg else None
+        self.hier = make_hierarchy(topo, config, auto_ack, useless, storage)  # `storage`: a prebuilt L3 store
         self.full = self.hier.full if self.hier is not None else FullComponent(self.tree, config.usable_tokens,
                                                                                self.policy, useless)
         topo.add(self.full)

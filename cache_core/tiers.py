@@ -38,12 +38,13 @@ from .eviction import EvictionQueue
 from .store import make_store
 from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
 
-__all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES"]
+__all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
 
 class Hierarchy:
     """L2 pool and queue, the L3 index, write policies, loads and transfer bookkeeping."""
 
-    def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, useless=None):
+    def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, useless=None,
+                 storage=None):  # storage: see make_hierarchy
         self.topo = topo
         self.tree = topo.tree
         self.cfg = cfg
@@ -54,7 +55,7 @@ class Hierarchy:
         self.l2_ratio = None if l2 is None or not l1_tokens else l2 / l1_tokens
         self.pool = PagePool(None if l2 is None else l2 // self.P) if cfg.has_l2 else None
         self.queue = EvictionQueue(topo.policy, self.is_candidate, "full")
-        self.storage = make_store(cfg, self.P) if cfg.l3 else None
+        self.storage = storage if storage is not None else make_store(cfg, self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
@@ -386,3 +387,13 @@ class Hierarchy:
         if self.storage is not None:
             out.update(self.storage.stats())
         return out
+
+
+def make_hierarchy(topo, config, auto_ack: bool, useless, storage=None) -> Hierarchy | None:
+    """The hierarchy of a cache with tiers (`config`: its CacheConfig), else None. `storage`: a prebuilt
+    L3 store (several caches share one: a fleet's shared L3) that the hierarchy and, through its `link`,
+    every component use from the start instead of a store of their own; it needs an L3 tier."""
+    tiers = config.tiers if config.tiered else None
+    if storage is not None and not (tiers and tiers.l3):
+        raise ValueError("storage: a prebuilt L3 store needs a cache with an L3 tier")
+    return Hierarchy(topo, tiers, config.usable_tokens, auto_ack, useless, storage) if tiers else None

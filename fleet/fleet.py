@@ -6,10 +6,11 @@ Each arrival is routed (`fleet.routers`) and handed to that engine's ``arrive`` 
 fleet of one engine is the single-engine run exactly.
 
 A shared L3 (``fleet.shared_l3``): one store object (cache_core.store, the first engine's
-configuration: capacity, model) replaces each engine's own (``cache.hier.storage``, a public
-attribute; no cache_core change), and one pair of L3 links (the first engine's hardware numbers)
-replaces each engine's own, so capacity and bandwidth are shared and a page one engine stored
-is a storage hit for every other.
+configuration: capacity, model) is built first and every engine's cache is built on it
+(``RadixCache(storage=...)``: its hierarchy and every component, SWA and MAMBA payloads too, use
+it from the start), and one pair of L3 links (the first engine's hardware numbers) replaces each
+engine's own, so capacity and bandwidth are shared and a page one engine stored is a storage hit
+for every other.
 """
 from __future__ import annotations
 
@@ -90,30 +91,38 @@ class Fleet:
             raise EngineStalled(f"the fleet finished {self.completed} of {n} requests")
 
 
-def share_l3(engines: list, sc) -> object:
-    """One store and one pair of L3 links for every engine (see the module docstring)."""
+def shared_store(sc) -> object:
+    """The one L3 store of a fleet's shared L3 (engine scenario `sc`'s configuration), built
+    before the engines so that every engine's cache is built on it."""
+    return make_store(sc.cache.tiers, sc.cache.page_size)
+
+
+def share_l3(engines: list, sc, store) -> None:
+    """One pair of L3 links for every engine (see the module docstring); every engine's cache
+    must have been built on `store` (`shared_store`)."""
     from sim.links import Link
 
-    first = engines[0]
-    store = make_store(sc.cache.tiers, sc.cache.page_size)
-    env, hw = first.links.links[(L3, L2)].env, sc.hardware
+    if any(e.cache.hier.storage is not store for e in engines):
+        raise ValueError("share_l3: every engine's cache must be built on the shared store")
+    env, hw = engines[0].links.links[(L3, L2)].env, sc.hardware
     down = Link(env, "L3->L2", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
     up = Link(env, "L2->L3", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
     for e in engines:
-        e.cache.hier.storage = store
         e.links.links[(L3, L2)] = down
         e.links.links[(L2, L3)] = up
-    return store
 
 
 def build_fleet(env, sc, make_engine):
     """(Fleet, costs, shared store or None) of scenario `sc` with a `fleet:` section;
-    ``make_engine(env, engine_scenario) -> (engine, cost)`` builds each engine (each DP rank)."""
+    ``make_engine(env, engine_scenario, storage) -> (engine, cost)`` builds each engine (each DP
+    rank) on `storage`, the shared L3 store (None: the engine's own, if any)."""
     spec = sc.fleet
-    built = [make_engine(env, esc) for esc in spec.engines]
+    store = shared_store(spec.engines[0]) if spec.shared_l3 else None
+    built = [make_engine(env, esc, store) for esc in spec.engines]
     engines = [e for e, _ in built]
     costs = [c for _, c in built]
-    store = share_l3(engines, spec.engines[0]) if spec.shared_l3 else None
+    if store is not None:
+        share_l3(engines, spec.engines[0], store)
     groups = [[i for i, r in enumerate(spec.roles) if r == role] for role in ("prefill", "decode")]
     dp = spec.dp
     front = groups[0] if spec.pd is not None else list(range(0, len(engines), dp))
@@ -158,4 +167,4 @@ def _capacity_pages(sc) -> int | None:
     return (sc.cache.capacity_tokens + l2) // sc.cache.page_size
 
 
-__all__ = ["Fleet", "build_fleet", "share_l3"]
+__all__ = ["Fleet", "build_fleet", "share_l3", "shared_store"]

@@ -61,12 +61,13 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     return eng, env, cost, time.perf_counter() - t0
 
 
-def sim_engine(env, sc):
-    """One engine of scenario `sc` on the simulated plug-ins (links, cost model): (engine, cost)."""
+def sim_engine(env, sc, storage=None):
+    """One engine of scenario `sc` on the simulated plug-ins (links, cost model): (engine, cost).
+    `storage`: a prebuilt L3 store its cache uses (a fleet's shared L3), else one of its own."""
     from scenarios.presets import transfer_shards
     from sim.simulator import build
 
-    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None)
+    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None, storage=storage)
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
                 layers=sc.model.num_layers)

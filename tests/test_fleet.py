@@ -128,6 +128,36 @@ def test_a_shared_l3_turns_engine_a_stored_prefix_into_engine_b_storage_hit(tmp_
     assert (store is not None) == shared
 
 
+@pytest.mark.parametrize("model, voters", [("gpt-oss-20b", ["swa"]), ("qwen3-next-80b", ["mamba"]),
+                                           ("inkling-small", ["swa", "mamba"])])
+def test_a_shared_l3_serves_engine_a_swa_and_mamba_payloads_to_engine_b(tmp_path, model, voters):
+    """The SWA window pages and MAMBA checkpoints engine A stored go to the shared store too (every
+    component is wired to it from the start), so B's storage hit is A's whole 32-page history
+    (with each engine's components on a store of its own, as before the fix: 0)."""
+    raw = copy.deepcopy(SMALL)
+    raw["model"] = model
+    raw["cache"].update(l3_tokens="unbounded")
+    raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
+    raw["fleet"] = {"engines": 2, "router": "round_robin", "shared_l3": True}
+    f, env, costs, store, wall = simulate_fleet(resolve(raw, "test"))
+    a, b = fleet_rows(f)
+    assert (a["engine"], a["cached_tokens"]) == (0, 0)
+    assert (b["engine"], b["cached_storage"], b["cached_device"], b["cached_host"]) == (1, 32 * 64, 0, 0)
+    for e in f.engines:
+        comps = e.cache.voters
+        assert [c.name for c in comps] == voters
+        assert e.cache.hier.storage is store
+        assert all(c.tiers.storage is store and c.l3_copies.storage is store for c in comps)
+
+
+def test_a_prebuilt_store_needs_an_l3_tier():
+    from cache_core.cache import RadixCache
+    from cache_core.config import CacheConfig
+
+    with pytest.raises(ValueError, match="storage: a prebuilt L3 store needs a cache with an L3 tier"):
+        RadixCache(CacheConfig(page_size=64), storage=object())
+
+
 @pytest.mark.parametrize("name", sorted(ROUTERS))
 def test_every_router_is_deterministic_for_a_seed(name):
     fleet = {"engines": 3, "router": name}
