@@ -150,6 +150,18 @@ def test_a_shared_l3_serves_engine_a_swa_and_mamba_payloads_to_engine_b(tmp_path
         assert all(c.tiers.storage is store and c.l3_copies.storage is store for c in comps)
 
 
+def test_a_shared_mooncake_store_reads_the_simulated_clock(tmp_path):
+    """Its leases expire on the fleet's clock (sim_clock sets it on the store each cache is built
+    on; a store swapped in after the build kept no clock, so its leases never protected)."""
+    raw = copy.deepcopy(SMALL)
+    raw["cache"].update(l3_tokens="unbounded", l3_model="mooncake")
+    raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
+    raw["fleet"] = {"engines": 2, "router": "round_robin", "shared_l3": True}
+    f, env, costs, store, wall = simulate_fleet(resolve(raw, "test"))
+    assert type(store).__name__ == "MooncakeStore"
+    assert store.clock is not None and store.clock() == env.now > 20.0
+
+
 def test_a_prebuilt_store_needs_an_l3_tier():
     from cache_core.cache import RadixCache
     from cache_core.config import CacheConfig
