@@ -8,9 +8,9 @@ fleet of one engine is the single-engine run exactly.
 A shared L3 (``fleet.shared_l3``): one store object (cache_core.store, the first engine's
 configuration: capacity, model) is built first and every engine's cache is built on it
 (``RadixCache(storage=...)``: its hierarchy and every component, SWA and MAMBA payloads too, use
-it from the start), and one pair of L3 links (the first engine's hardware numbers) replaces each
-engine's own, so capacity and bandwidth are shared and a page one engine stored is a storage hit
-for every other.
+it from the start), and one pair of L3 links and the SSD read link of the store's SSD tier (the
+first engine's hardware numbers) replace each engine's own, so capacity and bandwidth are shared
+and a page one engine stored is a storage hit for every other.
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def shared_store(sc) -> object:
 
 
 def share_l3(engines: list, sc, store) -> None:
-    """One pair of L3 links for every engine (see the module docstring); every engine's cache
+    """One pair of L3 links and one SSD read link for every engine (see the module docstring); every engine's cache
     must have been built on `store` (`shared_store`)."""
     from sim.links import Link
 
@@ -107,9 +107,11 @@ def share_l3(engines: list, sc, store) -> None:
     env, hw = engines[0].links.links[(L3, L2)].env, sc.hardware
     down = Link(env, "L3->L2", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
     up = Link(env, "L2->L3", hw.l3_bytes_per_s, hw.l3_latency_s, hw.l3_block_overhead_s)
+    ssd = Link(env, "SSD->L3", hw.ssd_bytes_per_s, hw.ssd_latency_s)  # the store's SSD tier is shared too
     for e in engines:
         e.links.links[(L3, L2)] = down
         e.links.links[(L2, L3)] = up
+        e.links.ssd = ssd
 
 
 def build_fleet(env, sc, make_engine):

@@ -150,16 +150,20 @@ def test_a_shared_l3_serves_engine_a_swa_and_mamba_payloads_to_engine_b(tmp_path
         assert all(c.tiers.storage is store and c.l3_copies.storage is store for c in comps)
 
 
-def test_a_shared_mooncake_store_reads_the_simulated_clock(tmp_path):
+def test_a_shared_mooncake_store_reads_the_simulated_clock_and_its_ssd_link_is_shared(tmp_path):
     """Its leases expire on the fleet's clock (sim_clock sets it on the store each cache is built
-    on; a store swapped in after the build kept no clock, so its leases never protected)."""
+    on; a store swapped in after the build kept no clock, so its leases never protected), and the
+    engines read its SSD tier over one link (each engine had its own)."""
     raw = copy.deepcopy(SMALL)
-    raw["cache"].update(l3_tokens="unbounded", l3_model="mooncake")
+    raw["cache"].update(l3_tokens="unbounded", l3_model="mooncake", l3_ssd_tokens=64_000)
     raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
     raw["fleet"] = {"engines": 2, "router": "round_robin", "shared_l3": True}
     f, env, costs, store, wall = simulate_fleet(resolve(raw, "test"))
     assert type(store).__name__ == "MooncakeStore"
     assert store.clock is not None and store.clock() == env.now > 20.0
+    a, b = (e.links for e in f.engines)  # one L3 link pair and one SSD read link (the store's SSD tier)
+    assert a.ssd is b.ssd and all(a.get(*p) is b.get(*p) for p in (("L3", "L2"), ("L2", "L3")))
+    assert a.get("L2", "L1") is not b.get("L2", "L1")
 
 
 def test_a_prebuilt_store_needs_an_l3_tier():
