@@ -51,15 +51,14 @@ from __future__ import annotations
 
 import math
 import random
-import zlib
 from collections import OrderedDict
-from itertools import chain
+from collections.abc import Callable
 
 from .read_log import ReadLog
 from .registry import Registry
+from .store_shards import ShardedEviction
 
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
-_M64 = (1 << 64) - 1
 _RUNS_KEPT = 1 << 16  # `leading`'s remembered runs, at most (then it starts over)
 _MODELS = Registry("L3 model")
 
@@ -77,7 +76,7 @@ def l3_model_names() -> list[str]:
 class StorageIndex:
     """L3 ``prefix`` model: page keys present in the external store, least recently used first."""
 
-    clock = None  # a callable giving the current time in seconds (the Mooncake model's leases)
+    clock: Callable[[], float] | None = None  # a callable giving the current time in seconds (the Mooncake model's leases)
 
     def __init__(self, capacity_pages: int | None):
         self.capacity_pages = capacity_pages
@@ -124,6 +123,16 @@ class StorageIndex:
         """A key left the store: the runs `leading` remembers may have lost a page."""
         self._runs.clear()
 
+    def discard(self, keys) -> None:
+        """Forget pages `keys` (a read found them missing or corrupt: a failed prefetch), so a
+        later probe stops before them instead of reading them again."""
+        for k in keys.tolist():
+            self._forget(k)
+        self._removed()
+
+    def _forget(self, key) -> None:
+        self._keys.pop(key, None)
+
     def on_ssd(self, keys) -> int:
         """How many of `keys` only an SSD tier holds (none here)."""
         return 0
@@ -163,7 +172,7 @@ class StorageIndex:
         return {"l3_pages": len(self), "l3_evicted_pages": self.evicted_pages}
 
 
-class MooncakeStore(StorageIndex):
+class MooncakeStore(ShardedEviction, StorageIndex):
     """L3 ``mooncake`` model (see the module docstring): lease-ordered objects, watermark
     batch eviction, failed puts on a full pool, an optional SSD tier below."""
 
@@ -215,6 +224,11 @@ class MooncakeStore(StorageIndex):
                 break
             n += 1
         return n
+
+    def _forget(self, key) -> None:  # every object of the page, wherever it is (memory or SSD)
+        for o in self._objects([key]):
+            for d in (self._keys, self._fresh, self._ssd):
+                d.pop(o, None)
 
     def on_ssd(self, keys) -> int:
         """How many of `keys` only the SSD tier holds (a read of them comes from disk)."""
@@ -278,7 +292,7 @@ class MooncakeStore(StorageIndex):
             return
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
         if self.shards > 1:
-            n = self._evict_by_shard(target, max(target / 2, used - self.high_watermark))
+            n = self.evict_by_shard(target, max(target / 2, used - self.high_watermark))
             self._need_eviction = full and n == 0
             self.eviction_batches += n > 0
             return
@@ -306,60 +320,6 @@ class MooncakeStore(StorageIndex):
         else:
             del self._keys[obj]
         self._evicted(obj)
-
-    def shard(self, obj) -> int:
-        """The metadata shard of an object (Mooncake: std::hash of its key string % shards)."""
-        key, half = obj if self.objects_per_page > 1 else (obj, 0)
-        salt = 0
-        if isinstance(key, tuple):  # (component, key) payloads
-            salt, key = zlib.crc32(str(key[0]).encode()), key[1]
-        x = (int(key) ^ (salt << 40) ^ (half * 0x9E3779B97F4A7C15)) & _M64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64  # splitmix64's finalizer
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-        return (x ^ (x >> 31)) % self.shards
-
-    def _candidates(self) -> dict:
-        """Evictable objects -> their lease (never read: -1, the epoch; no clock: lease order)."""
-        out = dict.fromkeys(self._fresh, -1.0)
-        now = None if self.clock is None else self.clock()
-        for i, (k, until) in enumerate(self._keys.items()):
-            if now is None:
-                out[k] = float(i)
-            elif until > now:
-                break
-            else:
-                out[k] = until
-        return out
-
-    def _evict_by_shard(self, target: float, lowerbound: float) -> int:
-        """Mooncake's BatchEvict before #2286 (see the module docstring); returns the objects evicted."""
-        lease, S = self._candidates(), self.shards
-        groups: list = [[] for _ in range(S)]
-        for o in chain(self._fresh, self._keys):
-            groups[self.shard(o)].append(o)
-        start, count, evicted, rest = self._start.randrange(S), 0, 0, []
-        for i in range(S):
-            objs = groups[(start + i) % S]
-            count += len(objs)
-            ideal = math.ceil(count * target) - evicted
-            cands = [o for o in objs if o in lease]
-            if ideal <= 0 or not cands:
-                rest += cands if ideal <= 0 else []
-                continue
-            cut = sorted(lease[o] for o in cands)[min(ideal, len(cands)) - 1]
-            for o in cands:
-                if lease[o] <= cut:
-                    self._drop(o)
-                    evicted += 1
-                else:
-                    rest.append(o)
-        want = min(math.ceil(count * lowerbound) - evicted, len(rest))
-        if want > 0:  # second pass: the oldest candidates left, in shard order
-            cut = sorted(lease[o] for o in rest)[want - 1]
-            for o in [o for o in rest if lease[o] <= cut][:want]:
-                self._drop(o)
-            evicted += want
-        return evicted
 
     def _offload(self, key) -> None:
         if not self.ssd_pages:
