@@ -36,6 +36,7 @@ from .components.full_tiered import TieredFull
 from .components.ports import TierLink
 from .eviction import EvictionQueue
 from .store import make_store
+from .tier_failures import drop_stranded, failed_prefetch
 from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
 
 __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
@@ -79,6 +80,10 @@ class Hierarchy:
             self.topo.touch_all(node)
             if node.parent is not None:
                 self.full.touched(node.parent)
+
+    def unlocked(self, node) -> None:
+        """A lock on `node` was released (Topology.unlock): a node a failed prefetch left on no tier goes."""
+        drop_stranded(self, node)
 
     def evict_host(self, num_tokens: int) -> int:
         """Free L2 for a component's L2 pool (0 when no host-only leaf is left)."""
@@ -176,6 +181,7 @@ class Hierarchy:
         if not pieces:  # the node left the tree meanwhile: the callback frees what it holds
             pieces = [(node, slice(0, (e - s) // self.P))]
         done(ok, pieces)
+        drop_stranded(self, pieces[-1][0])  # nothing in flight on a failed prefetch's node any more
         for x, _ in pieces:  # no longer in flight: eviction may consider them again
             if x.alive:
                 self.topo.touch_all(x)
@@ -356,14 +362,8 @@ class Hierarchy:
         self.storage.touch(keys)
 
         def done(ok, pieces, pages=pages, node=node):
-            if not ok:
-                self.pool.free(pages)
-                for x, _ in reversed(pieces):  # bottom-up: drop what nothing else uses
-                    if x.alive and not x.children and x.lock_ref == 0 and x.host is None and x.value is None:
-                        parent = tree.remove_leaf(x)
-                        self.touched(parent)
-                        self.full.touched(parent)
-                return
+            if not ok:  # unreadable in L3: forgotten there (tier_failures.py)
+                return failed_prefetch(self, pieces, pages, keys)
             for x, sl in pieces:
                 x.host = pages[sl]
                 self.touched(x)

@@ -106,6 +106,8 @@ class Topology:
         entry[1] -= 1
         if entry[1] == 0:
             del self.locks[node.id]
+        if node.value is None and self.tiers is not None:  # not on L1: maybe a failed prefetch's node
+            self.tiers.unlocked(node)
 
     # -- actions -------------------------------------------------------------------------------
     def record(self, action) -> None:
