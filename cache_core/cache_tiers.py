@@ -192,7 +192,7 @@ class TieredAccess:
     def ack(self, action_id: int, ok: bool = True) -> None:
         """The data plane finished (or failed) transfer `action_id`: on success the payload is
         valid on its destination; on failure the destination slots are freed and the source
-        stays valid."""
+        stays valid (but for a prefetch's L3 pages: unreadable, they leave the L3 index)."""
         self.hier.ack(action_id, ok)
 
 
