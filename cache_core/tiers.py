@@ -36,8 +36,8 @@ from .components.full_tiered import TieredFull
 from .components.ports import TierLink
 from .eviction import EvictionQueue
 from .store import make_store
-from .tier_failures import drop_stranded, failed_prefetch
 from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
+from .tier_failures import drop_stranded, failed_prefetch
 
 __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
 
