@@ -226,8 +226,9 @@ class RadixCache:
         if after is not None:
             start = after.handle.node
             if (start.lock_ref <= 0 and start.parent is not None) or not start.alive \
-                    or after.cached_tokens > num_tokens:
-                raise ValueError("`after` must be a locked match of a prefix of the inserted tokens")
+                    or after.cached_tokens > num_tokens or after.cached_tokens != start.end:
+                raise ValueError("`after` must be a locked match of a prefix of the inserted tokens, "
+                                 "ending at its node (a loaded match: storage tokens not yet loaded do not count)")
             node, prefix, last = tree.walk(seq.data, num_tokens, tick, start, after.cached_tokens,
                                            visited=visited)
         else:

@@ -98,3 +98,18 @@ def test_discard_forgets_pages_wherever_the_store_holds_them(store, per):
     assert (store.leading(keys), len(store), [int(k) in store for k in keys]) == (1, 2 * per, [True, False, False, True])
     store.put(keys)  # written again: present again
     assert store.leading(keys) == 4
+
+
+def test_insert_after_a_match_whose_storage_run_is_not_loaded_is_refused():
+    """`insert(after=m)` resumes the walk at m's node from m.cached_tokens: a match that still
+    counts an L3 run it has not loaded (cached 8, node = the root) would file the new edge under
+    the root with the wrong tokens; it is refused, and the tree is unchanged."""
+    c = _a_in_l3_only()
+    seq = TokenSeq(A)
+    m = c.match(seq)
+    assert (m.cached_tokens, m.storage_tokens, m.handle.node.end) == (8, 8, 0)
+    c.lock(m)
+    with pytest.raises(ValueError, match="ending at its node"):
+        c.insert(seq, 8, c.alloc(2), 0, after=m)
+    c.unlock(m)
+    assert c.num_nodes == 1
