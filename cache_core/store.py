@@ -54,6 +54,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable
 
+import numpy as np
+
 from .read_log import ReadLog
 from .registry import Registry
 from .store_shards import ShardedEviction
@@ -90,6 +92,10 @@ class StorageIndex:
 
     def __contains__(self, key) -> bool:
         return key in self._keys
+
+    def contains_each(self, keys: list) -> np.ndarray:
+        """`key in self` for each of `keys`, as a bool mask."""
+        return np.fromiter(map(self._keys.__contains__, keys), dtype=bool, count=len(keys))
 
     def leading(self, keys) -> int:
         """How many of `keys`, from the first, are present (a storage hit run). A page key
@@ -216,6 +222,9 @@ class MooncakeStore(ShardedEviction, StorageIndex):
 
     def __contains__(self, key) -> bool:
         return all(self._has(o) for o in self._objects([key]))
+
+    def contains_each(self, keys: list) -> np.ndarray:
+        return np.fromiter(map(self.__contains__, keys), dtype=bool, count=len(keys))
 
     def _present_run(self, keys: list) -> int:
         n = 0

@@ -99,7 +99,7 @@ class MambaComponent(Component):
     def storage_mask(self, keys, run_pages: int, voter) -> np.ndarray:
         assert self.tiers is not None  # only a tiered cache asks for an L3 mask
         storage = self.tiers.storage
-        return np.array([(self.name, int(keys[j])) in storage for j in range(run_pages)], dtype=bool)
+        return storage.contains_each([(self.name, k) for k in keys[:run_pages].tolist()])
 
     def l3_mask(self, visited, traversed: int, keys, lo_b: int, cap: int) -> np.ndarray:
         return mamba_tiers.l3_mask(self, visited, traversed, keys, lo_b, cap)

@@ -66,13 +66,14 @@ class SwaComponent(Component):
         pl = node.comp[self.kind]
         if pl is None:
             return True
+        present = pl.present()
+        if not len(present):
+            return True
         wp = self.window_pages
-        run = self.tail_run(node.parent, wp)
-        for ok in pl.present().tolist():
-            run = run + 1 if ok else 0
-            if run >= wp:
-                return False
-        return True
+        # runs of present pages between the gaps; a first page present continues the parent's tail
+        tail = self.tail_run(node.parent, wp) if present[0] else 0
+        bounds = np.concatenate(([-1 - tail], np.flatnonzero(~present), [len(present)]))
+        return not (np.diff(bounds) - 1 >= wp).any()
 
     def tail_run(self, node, wp: int) -> int:
         """SWA pages present (any tier) at the end of the path to `node`, up to `wp` (`wp`
@@ -186,10 +187,10 @@ class SwaComponent(Component):
     def held_in_l3(self, node, pl, storage) -> np.ndarray:
         """Positions of the node's L2 copies that L3 also holds (l3_copies.py)."""
         idx = np.flatnonzero(pl.host >= 0)
-        return idx[[(self.name, int(k)) in storage for k in node.pkeys[idx].tolist()]] if len(idx) else idx
+        return idx[storage.contains_each([(self.name, k) for k in node.pkeys[idx].tolist()])] if len(idx) else idx
 
     def has_host_copy(self, pl) -> bool:
-        return bool((pl.host >= 0).any())
+        return pl.on_host()
 
     def drop_host(self, node, pl, held) -> None:
         """Free the L2 copies at positions `held` (L3 holds them)."""

@@ -27,6 +27,22 @@ class SwaPayload:
         h = self.host if n is None else self.host[:n]
         return (p >= 0) | (h >= 0)
 
+    def on_host(self, n: int | None = None) -> bool:
+        """Some page (of the first `n`) has an L2 copy (argmax: one pass, no temporary mask)."""
+        h = self.host if n is None or self.host is None else self.host[:n]
+        return h is not None and len(h) > 0 and bool(h[h.argmax()] >= 0)
+
+
+def window_runs(present: np.ndarray, run0: int, clean0: bool, P: int, W: int):
+    """Per page j of `present` (a bool mask continuing a path whose present run is `run0`
+    tokens, `clean0`: no gap since the root): (window complete after j, run after j, clean
+    after j). The run after page j is the tokens since the last gap at or before j."""
+    idx = np.arange(len(present))
+    last_gap = np.maximum.accumulate(np.where(present, -1, idx))
+    run = np.where(last_gap >= 0, (idx - last_gap) * P, run0 + (idx + 1) * P)
+    clean = clean0 & (last_gap < 0)
+    return clean | (run >= W), run, clean
+
 
 class SwaVoter:
     """Walks down the FULL path keeping the present-SWA run that ends at the position."""
@@ -43,8 +59,7 @@ class SwaVoter:
         """Boundaries after page j (j < npages) of `node` that this component accepts."""
         P, W = self.P, self.W
         pl = node.comp[SWA]
-        if pl is None or (pl.ntomb == len(pl.pages) and (pl.host is None or self.l1_only
-                                                           or pl.host[:npages].max(initial=-1) < 0)):
+        if pl is None or (pl.ntomb == len(pl.pages) and (self.l1_only or not pl.on_host(npages))):
             self.run, self.clean = 0, False  # nothing of this window anywhere: the usual internal node
             return False
         pages = pl.pages[:npages]
@@ -64,12 +79,7 @@ class SwaVoter:
             m[first:] = True
             return m
         present = pages >= 0 if pages is not None else np.zeros(npages, dtype=bool)
-        # run after page j = tokens since the last tombstone at or before j
-        idx = np.arange(npages)
-        last_tomb = np.maximum.accumulate(np.where(present, -1, idx))
-        run = np.where(last_tomb >= 0, (idx - last_tomb) * P, self.run + (idx + 1) * P)
-        clean = self.clean & (last_tomb < 0)
-        ok = clean | (run >= W)
+        ok, run, clean = window_runs(present, self.run, self.clean, P, W)
         self.run = int(run[-1])
         self.clean = bool(clean[-1])
         return ok

@@ -13,7 +13,7 @@ import numpy as np
 from ...actions import BACKUP, L1, L2, L3, LOAD, PREFETCH
 from ...allocator import INDEX_DTYPE
 from ..ports import alloc_host, store_late
-from .payload import SwaPayload
+from .payload import SwaPayload, window_runs
 
 
 def backup(swa, node) -> None:
@@ -61,16 +61,9 @@ def land_l2(swa, ok: bool, pieces, idx, dst) -> list:
 def storage_mask(swa, keys, run_pages: int, voter) -> np.ndarray:
     """Pages j of an L3 run after which the window before is complete, continuing the tree
     walk's present run (`voter.run`, `voter.clean`)."""
-    storage, P, W = swa.tiers.storage, swa.P, swa.window
     run, clean = (voter.run, voter.clean) if voter is not None else (0, True)
-    ok = np.zeros(run_pages, dtype=bool)
-    for j in range(run_pages):
-        if (swa.name, int(keys[j])) in storage:
-            run += P
-        else:
-            run, clean = 0, False
-        ok[j] = clean or run >= W
-    return ok
+    present = swa.tiers.storage.contains_each([(swa.name, k) for k in keys[:run_pages].tolist()])
+    return window_runs(present, run, clean, swa.P, swa.window)[0]
 
 
 def l3_mask(swa, visited, traversed: int, keys, lo_b: int, cap: int) -> np.ndarray:
@@ -88,8 +81,8 @@ def l3_mask(swa, visited, traversed: int, keys, lo_b: int, cap: int) -> np.ndarr
     wp = swa.window_pages
     lo = max(0, lo_b - wp)
     av = tree_swa[lo:cap].copy()
-    for i in np.flatnonzero(~av).tolist():
-        av[i] = (swa.name, int(keys[lo + i])) in storage
+    miss = np.flatnonzero(~av)
+    av[miss] = storage.contains_each([(swa.name, k) for k in keys[lo + miss].tolist()])
     bad = np.concatenate(([0], np.cumsum(~av)))  # bad[k]: pages missing in [lo, lo + k)
     bs = np.arange(lo_b, cap + 1)
     return bad[bs - lo] == bad[np.maximum(0, bs - wp) - lo]
