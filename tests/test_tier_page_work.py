@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 
 from cache_core import CacheConfig, MambaConfig, RadixCache, SwaConfig, TokenSeq
-from cache_core.components.swa.payload import SwaPayload
+from cache_core.components.swa.payload import SwaPayload, window_runs
 from cache_core.store import StorageIndex
 from cache_core.tiers import TierConfig
 
@@ -94,3 +94,21 @@ def test_useless_leaf_matches_the_page_by_page_rule():
     # the first page absent: the clean path above does not count, the one page after it is short
     assert swa.useless_leaf(chain(swa, [True], [False, True])) is True
     assert swa.useless_leaf(chain(swa, [True], [True, False])) is False
+
+
+def runs_by_page(present, run, clean, P, W):
+    ok = []
+    for here in present:
+        run, clean = (run + P, clean) if here else (0, False)
+        ok.append(clean or run >= W)
+    return ok, run, clean
+
+
+def test_window_runs_matches_the_page_by_page_rule_short_and_long():
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 40, 95, 96, 97, 200, 1000):  # short masks loop in Python, long ones in numpy
+        for run0, clean0 in [(0, True), (0, False), (4, False), (12, False)]:
+            present = rng.random(n) > 0.15
+            ok, run, clean = window_runs(present, run0, clean0, 4, 12)
+            want, want_run, want_clean = runs_by_page(present.tolist(), run0, clean0, 4, 12)
+            assert ok.dtype == bool and ok.tolist() == want and (run, clean) == (want_run, want_clean)

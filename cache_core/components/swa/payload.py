@@ -33,15 +33,28 @@ class SwaPayload:
         return h is not None and len(h) > 0 and bool(h[h.argmax()] >= 0)
 
 
-def window_runs(present: np.ndarray, run0: int, clean0: bool, P: int, W: int):
-    """Per page j of `present` (a bool mask continuing a path whose present run is `run0`
-    tokens, `clean0`: no gap since the root): (window complete after j, run after j, clean
-    after j). The run after page j is the tokens since the last gap at or before j."""
-    idx = np.arange(len(present))
-    last_gap = np.maximum.accumulate(np.where(present, -1, idx))
-    run = np.where(last_gap >= 0, (idx - last_gap) * P, run0 + (idx + 1) * P)
-    clean = clean0 & (last_gap < 0)
-    return clean | (run >= W), run, clean
+_LOOP_UP_TO = 96  # pages: a Python loop is faster than numpy's fixed cost per call below this
+
+
+def window_runs(present: np.ndarray, run: int, clean: bool, P: int, W: int):
+    """Per page j of `present` (a bool mask continuing a path whose present run is `run`
+    tokens, `clean`: no gap since the root): whether the window before the boundary after
+    j is complete; then the run and clean after the last page. The run after page j is the
+    tokens since the last gap at or before j."""
+    if len(present) > _LOOP_UP_TO:
+        idx = np.arange(len(present))
+        last_gap = np.maximum.accumulate(np.where(present, -1, idx))
+        runs = np.where(last_gap >= 0, (idx - last_gap) * P, run + (idx + 1) * P)
+        cleans = clean & (last_gap < 0)
+        return cleans | (runs >= W), int(runs[-1]), bool(cleans[-1])
+    ok = []
+    for here in present.tolist():
+        if here:
+            run += P
+        else:
+            run, clean = 0, False
+        ok.append(clean or run >= W)
+    return np.array(ok, dtype=bool), run, bool(clean)
 
 
 class SwaVoter:
@@ -79,7 +92,5 @@ class SwaVoter:
             m[first:] = True
             return m
         present = pages >= 0 if pages is not None else np.zeros(npages, dtype=bool)
-        ok, run, clean = window_runs(present, self.run, self.clean, P, W)
-        self.run = int(run[-1])
-        self.clean = bool(clean[-1])
+        ok, self.run, self.clean = window_runs(present, self.run, self.clean, P, W)
         return ok
