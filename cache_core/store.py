@@ -53,6 +53,7 @@ import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable
+from itertools import takewhile
 
 import numpy as np
 
@@ -93,10 +94,6 @@ class StorageIndex:
     def __contains__(self, key) -> bool:
         return key in self._keys
 
-    def contains_each(self, keys: list) -> np.ndarray:
-        """`key in self` for each of `keys`, as a bool mask."""
-        return np.fromiter(map(self._keys.__contains__, keys), dtype=bool, count=len(keys))
-
     def leading(self, keys) -> int:
         """How many of `keys`, from the first, are present (a storage hit run). A page key
         names its whole prefix (cache_core.keys), so while no key has left the store, the
@@ -117,13 +114,15 @@ class StorageIndex:
 
     def _present_run(self, keys: list) -> int:
         """How many of `keys`, from the first, are present."""
-        d = self._keys
-        n = 0
-        for k in keys:
-            if k not in d:
-                break
-            n += 1
-        return n
+        return len(list(takewhile(self._lookup(), keys)))
+
+    def contains_each(self, keys: list) -> np.ndarray:
+        """`key in self` for each of `keys`, as a bool mask."""
+        return np.fromiter(map(self._lookup(), keys), dtype=bool, count=len(keys))
+
+    def _lookup(self):
+        """The fastest callable for `key in self`."""
+        return self._keys.__contains__
 
     def _removed(self) -> None:
         """A key left the store: the runs `leading` remembers may have lost a page."""
@@ -223,16 +222,8 @@ class MooncakeStore(ShardedEviction, StorageIndex):
     def __contains__(self, key) -> bool:
         return all(self._has(o) for o in self._objects([key]))
 
-    def contains_each(self, keys: list) -> np.ndarray:
-        return np.fromiter(map(self.__contains__, keys), dtype=bool, count=len(keys))
-
-    def _present_run(self, keys: list) -> int:
-        n = 0
-        for k in keys:
-            if k not in self:
-                break
-            n += 1
-        return n
+    def _lookup(self):
+        return self.__contains__
 
     def _forget(self, key) -> None:  # every object of the page, wherever it is (memory or SSD)
         for o in self._objects([key]):

@@ -9,7 +9,7 @@ SWA = ComponentKind.SWA
 
 
 class SwaPayload:
-    __slots__ = ("pages", "ntomb", "locks", "sess", "host")
+    __slots__ = ("pages", "ntomb", "locks", "sess", "_host", "_on_host")
 
     def __init__(self, pages: np.ndarray, ntomb: int, locks: list | None = None, sess: list | None = None,
                  host: np.ndarray | None = None):
@@ -17,7 +17,18 @@ class SwaPayload:
         self.ntomb = ntomb  # pages not on L1
         self.locks = locks if locks is not None else []  # window starts of live locks
         self.sess = sess if sess is not None else []  # window starts of session references
-        self.host = host  # with tiers: L2 SWA pages (-1 = not on L2), or None
+        self.host = host  # with tiers: L2 SWA pages (-1 = not on L2), or None (read-only)
+
+    @property
+    def host(self) -> np.ndarray | None:
+        return self._host
+
+    @host.setter
+    def host(self, h: np.ndarray | None) -> None:
+        if h is not None:
+            h.flags.writeable = False  # `_on_host` stays true to it: a change assigns a new array
+        self._host = h
+        self._on_host = _any_set(h)  # read far more often than a new array is assigned
 
     def present(self, n: int | None = None) -> np.ndarray:
         """Pages held on some tier (L1 or L2), as a bool mask."""
@@ -28,9 +39,16 @@ class SwaPayload:
         return (p >= 0) | (h >= 0)
 
     def on_host(self, n: int | None = None) -> bool:
-        """Some page (of the first `n`) has an L2 copy (argmax: one pass, no temporary mask)."""
-        h = self.host if n is None or self.host is None else self.host[:n]
-        return h is not None and len(h) > 0 and bool(h[h.argmax()] >= 0)
+        """Some page (of the first `n`) has an L2 copy."""
+        h = self._host
+        if n is None or h is None or not self._on_host:
+            return self._on_host
+        return _any_set(h[:n])
+
+
+def _any_set(h: np.ndarray | None) -> bool:
+    """Some slot is >= 0 (argmax: one pass, no temporary mask)."""
+    return h is not None and len(h) > 0 and bool(h[h.argmax()] >= 0)
 
 
 _LOOP_UP_TO = 96  # pages: a Python loop is faster than numpy's fixed cost per call below this
