@@ -1,9 +1,9 @@
 """L3 page stores: the prefix-closed LRU index and a Mooncake Store model.
 
 Both address pages by their stable page keys (cache_core.keys; SWA/MAMBA payloads by
-(component, key) pairs) and answer the same questions: is a key present, how long is the run
-of present keys from the first (`leading`), mark keys read (`touch`), store keys (`put`,
-`put_many`). Which one a Hierarchy uses is ``TierConfig.l3_model``.
+(component, key) pairs) and answer the same questions: is a key present (`in`; many keys:
+`contains_each`), how long is the run of present keys from the first (`leading`), mark keys
+read (`touch`), store keys (`put`, `put_many`). Which one a Hierarchy uses is ``TierConfig.l3_model``.
 
 ``prefix`` (StorageIndex): LRU by put or read, one entry per page, capacity in pages. Until its
 first eviction a read is logged, not applied page by page (read_log.py: ordered once then).

@@ -135,7 +135,7 @@ def prefetch(swa, node, keys) -> None:
     tiers, storage = swa.tiers, swa.tiers.storage
     tail = min(len(keys), swa.window_pages)
     have = np.zeros(len(keys), dtype=bool)
-    have[len(keys) - tail:] = [(swa.name, int(k)) in storage for k in keys[len(keys) - tail:]]
+    have[len(keys) - tail:] = storage.contains_each([(swa.name, k) for k in keys[len(keys) - tail:].tolist()])
     node.comp[swa.kind] = SwaPayload(np.full(len(keys), -1, dtype=INDEX_DTYPE), len(keys),
                                      host=np.full(len(keys), -1, dtype=INDEX_DTYPE))
     dst = alloc_host(tiers, swa, int(have.sum()))
