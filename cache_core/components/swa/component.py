@@ -67,9 +67,11 @@ class SwaComponent(Component):
         if pl is None:
             return True
         present = pl.present()
-        if not len(present):
+        if not present.any():  # the usual useless leaf: every page gone from the tiers
             return True
         wp = self.window_pages
+        if len(present) >= wp and present[-wp:].all():  # the usual kept one: its last window is whole
+            return False
         # runs of present pages between the gaps; a first page present continues the parent's tail
         tail = self.tail_run(node.parent, wp) if present[0] else 0
         bounds = np.concatenate(([-1 - tail], np.flatnonzero(~present), [len(present)]))
