@@ -93,10 +93,10 @@ class SwaVoter:
         if pl is None or (pl.ntomb == len(pl.pages) and (self.l1_only or not pl.on_host(npages))):
             self.run, self.clean = 0, False  # nothing of this window anywhere: the usual internal node
             return False
-        pages = pl.pages[:npages]
-        if pl is not None and pl.host is not None and pl.ntomb and not self.l1_only:
-            pages = np.where(pl.present(npages), 0, -1)  # votes see the union of tiers
-        elif pages is not None and (pl.ntomb == 0 or (npages < len(pl.pages) and not (pages < 0).any())):
+        present = None
+        if pl.ntomb:  # votes see the union of tiers
+            present = pl.present(npages) if pl.host is not None and not self.l1_only else pl.pages[:npages] >= 0
+        if present is None or present.all():  # the run grows by the whole stretch
             run0 = self.run
             self.run += npages * P
             if self.clean:
@@ -109,6 +109,5 @@ class SwaVoter:
             m = np.zeros(npages, dtype=bool)
             m[first:] = True
             return m
-        present = pages >= 0 if pages is not None else np.zeros(npages, dtype=bool)
         ok, self.run, self.clean = window_runs(present, self.run, self.clean, P, W)
         return ok
