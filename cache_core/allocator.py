@@ -20,7 +20,7 @@ class PagePool:
     capacity costs no memory up front. `capacity_pages=None` makes the pool unbounded.
     """
 
-    __slots__ = ("capacity_pages", "_free", "_top", "_next", "listener", "changes")
+    __slots__ = ("capacity_pages", "_free", "_top", "_next", "listener", "frees")
 
     def __init__(self, capacity_pages: int | None):
         if capacity_pages is not None and capacity_pages < 0:
@@ -30,7 +30,8 @@ class PagePool:
         self._free = np.empty(1024, dtype=INDEX_DTYPE)  # recycled pages, a stack
         self._top = 0
         self._next = 0  # next fresh index
-        self.changes = 0  # allocations and frees so far (a cache's match memo reads it)
+        self.frees = 0  # frees so far: a match memo reads it (an allocation changes no tree node: the
+        # pages go to a caller; the tree takes them at an insert, which the topology counts)
 
     @property
     def unbounded(self) -> bool:
@@ -62,7 +63,6 @@ class PagePool:
             self._next += k
             out = np.concatenate([self._free[:top][::-1], fresh]) if top else fresh
             self._top = 0
-        self.changes += 1
         if self.listener is not None:
             self.listener("alloc", out)
         return out
@@ -72,7 +72,7 @@ class PagePool:
         k = len(pages)
         if k == 0:
             return
-        self.changes += 1
+        self.frees += 1
         if self.listener is not None:
             self.listener("free", pages)
         top = self._top
@@ -91,7 +91,7 @@ class PagePool:
             return
         self._free[self._top] = index
         self._top += 1
-        self.changes += 1
+        self.frees += 1
 
     @property
     def index_bound(self) -> int:

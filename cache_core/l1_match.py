@@ -102,7 +102,7 @@ class L1Match(MemoMatch):
 
     @property
     def version(self) -> int:
-        return self.topo.version + sum(p.changes for p in self.pools)
+        return self.topo.version + sum(p.frees for p in self.pools)
 
     def query(self, seq, n: int) -> MatchPlan:
         """Read-only: the match of seq[:n] and the split it needs."""

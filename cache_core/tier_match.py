@@ -70,9 +70,9 @@ class TieredMatch(MemoMatch):
     def version(self) -> int:
         hier, store = self.hier, self.hier.storage
         v = self.topo.version + hier.ids + hier.finished + (0 if store is None else store.changes)
-        v += 0 if hier.pool is None else hier.pool.changes
+        v += 0 if hier.pool is None else hier.pool.frees
         for c in self.topo.components:
-            v += c.pool.changes + (0 if c.host_pool is None else c.host_pool.changes)
+            v += c.pool.frees + (0 if c.host_pool is None else c.host_pool.frees)
         return v
 
     def query(self, seq, n: int) -> TierPlan:
