@@ -31,7 +31,7 @@ TOP_DIRS = ("cache_core", "sim", "scenarios", "radixsim", "analysis", "fleet", "
 PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w/])(?![\w/])" % "|".join(re.escape(d) for d in TOP_DIRS))
 FILE_SUFFIXES = ("py", "md", "yaml", "yml", "json", "jsonl", "csv", "png", "txt", "toml", "log", "html")
 TEST_RE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
-TICK_RE = re.compile(r"`([^`\n]+)`")
+TICK_RE = re.compile(r"`([^`]+)`")  # a code span may wrap a line
 FILE_REF_RE = re.compile(r"^([\w/]+\.py): (.+)$")
 DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?(?:: .*)?$")
 CALL_RE = re.compile(r"^@?([a-z_]\w*)\(.*\)$")
@@ -39,7 +39,12 @@ CLASS_RE = re.compile(r"^([A-Z][a-z]\w*)(?:\(.*\))?$")
 
 
 def text(doc: Path) -> str:
-    return doc.read_text()
+    return re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)  # fenced blocks are no references
+
+
+def ticks(doc: Path) -> list[str]:
+    """Every code span of `doc`, its whitespace (a wrapped line) collapsed."""
+    return [" ".join(t.split()) for t in TICK_RE.findall(text(doc))]
 
 
 @lru_cache(maxsize=None)
@@ -162,14 +167,14 @@ def stale_paths(doc: Path) -> list[str]:
     named = [p for p in sorted(set(PATH_RE.findall(body)))
              if "NAME" not in p and (p.endswith("/") or "." in p.rsplit("/", 1)[-1] or f"`{p}`" in body)]
     out = [p for p in named if not (ROOT / p).exists()]
-    bare = {t for t in TICK_RE.findall(body) if re.fullmatch(r"\w+\.py", t)} if doc == ARCH else set()
+    bare = {t for t in ticks(doc) if re.fullmatch(r"\w+\.py", t)} if doc == ARCH else set()
     names = {p.name for p in source_files()}
     return out + sorted(b for b in bare if b not in names)
 
 
 def stale_file_refs(doc: Path) -> list[str]:
     out = []
-    for tick in TICK_RE.findall(text(doc)):
+    for tick in ticks(doc):
         m = FILE_REF_RE.match(tick)
         if not m or not (ROOT / m.group(1)).exists():
             continue
@@ -181,7 +186,7 @@ def stale_file_refs(doc: Path) -> list[str]:
 
 def stale_dotted(doc: Path) -> list[str]:
     out = []
-    for tick in sorted(set(TICK_RE.findall(text(doc)))):
+    for tick in sorted(set(ticks(doc))):
         m = DOTTED_RE.match(tick)
         if m and tick.rsplit(".", 1)[-1] not in FILE_SUFFIXES and resolves(m.group(1)) is False:
             out.append(tick)
