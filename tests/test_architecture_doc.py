@@ -8,6 +8,8 @@
   a module of the repository resolves (a scenario key such as `cache.policy` resolves against
   `scenarios/schema.py: SCHEMA`); every backticked CamelCase name is a class of the repository;
 - every `tests/test_x.py::test_name` names a test function of that file;
+- in the two "path of one request" sections, every call chain `A.f` -> `B.g` holds: the
+  function `A.f` calls a `g` (itself or through its class's own private helpers);
 - the "Where each concept lives" table names every module of cache_core/ (a directory row
   `cache_core/d/` covers the modules directly in it).
 
@@ -34,6 +36,7 @@ TEST_RE = re.compile(r"(tests/[\w/]+\.py)::(\w+)")
 TICK_RE = re.compile(r"`([^`]+)`")  # a code span may wrap a line
 FILE_REF_RE = re.compile(r"^([\w/]+\.py): (.+)$")
 DOTTED_RE = re.compile(r"^([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)(?:\(.*\))?(?:: .*)?$")
+CHAIN_RE = re.compile(r"`(\w+\.\w+)(?:\([^`]*\))?` -> (?=`(\w+\.\w+)(?:\([^`]*\))?`)")
 CALL_RE = re.compile(r"^@?([a-z_]\w*)\(.*\)$")
 CLASS_RE = re.compile(r"^([A-Z][a-z]\w*)(?:\(.*\))?$")
 
@@ -209,10 +212,57 @@ def stale_tests(doc: Path) -> list[str]:
     return out
 
 
-def concept_table() -> str:
+def section(title: str) -> str:
     body = text(ARCH)
-    start = body.index("## Where each concept lives")
+    start = body.index("## " + title)
     return body[start:body.index("\n## ", start + 1)]
+
+
+def concept_table() -> str:
+    return section("Where each concept lives")
+
+
+def defs_of(ref: str) -> list[tuple[ast.AST, ast.ClassDef | None]]:
+    """(function, its class or None) for `Class.f` or `module.f` (`module.Class` not)."""
+    head, name = ref.split(".")
+    out = [(f, c) for c in classes().get(head, []) for f in c.body
+           if isinstance(f, ast.FunctionDef) and f.name == name]
+    for p in modules_named(head):
+        tree = parsed(p)
+        out += [(f, None) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == name]
+    return out
+
+
+def called(fn: ast.AST, cls: ast.ClassDef | None, seen: set) -> set[str]:
+    """Names `fn` calls (`x.g(...)` or `g(...)`), with those of the `self._helper`s it calls."""
+    out: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+            out.add(name)
+            if (cls is not None and isinstance(f, ast.Attribute) and private(f.attr)
+                    and isinstance(f.value, ast.Name) and f.value.id == "self" and f.attr not in seen):
+                seen.add(f.attr)
+                for h in cls.body:
+                    if isinstance(h, ast.FunctionDef) and h.name == f.attr:
+                        out |= called(h, cls, seen)
+    return out
+
+
+def private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def broken_chains() -> list[str]:
+    out = []
+    for title in ("The path of one request (replay)", "The path of one request (simulation"):
+        body = " ".join(section(title).split())
+        for a, b in CHAIN_RE.findall(body):
+            defs = defs_of(a)
+            if not defs or not any(b.split(".")[1] in called(f, c, set()) for f, c in defs):
+                out.append(f"`{a}` -> `{b}`")
+    return out
 
 
 def unlisted_core_modules() -> list[str]:
@@ -257,10 +307,17 @@ def test_the_concept_table_names_every_cache_core_module():
     assert unlisted == "", "not in the table:\n" + unlisted
 
 
+def test_every_call_chain_of_the_request_paths_holds():
+    broken = "\n".join(broken_chains())
+    assert broken == "", "no such call:\n" + broken
+
+
 def test_the_checks_catch_a_stale_reference():
     assert resolves("RadixCache.match") is True
     assert resolves("RadixCache.no_such_method") is False
     assert resolves("cache.policy") is True and resolves("cache.no_such_key") is False
     assert resolves_in_file(ROOT / "cache_core" / "cache.py", "RadixCache.insert")
     assert not resolves_in_file(ROOT / "cache_core" / "cache.py", "no_such_function")
+    assert "commit" in called(*defs_of("Loader.complete")[0], set())  # through Loader._finish
+    assert "walk" not in called(*defs_of("RadixCache.match")[0], set())
     assert takes("register_workload_kind", ["smoke"]) and not takes("register_workload_kind", ["no_such"])
