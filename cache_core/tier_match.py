@@ -13,8 +13,9 @@ same without tiers).
   while `version` holds.
 
 `version` covers everything a query reads: the topology's counter (inserts, splits,
-removals), every component's L1 and L2 pool and the hierarchy's L2 pool (allocations and
-frees: evictions, demotions, tombstones, checkpoints), the transfers emitted and finished
+removals), the frees of every component's L1 and L2 pool and of the hierarchy's L2 pool
+(evictions, demotions, tombstones; an allocation places nothing on a node by itself: the
+insert, transfer or acknowledgement that does is counted), the transfers emitted and finished
 (`Hierarchy.ids`, `Hierarchy.finished`: nodes in flight, residency set at acknowledgements)
 and the L3 store's puts (`changes`; its evictions happen inside puts)."""
 from __future__ import annotations
