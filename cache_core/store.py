@@ -86,7 +86,7 @@ class StorageIndex:
         self._keys: OrderedDict = OrderedDict()
         self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
-        self.evicted_pages = self.changes = 0  # changes: put batches, evictions inside them (tier_match.py)
+        self.evicted_pages = self.changes = 0  # changes: put batches and removals (tier_match.py)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -125,8 +125,10 @@ class StorageIndex:
         return self._keys.__contains__
 
     def _removed(self) -> None:
-        """A key left the store: the runs `leading` remembers may have lost a page."""
+        """A key left the store: the runs `leading` remembers may have lost a page, and a kept
+        match (tier_match.py) may count it (a discard on one engine of a shared store)."""
         self._runs.clear()
+        self.changes += 1
 
     def discard(self, keys) -> None:
         """Forget pages `keys` (a read found them missing or corrupt: a failed prefetch), so a

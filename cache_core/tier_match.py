@@ -17,7 +17,8 @@ removals), the frees of every component's L1 and L2 pool and of the hierarchy's 
 (evictions, demotions, tombstones; an allocation places nothing on a node by itself: the
 insert, transfer or acknowledgement that does is counted), the transfers emitted and finished
 (`Hierarchy.ids`, `Hierarchy.finished`: nodes in flight, residency set at acknowledgements)
-and the L3 store's puts (`changes`; its evictions happen inside puts)."""
+and the L3 store's puts and removals (`changes`: evictions, discards after failed reads,
+on one engine or another sharing the store)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -113,3 +113,24 @@ def test_insert_after_a_match_whose_storage_run_is_not_loaded_is_refused():
         c.insert(seq, 8, c.alloc(2), 0, after=m)
     c.unlock(m)
     assert c.num_nodes == 1
+
+
+def test_a_read_that_fails_on_one_engine_is_seen_by_another_engines_kept_match():
+    """Two caches on one shared L3 store (a fleet): engine A's failed prefetch drops the run
+    from the store, which must change the store's version, or engine B keeps reusing a match
+    that still counts the dropped run (8 storage tokens instead of 0)."""
+    from cache_core.store import make_store
+
+    cfg = CacheConfig(page_size=4, capacity_tokens=32, tiers=TierConfig(l2_tokens=32, l3=True, min_prefetch_tokens=0))
+    store = make_store(cfg.tiers, 4)
+    a, b = (RadixCache(cfg, auto_ack=False, storage=store) for _ in range(2))
+    seq_a, seq_b = TokenSeq(np.arange(8)), TokenSeq(np.arange(8))
+    store.put(seq_a.page_keys(4)[:2])  # another engine stored the two pages
+    first = b.match(seq_b, 8).storage_tokens
+    m = a.match(seq_a, 8)
+    a.lock(m)
+    assert a.prefetch(m, seq_a) == 8
+    a.unlock(m)
+    ack_all(a, ok=False)
+    assert [int(k) in store for k in seq_a.page_keys(4)[:2]] == [False, False]
+    assert (first, b.match(seq_b, 8).storage_tokens) == (8, 0)
