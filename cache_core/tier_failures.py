@@ -7,10 +7,11 @@ Mooncake's client gets an error for a missing object): reading it again fails ag
 failure drops the run's page keys from the L3 index (`discard`): later requests find no
 storage hit there and recompute, instead of each issuing the same failing prefetch.
 
-The prefetch's node goes with its L2 slots, unless something still holds it (a child, or a
-lock: a request that inserted up to it keeps the insert's node locked, or another transfer
-in flight on it: a component's prefetch); such a node is on no tier until that request heals
-it with its own pages, and once the last lock is released and nothing is in flight on it
+The prefetch's node goes with its L2 slots at once, unless something still holds it (a child,
+or a lock: a request that inserted up to it keeps the insert's node locked). A component's
+prefetch still in flight on it does not keep it: its late acknowledgement finds the node gone
+and frees its slots. A node kept by a lock is on no tier until that request heals it with its
+own pages, and once the last lock is released and nothing is in flight on it
 (`drop_stranded`, at every unlock of a node not on L1 and every transfer's end) it goes, so no
 node stays in the tree on no tier.
 """
