@@ -169,7 +169,7 @@ class Engine:
             if hier.storage is not None:
                 l3 = len(hier.storage) * self.P
         l1 = 0 if cache.full.pool.unbounded else self.max_total_tokens - cache.free_tokens
-        self.timeline.append((now, len(self.builder.admitted()), len(q.waiting) + len(q.prefetching), l1, l2, l3))
+        self.timeline.append((now, self.builder.admitted_count(), len(q.waiting) + len(q.prefetching), l1, l2, l3))
 
     def idle_done(self) -> bool:
         """No request anywhere in the engine."""

@@ -119,8 +119,12 @@ class Loader:
         acts = self.cache.actions
         if not acts:
             return []
-        batch = [a for a in acts if isinstance(a, Transfer)]
-        copies = [a for a in acts if isinstance(a, CopyState)]
+        batch, copies = [], []
+        for a in acts:
+            if isinstance(a, Transfer):
+                batch.append(a)
+            elif isinstance(a, CopyState):
+                copies.append(a)
         acts.clear()
         run_copy = getattr(self.dataplane, "copy_state", None)
         if copies and run_copy is not None:  # a real data plane copies state slots (MAMBA)

@@ -164,8 +164,13 @@ class StepBuilder:
         out += self.q.ready
         if self.q.chunked is not None:
             out.append(self.q.chunked)
-        out += [r for r in self._in_prefill]
+        out += self._in_prefill
         return out
+
+    def admitted_count(self) -> int:
+        """len(admitted()) without building the list (the engine's timeline row per step)."""
+        q = self.q
+        return len(q.running) + len(q.loading) + len(q.ready) + (q.chunked is not None) + len(self._in_prefill)
 
     def _admit(self, budget: PrefillBudget) -> None:
         limits = self.limits
@@ -216,11 +221,7 @@ class StepBuilder:
         if not len(running):
             return []
         cache, P = self.cache, self.P
-
-        def need(r) -> int:
-            return 1 if r.fill_len > r.kv_pages * P else 0
-
-        pages = sum(need(r) for r in running)
+        pages = sum(1 for r in running if r.fill_len > r.kv_pages * P)  # a new page for the next token
         if pages * P > self._free_fn() and not cache.full.pool.unbounded:
             out = running.retract(pages * P - self._free_fn(), freed_tokens=lambda r: sum(map(len, r.pages)) * P)
             for r in out:
@@ -230,7 +231,7 @@ class StepBuilder:
             self.q.waiting[: len(out)] = sorted(self.q.waiting[: len(out)], key=lambda x: x.fcfs_key())
         batch = []
         for r in running:
-            if need(r) and not self._alloc(r, 1):  # the last request alone does not fit: it waits
+            if r.fill_len > r.kv_pages * P and not self._alloc(r, 1):  # the last request alone does not fit: it waits
                 running.remove(r)
                 r.retracted += 1
                 self.q.counters["retractions"] += 1
