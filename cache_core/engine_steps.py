@@ -126,7 +126,7 @@ class StepBuilder:
         cost = self._prefill_cost(prefill)
         self.steps += 1
         return Step(self.steps, now, tuple(prefill), tuple(decode), cost,
-                    tuple(r.fill_len - 1 for r in decode))
+                    tuple([r.fill_len - 1 for r in decode]))
 
     def _nothing_to_run(self) -> Step | None:
         """No prefill and no decode can run: wait (None) for acknowledgements or arrivals, or
