@@ -82,8 +82,9 @@ class Link:
     # -- public -------------------------------------------------------------------------------
     def transfer(self, nbytes: int, pages: int = 1) -> simpy.Event:
         """Start moving `nbytes` (made of `pages` pages, for the per-page overhead) now."""
-        if not (type(nbytes) is int and type(pages) is int and nbytes >= 0 and pages >= 0):
-            _check_transfer(nbytes, pages)  # the common case (plain ints) skips the full checks
+        if not ((type(nbytes) is int or type(nbytes) is float and nbytes < math.inf) and nbytes >= 0
+                and type(pages) is int and pages >= 0):
+            _check_transfer(nbytes, pages)  # the common case (plain numbers) skips the full checks
         done = self.env.event()
         if nbytes == 0:
             return done.succeed(self.env.now)
