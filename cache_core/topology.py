@@ -35,6 +35,7 @@ class Topology:
         self.locks: dict[int, list] = {}  # node id -> [node, count], for invariant checks
         self.actions = actions
         self.sidecars = sidecars
+        self._sidecars_of: dict[str, tuple] = {}  # component name -> sidecars_of(name)
         self.version = 0  # bumped by every insert, split and removal (l1_match.py; no query reads a lock)
 
     def link(self, slot: int) -> TreeLink:
@@ -49,7 +50,10 @@ class Topology:
         self.components.append(comp)
 
     def sidecars_of(self, component: str) -> tuple:
-        return tuple(s.name for s in self.sidecars if s.follows == component)
+        names = self._sidecars_of.get(component)  # sidecars never change after construction
+        if names is None:
+            names = self._sidecars_of[component] = tuple(s.name for s in self.sidecars if s.follows == component)
+        return names
 
     # -- tree hooks fan out to components ----------------------------------------------------
     def on_split(self, upper, lower, upper_tokens):

@@ -271,8 +271,21 @@ class CostModel(Protocol):
     def transfer_time_s(self, nbytes: float, link: str, *, blocks: int = 0) -> float: ...
 
 
+_EXACT_INT = 2 ** 53  # plain ints up to this survive the float64 checks below unchanged
+
+
+def _plain_counts(values) -> bool:
+    """`values` are plain ints in [0, 2**53]: the checks below would pass them unchanged,
+    so the parsers may build their int64 array directly (same values, less work per step)."""
+    return all(type(v) is int and 0 <= v <= _EXACT_INT for v in values)
+
+
 def parse_batch(batch) -> tuple[np.ndarray, np.ndarray]:
     """[(new_tokens, cached_tokens), ...] -> two int64 arrays; new >= 1, cached >= 0."""
+    if all(type(pair) is tuple and len(pair) == 2 for pair in batch):
+        new, cached = [pair[0] for pair in batch], [pair[1] for pair in batch]
+        if _plain_counts(new) and _plain_counts(cached) and 0 not in new:
+            return np.array(new, dtype=np.int64), np.array(cached, dtype=np.int64)
     arr = np.asarray(batch if len(batch) else np.empty((0, 2)), dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise ValueError(f"a prefill batch is a list of (new_tokens, cached_tokens) pairs, got shape {arr.shape}")
@@ -284,6 +297,8 @@ def parse_batch(batch) -> tuple[np.ndarray, np.ndarray]:
 
 
 def parse_contexts(contexts) -> np.ndarray:
+    if _plain_counts(contexts):
+        return np.array(contexts, dtype=np.int64)
     arr = np.asarray(contexts if len(contexts) else np.empty(0), dtype=np.float64)
     if arr.ndim != 1:
         raise ValueError(f"decode contexts are a flat list of token counts, got shape {arr.shape}")

@@ -82,11 +82,9 @@ class Link:
     # -- public -------------------------------------------------------------------------------
     def transfer(self, nbytes: int, pages: int = 1) -> simpy.Event:
         """Start moving `nbytes` (made of `pages` pages, for the per-page overhead) now."""
-        if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
-                or nbytes < 0:
-            raise ValueError(f"transfer bytes must be a finite number >= 0, got {nbytes!r}")
-        if isinstance(pages, bool) or not isinstance(pages, int) or pages < 0:
-            raise ValueError(f"pages must be an integer >= 0, got {pages!r}")
+        if not ((type(nbytes) is int or type(nbytes) is float and nbytes < math.inf) and nbytes >= 0
+                and type(pages) is int and pages >= 0):
+            _check_transfer(nbytes, pages)  # the common case (plain numbers) skips the full checks
         done = self.env.event()
         if nbytes == 0:
             return done.succeed(self.env.now)
@@ -202,6 +200,15 @@ class Link:
     def __repr__(self):
         return (f"Link({self.name!r}, {self.bandwidth_Bps:g} B/s, {self.latency_s:g} s, "
                 f"per_page {self.per_page_s:g} s, active {self.active})")
+
+
+def _check_transfer(nbytes, pages) -> None:
+    """ValueError unless `nbytes` is a finite number >= 0 and `pages` an integer >= 0."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float)) or not math.isfinite(nbytes) \
+            or nbytes < 0:
+        raise ValueError(f"transfer bytes must be a finite number >= 0, got {nbytes!r}")
+    if isinstance(pages, bool) or not isinstance(pages, int) or pages < 0:
+        raise ValueError(f"pages must be an integer >= 0, got {pages!r}")
 
 
 # ------------------------------------------------------------------------------------------

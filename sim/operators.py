@@ -168,6 +168,7 @@ class OperatorCostModel(RooflineCostModel):
             d_v = m.head_dim if m.v_head_dim is None else m.v_head_dim
             nope = m.head_dim - m.qk_rope_head_dim
             self.mla_decompress_nk = (m.num_q_heads * (nope + d_v) / tp, m.kv_lora_rank)
+        self._token_memo: dict = {}  # tokens -> token_terms(tokens): they depend on nothing else
 
     def __repr__(self) -> str:
         return f"OperatorCostModel({self.model.name!r}, {self.hw.name!r}, tp={self.tp}, ep={self.ep})"
@@ -271,6 +272,16 @@ class OperatorCostModel(RooflineCostModel):
 
     # --- step -----------------------------------------------------------------------------
 
+    def token_terms(self, tokens: int) -> tuple:
+        """The terms of a step that depend only on its token count: (weight bytes, linear_s,
+        elementwise_s, allreduce_s, alltoall_s), computed once per count (the same values)."""
+        terms = self._token_memo.get(tokens)
+        if terms is None:
+            terms = self._token_memo[tokens] = (
+                self.weight_read_bytes(tokens), self.linear_s(tokens), self.elementwise_s(tokens),
+                self.allreduce_s(tokens), self.alltoall_s(tokens))
+        return terms
+
     def cost(self, prefill_batch: Sequence[tuple[int, int]] = (),
              decode_contexts: Sequence[int] = ()) -> StepCost:
         """The work and time terms of one (possibly mixed) step; compute_s is the sum of the
@@ -281,12 +292,12 @@ class OperatorCostModel(RooflineCostModel):
         tokens = n_prefill + n_decode
         p = {**self.request_work(new, cached, decode=False), "decode": False}
         d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
-        weight_bytes = self.weight_read_bytes(tokens)
-        kv_bytes, state_bytes = p["kv_bytes"] + d["kv_bytes"], p["state_bytes"] + d["state_bytes"]
         if not tokens:
             return StepCost(0, 0, *(0.0,) * 12)
-        op_s = (self.linear_s(tokens) + self.attention_s(p, n_prefill) + self.attention_s(d, n_decode)
-                + self.elementwise_s(tokens))
+        weight_bytes, linear_s, elementwise_s, allreduce_s, alltoall_s = self.token_terms(tokens)
+        kv_bytes, state_bytes = p["kv_bytes"] + d["kv_bytes"], p["state_bytes"] + d["state_bytes"]
+        op_s = (linear_s + self.attention_s(p, n_prefill) + self.attention_s(d, n_decode)
+                + elementwise_s)
         if self.mla_decompress_nk and n_prefill:
             n, k = self.mla_decompress_nk
             op_s += self.model.full_layers * self.gemm_s(float(np.sum(new + cached)), n, k,
@@ -305,7 +316,7 @@ class OperatorCostModel(RooflineCostModel):
             allreduce_bytes=self.allreduces_per_layer * self.model.num_layers * tokens * self.model.hidden_size
             * ACTIVATION_DTYPE_BYTES if self.tp > 1 else 0.0,
             compute_s=op_s, memory_s=(weight_bytes + kv_bytes + state_bytes) / self.hw.hbm_bytes_per_s,
-            allreduce_s=self.allreduce_s(tokens), overhead_s=overhead_s, alltoall_s=self.alltoall_s(tokens))
+            allreduce_s=allreduce_s, overhead_s=overhead_s, alltoall_s=alltoall_s)
 
 
 __all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",

@@ -11,7 +11,7 @@ import pytest
 from scenarios.presets import get_hardware, get_model
 from sim.cost import (
     EFFICIENCY_SOURCES, NVLINK_LATENCY_S, Efficiency, RooflineCostModel, TableCostModel,
-    causal_keys, compressed_rows, topk_rows, transfer_time_s, window_keys,
+    causal_keys, compressed_rows, parse_batch, parse_contexts, topk_rows, transfer_time_s, window_keys,
 )
 
 EXACT = dict(rel=1e-12)
@@ -394,3 +394,20 @@ def test_a_registered_cost_model_is_built_by_cost_kind():
         assert type(cost) is Flat and cost.s == 0.002
     finally:
         del _MODELS._classes["test-flat"]
+
+
+def test_parsers_take_plain_ints_as_the_checked_path_does():
+    """parse_batch/parse_contexts build the same int64 arrays from plain ints as from any
+    other numbers, and reject the same bad input."""
+    new, cached = parse_batch(((3, 0), (5, 7)))
+    ref_new, ref_cached = parse_batch(np.array([[3, 0], [5, 7]]))
+    assert new.dtype == cached.dtype == np.int64
+    assert new.tolist() == ref_new.tolist() == [3, 5] and cached.tolist() == ref_cached.tolist() == [0, 7]
+    assert [a.shape for a in parse_batch(())] == [(0,), (0,)]
+    ctx = parse_contexts((0, 4, 9))
+    assert ctx.dtype == np.int64 and ctx.tolist() == parse_contexts([0.0, 4.0, 9.0]).tolist() == [0, 4, 9]
+    for bad in (((0, 1),), ((1, -1),), ((1.5, 0),)):
+        with pytest.raises(ValueError, match=r"^prefill batch: "):
+            parse_batch(bad)
+    with pytest.raises(ValueError, match=r"^decode contexts must be integers >= 0"):
+        parse_contexts((3, -1))

@@ -298,3 +298,19 @@ def test_lone_transfer_matches_cost_transfer_time():
     env.run()
     assert pcie.value == approx(transfer_time_s(hw, nbytes, "pcie"))
     assert l3.value == approx(transfer_time_s(hw, nbytes, "l3", blocks=pages))
+
+
+def test_transfer_checks_its_bytes_and_pages():
+    """Plain ints and finite floats >= 0 are accepted (a PCIe shard's bytes are a float);
+    anything else is a one-line ValueError."""
+    env = simpy.Environment()
+    link = Link(env, "L", 1e9, 0.0)
+    for nbytes in (float("nan"), float("inf"), -1.0, -1, True, "8"):
+        with pytest.raises(ValueError, match=r"^transfer bytes must be a finite number >= 0, got "):
+            link.transfer(nbytes)
+    for pages in (-1, 1.0, True):
+        with pytest.raises(ValueError, match=r"^pages must be an integer >= 0, got "):
+            link.transfer(8, pages=pages)
+    done = [link.transfer(500_000_000), link.transfer(1e9 / 2, pages=2)]
+    env.run()
+    assert [ev.value for ev in done] == [1.0, 1.0] and link.bytes_done == 1e9

@@ -317,3 +317,21 @@ def test_the_fit_script_fits_the_gemm_time_the_simulator_prices(device):
     for m, n, k in ((1, 4096, 4096), (16, 14336, 4096), (333, 4096, 14336), (8192, 6144, 4096)):
         got = fit_operators.gemm_time(params, m, n, k, hw.bf16_flops, hw.hbm_bytes_per_s)
         assert got == pytest.approx(cost.gemm_s(m, n, k, 2 * n * k), **EXACT)
+
+
+def test_token_terms_are_priced_once_per_token_count():
+    """A step's terms that depend only on its token count (weight bytes, GEMMs, elementwise,
+    all-reduce, all-to-all) are computed once per count and reused, with the same values."""
+    om = OperatorCostModel("qwen3-8b", get_hardware("a100-40gbx1"), 1)
+    calls = []
+    linear_s = om.linear_s
+    om.linear_s = lambda tokens: calls.append(tokens) or linear_s(tokens)
+    a = om.cost([(3, 10)], [5000])       # 4 tokens
+    b = om.cost((), [1, 2, 3, 4])         # 4 tokens again: reused
+    om.cost([(5, 0)], ())                 # 5 tokens
+    assert calls == [4, 5]
+    assert om.token_terms(4) == (om.weight_read_bytes(4), linear_s(4), om.elementwise_s(4),
+                                 om.allreduce_s(4), om.alltoall_s(4))
+    assert (a.weight_bytes, a.allreduce_s, a.alltoall_s) == (b.weight_bytes, b.allreduce_s, b.alltoall_s)
+    fresh = OperatorCostModel("qwen3-8b", get_hardware("a100-40gbx1"), 1)
+    assert fresh.cost((), [1, 2, 3, 4]) == b
