@@ -129,8 +129,8 @@ class Admission:
 
     def held_back(self, running) -> float:
         """Tokens held back for the decode of the running requests."""
-        ratio, clip = self.new_token_ratio, self.clip_max_new_tokens
-        return sum(min(r.remaining_output, clip) * ratio for r in running)  # reservation(r), inlined (per probe)
+        ratio = self.new_token_ratio
+        return sum(self.reservation(r) * ratio for r in running)
 
     def _cut(self, r: Request, need: int, room: int) -> int:
         """New tokens of r's chunk: its end floored to a page boundary."""

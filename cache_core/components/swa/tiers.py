@@ -88,31 +88,37 @@ def l3_mask(swa, visited, traversed: int, keys, lo_b: int, cap: int) -> np.ndarr
     return bad[bs - lo] == bad[np.maximum(0, bs - wp) - lo]
 
 
+def window_nodes(swa, node):
+    """The nodes holding the window before `node`'s end, bottom-up, each with the index of its
+    first page inside that window."""
+    lo = max(0, node.end - swa.window_pages * swa.P)
+    n = node
+    while n.parent is not None and n.end > lo:
+        yield n, max(0, (lo - n.parent.end) // swa.P)
+        n = n.parent
+
+
 def fetch_window(swa, bnode, keys) -> bool:
     """One L3 -> L2 prefetch per node of the window before `bnode`'s end, into fresh L2 slots
     (valid on L2 only at the ack). False when a page is not in L3 any more or no L2 slot."""
     tiers, P = swa.tiers, swa.P
     storage = tiers.storage
-    lo = max(0, bnode.end - swa.window_pages * P)
     segs = []
-    n = bnode
-    while n.parent is not None and n.end > lo:
+    for n, j0 in window_nodes(swa, bnode):
         pl = n.comp[swa.kind]
         if pl is None:
             k = n.num_tokens // P
             pl = n.comp[swa.kind] = SwaPayload(np.full(k, -1, dtype=INDEX_DTYPE), k)
         s = n.parent.end // P
-        j0 = max(0, lo // P - s)
         miss = pl.pages[j0:] < 0
         if pl.host is not None:
             miss &= pl.host[j0:] < 0
         idx = np.flatnonzero(miss) + j0
         if len(idx):
             ks = keys[s + idx]
-            if not all((swa.name, int(k)) in storage for k in ks.tolist()):
+            if not storage.contains_each([(swa.name, k) for k in ks.tolist()]).all():
                 return False
             segs.append((n, idx, ks))
-        n = n.parent
     dst_all = alloc_host(tiers, swa, sum(len(i) for _, i, _ in segs))
     if dst_all is None:
         return False
@@ -154,17 +160,13 @@ def load_window(swa, node) -> bool:
     """The SWA pages of the window before `node`'s end that only L2 holds -> L1. False if the
     pool cannot supply them."""
     P = swa.P
-    lo = max(0, node.end - swa.window_pages * P)
     segs = []
-    n = node
-    while n.parent is not None and n.end > lo:
+    for n, j0 in window_nodes(swa, node):
         pl = n.comp[swa.kind]
-        j0 = max(0, (lo - n.parent.end) // P)
         if pl is not None and pl.host is not None:
             idx = np.flatnonzero((pl.pages[j0:] < 0) & (pl.host[j0:] >= 0)) + j0
             if len(idx):
                 segs.append((n, idx))
-        n = n.parent
     need = sum(len(i) for _, i in segs)
     if not need:
         return True
