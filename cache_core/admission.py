@@ -97,7 +97,10 @@ class Admission:
 
     `select` changes no request except ``prefix_len`` (when given ``match_len``: each
     candidate is matched just before it is considered, as SGLang's admission re-matches);
-    states, computed tokens and locks are the engine's to update."""
+    states, computed tokens and locks are the engine's to update. ``confirm(r)``, when given,
+    is called once r has passed the memory check, before anything else is read: an engine
+    may then hold back what its ``match_len`` would do (lock, touch) until a request gets
+    that far."""
 
     def __init__(self, new_token_ratio: float = 0.7, clip_max_new_tokens: int = CLIP_MAX_NEW_TOKENS,
                  page_size: int = 1):
@@ -139,8 +142,8 @@ class Admission:
         return (start + room) // P * P - start
 
     def select(self, ordered_waiting: Iterable[Request], running, free_tokens_fn: Callable[[], int], limits: BatchLimits,
-               *, chunked: Request | None = None,
-               match_len: Callable[[Request], int] | None = None) -> AdmissionResult:
+               *, chunked: Request | None = None, match_len: Callable[[Request], int] | None = None,
+               confirm: Callable[[Request], None] | None = None) -> AdmissionResult:
         """Admit requests for one step (rules in the class docstring). `running`: the
         decoding requests (a RunningBatch or any iterable; the chunked one excluded).
         Returns ``(admitted, chunked)``: admitted = [(request, new tokens this step)] in
@@ -166,7 +169,7 @@ class Admission:
             rem_input -= self.ceil_pages(need)
             rem_chunk -= self.ceil_pages(need)
         stop, out_chunked = self._admit_waiting(ordered_waiting, chunked, len(running), free_tokens_fn, limits,
-                                                match_len, admitted, offset, rem_input, rem_chunk)
+                                                (match_len, confirm), admitted, offset, rem_input, rem_chunk)
         self.last_stop = stop
         return AdmissionResult(admitted, out_chunked)
 
@@ -192,12 +195,13 @@ class Admission:
         return need
 
     def _admit_waiting(self, ordered_waiting: Iterable[Request], chunked: Request | None, n_running: int,
-                       free_tokens_fn: Callable[[], int], limits: BatchLimits,
-                       match_len: Callable[[Request], int] | None, admitted: list,
+                       free_tokens_fn: Callable[[], int], limits: BatchLimits, hooks: tuple, admitted: list,
                        offset: float, rem_input: int, rem_chunk: int | None) -> tuple[str, Request | None]:
         """`select`'s pass over the waiting requests, after any continuing chunked one: appends
-        to `admitted` (offset: memory already held back; rem_input / rem_chunk: the prefill and
-        chunk budgets left). Returns (stop reason, the request cut this step or None)."""
+        to `admitted` (hooks: `select`'s match_len and confirm; offset: memory already held
+        back; rem_input / rem_chunk: the prefill and chunk budgets left). Returns (stop
+        reason, the request cut this step or None)."""
+        match_len, confirm = hooks
         for r in ordered_waiting:
             if r is chunked:
                 raise ValueError(f"request {r.rid!r} is both waiting and the chunked request")
@@ -211,6 +215,8 @@ class Admission:
             need, n, total = self._request_need(r, match_len, limits)
             if total >= avail:
                 return "memory", None
+            if confirm is not None:
+                confirm(r)
             if rem_chunk is None:
                 if admitted and n >= rem_input:
                     return "prefill_budget", None

@@ -51,6 +51,47 @@ class PrefillBudget:
 
 
 
+class Probes:
+    """One step's admission probes (`Admission.select`'s match_len and confirm): a candidate is
+    matched and locked just before admission considers it (as SGLang's PrefillAdder locks
+    what it admits), so the next candidate sees less evictable memory; `release` unlocks
+    them after the step's selection. Host hits count as uncached here: loading them takes
+    L1 pages. A match that would only repeat the last one (`MemoMatch.repeat`: the queue's
+    head probed again each step while memory is short) is held back until the candidate
+    passes the memory check (`confirm`): a request stopped there is left as it was."""
+
+    def __init__(self, cache):
+        self.cache, self.tiers = cache, cache.hier is not None
+        self.locked: list = []  # the probes' locked matches
+        self.held: dict = {}  # id(request) -> its held-back match
+
+    def match_len(self, r) -> int:
+        m = self.cache.matcher.repeat(r.seq, r.limit)
+        if m is None:
+            m = self._lock(r)
+        else:
+            self.held[id(r)] = m
+        return m.device if self.tiers else m.cached_tokens
+
+    def confirm(self, r) -> None:
+        m = self.held.pop(id(r), None)
+        if m is None:
+            return
+        got = self._lock(r)
+        if (got.device, got.cached_tokens) != (m.device, m.cached_tokens):
+            raise RuntimeError(f"request {r.rid!r}: a held-back match changed before its confirmation")
+
+    def _lock(self, r):
+        m = self.cache.match(r.seq, r.limit)
+        self.cache.lock(m)
+        self.locked.append(m)
+        return m
+
+    def release(self) -> None:
+        for m in self.locked:
+            self.cache.unlock(m)
+
+
 class StepBuilder:
     """Forms the steps of an engine: admission, chunking, prefill pages, the decode batch with
     retraction. Collaborators: the cache, the engine's config, batch limits, admission rules
@@ -181,21 +222,13 @@ class StepBuilder:
                                  chunked_prefill_tokens=None if budget.chunk is None else max(budget.chunk, self.P),
                                  max_total_tokens=limits.max_total_tokens)
         ordered = self.policy.order(self.q.waiting, self._ctx)
-        probed: list = []
-
-        def probe(r) -> int:
-            """Match and lock a candidate just before admission considers it (as SGLang's
-            PrefillAdder locks what it admits), so the next candidate sees less evictable
-            memory. Host hits count as uncached here: loading them takes L1 pages."""
-            m = self.cache.match(r.seq, r.limit)
-            self.cache.lock(m)
-            probed.append((r, m))
-            return m.device if self.cache.hier is not None else m.cached_tokens
-
-        res = self.admission.select(ordered, self.admitted(), self._free_fn, limits, match_len=probe)
-        for _, m in probed:
-            self.cache.unlock(m)
+        probes = Probes(self.cache)
+        res = self.admission.select(ordered, self.admitted(), self._free_fn, limits, match_len=probes.match_len,
+                                    confirm=probes.confirm)
+        probes.release()
         self._in_prefill = []
+        if not res.admitted:
+            return
         now = self.q.now()
         r: EngineRequest
         gone = {id(r) for r, _ in res.admitted}

@@ -55,6 +55,10 @@ class Policy:
     needs_keys = False
     reads_hits = True
     reads_priority = True
+    # True: keys read only node fields the core re-offers on and compare ticks only with each
+    # other; no state of the policy's own. Touching the same nodes again with no tick taken
+    # in between then changes no order, and the engine leaves such repeats out (l1_match.MemoMatch)
+    tick_order_only = False
 
     def key(self, node):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -73,6 +77,7 @@ class LRU(Policy):
     """Least recently used: the oldest access tick goes first (SGLang's default)."""
 
     reads_hits = reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return node.tick
@@ -84,6 +89,7 @@ class LFU(Policy):
     insert whose path covers the node, as SGLang 0.5.23 counts them (tree.py)."""
 
     reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return (node.hits, node.tick)
@@ -95,6 +101,7 @@ class FIFO(Policy):
     a split's upper half is created at the split)."""
 
     reads_hits = reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return node.created
@@ -105,6 +112,7 @@ class MRU(Policy):
     """Most recently used first: the newest access tick goes first (SGLang's "mru")."""
 
     reads_hits = reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return -node.tick
@@ -115,6 +123,7 @@ class FILO(Policy):
     """First in, last out: the newest creation tick goes first (SGLang's "filo")."""
 
     reads_hits = reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return -node.created
@@ -128,6 +137,7 @@ class PriorityLRU(Policy):
     output tail goes before its prompt."""
 
     reads_hits = False
+    tick_order_only = True
 
     def key(self, node):
         return (node.priority, node.tick)
@@ -139,6 +149,7 @@ class SLRU(Policy):
     nodes with two or more (protected); LRU within each segment. Hits as for "lfu"."""
 
     reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return (node.hits >= 2, node.tick)
@@ -153,6 +164,7 @@ class SessionAware(Policy):
 
     reads_hits = False
     uses_sessions = True
+    tick_order_only = True
 
     def key(self, node):
         r = node.srefs

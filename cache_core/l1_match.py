@@ -20,7 +20,9 @@ through tier_match.py (residency changes with acknowledgements and L3 contents).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from .optional import present
 from .records import LockHandle, MatchResult
 from .tree import Node
 from .vote import vote
@@ -68,9 +70,20 @@ class PlanMemo:
 
 class MemoMatch:
     """`match` = touch(query(...)); a query whose plan needs no split is kept per request
-    while `version` holds (`memo` None: every match queries). Shared with tier_match.py."""
+    while `version` holds (`memo` None: every match queries). Shared with tier_match.py.
+
+    `repeat` answers a match without its effects when they would only repeat the last
+    match's: the same kept plan with no tick taken since. The same nodes would get the newest
+    tick again, keeping their order among themselves and above every other node, and be
+    offered again to queues that hold each candidate under its current key already (the
+    invariants check this): nothing eviction can see changes, for a policy whose keys compare
+    ticks only with each other (`Policy.tick_order_only`; `quiet`)."""
 
     memo: PlanMemo | None = None
+    quiet = False  # repeats may be answered by `repeat` (a memo and a tick_order_only policy)
+    last: tuple | None = None  # (plan, the tree's tick after it) of the last match
+    tree: Any
+    page_size: int
 
     @property
     def version(self) -> int:
@@ -82,6 +95,10 @@ class MemoMatch:
     def touch(self, plan) -> MatchResult:
         raise NotImplementedError
 
+    def result(self, plan) -> MatchResult:
+        """The result of a plan that needs no split, without touching anything."""
+        raise NotImplementedError
+
     def match(self, seq, n: int) -> MatchResult:
         memo = self.memo
         if memo is None:
@@ -91,7 +108,20 @@ class MemoMatch:
             plan = self.query(seq, n)
             if not plan.splits:
                 memo.keep(seq, n, plan)
-        return self.touch(plan)
+        res = self.touch(plan)
+        self.last = (plan, self.tree.now)
+        return res
+
+    def repeat(self, seq, limit_tokens: int) -> MatchResult | None:
+        """What matching seq[:limit_tokens] (a `TokenSeq`) would return now, when the match
+        would only repeat the last one's effects (class doc); None: match it."""
+        last = self.last
+        if not self.quiet or last is None or last[1] != self.tree.now:
+            return None
+        P = self.page_size
+        plan = present(self.memo, "a quiet matcher's memo").get(seq, min(limit_tokens, seq.length) // P * P,
+                                                                 self.version)
+        return self.result(plan) if plan is last[0] else None
 
 
 class L1Match(MemoMatch):
@@ -99,6 +129,7 @@ class L1Match(MemoMatch):
         self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
         self.pools = [c.pool for c in topo.components] if memo else []  # (an extra component may have none)
         self.memo: PlanMemo | None = PlanMemo() if memo else None
+        self.quiet = memo and topo.policy.tick_order_only
 
     @property
     def version(self) -> int:
@@ -140,3 +171,6 @@ class L1Match(MemoMatch):
         else:
             self.topo.touch_path(plan.visited)
         return MatchResult(plan.cached_tokens, LockHandle(node), plan.traversed_tokens, plan.lost)
+
+    def result(self, plan: MatchPlan) -> MatchResult:
+        return MatchResult(plan.cached_tokens, LockHandle(plan.node), plan.traversed_tokens, plan.lost)

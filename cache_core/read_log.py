@@ -9,8 +9,9 @@ each key's latest put or read, and the index applies reads itself from then on.
 """
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 from itertools import compress, repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -45,22 +46,22 @@ class ReadLog:
             return
         keys = np.concatenate([self._last[0]] + [a for _, a in self._reads])
         stamps = np.concatenate([self._last[1]] + [np.arange(t, t + len(a), dtype=np.int64) for t, a in self._reads])
-        perm = np.argsort(keys)
+        perm = np.argsort(keys.view(np.int64))  # any order groups equal keys; int64 sorts about 2x faster
         keys, stamps = keys[perm], stamps[perm]
         first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))  # each key's group
         self._last = (keys[first], np.maximum.reduceat(stamps, first))
         self._reads, self._logged = [], 0
 
-    def order(self, index) -> None:
-        """Order `index` (an OrderedDict: key -> its latest put's stamp) least recently put or
-        read first. A read counts for a key present at it (put before it); -1: never put."""
+    def order(self, index: dict) -> OrderedDict:
+        """`index` (key -> its latest put's stamp) least recently put or read first, as an
+        OrderedDict. A read counts for a key present at it (put before it); -1: never put."""
         self._dedup()
         u, last = self._last
         ul = u.tolist()
         put = np.fromiter(map(index.get, ul, repeat(-1)), dtype=np.int64, count=len(ul))
         newer = (put >= 0) & (last > put)
         index.update(zip(compress(ul, newer), last[newer].tolist()))
-        deque(map(index.move_to_end, sorted(index, key=index.__getitem__)), maxlen=0)
+        return OrderedDict(sorted(index.items(), key=itemgetter(1)))  # stamps are distinct
 
 
 __all__ = ["ReadLog"]

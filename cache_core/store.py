@@ -83,7 +83,7 @@ class StorageIndex:
 
     def __init__(self, capacity_pages: int | None):
         self.capacity_pages = capacity_pages
-        self._keys: OrderedDict = OrderedDict()
+        self._keys: dict = {}  # key -> its put's stamp while reads are logged; then an OrderedDict, LRU first
         self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
         self.evicted_pages = self.changes = 0  # changes: put batches and removals (tier_match.py)
@@ -147,29 +147,35 @@ class StorageIndex:
     def touch(self, keys) -> None:
         if self.reads is not None:  # before the first eviction: logged
             return self.reads.add(keys, len(self._keys))
-        move = self._keys.move_to_end
+        move = self._ordered().move_to_end
         for k in keys.tolist():
             try:
                 move(k)
             except KeyError:  # not present: nothing to mark
                 pass
 
+    def _ordered(self) -> OrderedDict:
+        """The index once the first eviction ordered it (least recently used first)."""
+        assert isinstance(self._keys, OrderedDict) and self.reads is None
+        return self._keys
+
     def put(self, keys) -> None:
         self.put_many(keys.tolist())
 
     def put_many(self, keys: list) -> None:
         """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
-        d, reads, self.changes = self._keys, self.reads, self.changes + 1
+        reads, cap, self.changes = self.reads, self.capacity_pages, self.changes + 1
         if reads is not None:  # before the first eviction: stamped, ordered when it comes
-            d.update(zip(keys, reads.stamps(len(keys))))
+            self._keys.update(zip(keys, reads.stamps(len(keys))))
+            if cap is None or len(self._keys) <= cap:
+                return
+            self._keys, self.reads = reads.order(self._keys), None
         else:
+            d = self._ordered()
             for k in keys:
                 d[k] = None
                 d.move_to_end(k)
-        cap = self.capacity_pages
-        if cap is not None and len(d) > cap and reads is not None:
-            reads.order(d)
-            self.reads = None
+        d = self._ordered()
         while cap is not None and len(d) > cap:
             d.popitem(last=False)
             self.evicted_pages += 1
@@ -182,6 +188,8 @@ class StorageIndex:
 class MooncakeStore(ShardedEviction, StorageIndex):
     """L3 ``mooncake`` model (see the module docstring): lease-ordered objects, watermark
     batch eviction, failed puts on a full pool, an optional SSD tier below."""
+
+    _keys: OrderedDict  # read objects, oldest lease first (ordered from the start)
 
     def __init__(self, capacity_pages: int | None, *, high_watermark: float = 0.90,
                  eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0,

@@ -67,6 +67,7 @@ class TieredMatch(MemoMatch):
     def __init__(self, topo, hier, memo: bool):
         self.topo, self.hier, self.tree, self.page_size = topo, hier, topo.tree, topo.page_size
         self.memo: PlanMemo | None = PlanMemo() if memo else None
+        self.quiet = memo and topo.policy.tick_order_only
 
     @property
     def version(self) -> int:
@@ -98,7 +99,13 @@ class TieredMatch(MemoMatch):
             topo.touch_all(nd)
         if plan.split is not None and not plan.split_first:
             upper = tree.split(plan.split, plan.cut)
-        node = plan.node if plan.node is not None else upper
+        return self._result(plan, plan.node if plan.node is not None else upper)
+
+    def result(self, plan: TierPlan) -> MatchResult:
+        return self._result(plan, plan.node)
+
+    @staticmethod
+    def _result(plan: TierPlan, node) -> MatchResult:
         cached, traversed, lost, device, host, storage, l3b = plan.result
         return MatchResult(cached, LockHandle(node), traversed, lost, device, host, storage, l3b)
 

@@ -18,6 +18,7 @@ from ..eviction import Policy, register_policy
 @register_policy("s3fifo")
 class S3Fifo(Policy):
     reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return (min(node.hits - 1, 3), node.created)

@@ -19,6 +19,7 @@ from ..eviction import Policy, register_policy
 @register_policy("tier-lru")
 class TierLru(Policy):
     reads_hits = reads_priority = False
+    tick_order_only = True
 
     def key(self, node):
         return (node.host is None, node.tick)
