@@ -338,7 +338,7 @@ def _cmd_run(args) -> int:
           f"(device {s['hit_rate_device']:.4f}, host {s['hit_rate_host']:.4f}, storage "
           f"{s['hit_rate_storage']:.4f}), last 10 rounds {fmt_or_dash(s['hit_rate_last10'], '.4f')}")
     print(f"simulated {s['duration_s']:,.1f} s: mean TTFT {s['ttft_mean_s']:.3f} s (p90 {s['ttft_p90_s']:.3f}), "
-          f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.1f} s -> {out}")
+          f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.2f} s -> {out}")
     f = s.get("fleet")
     if f:
         print(f"fleet: {f['engines']} engines, router {f['router']['kind']}: SLO attainment {f['slo_attainment']:.3f}, "
