@@ -68,12 +68,21 @@ def test_reads_of_a_store_that_does_not_fill_update_no_index_entry():
     for r in range(ROUNDS):  # a prefix read again every round, a page longer each time
         s.touch(run[: PAGES - ROUNDS + r])
     assert index.moves - moves == 0  # page by page (before): 48,725 moves
+    assert s.reads.logged == PAGES - 1  # each read superseded the one before (all its keys read again)
+    s.touch(run[5:9])  # another first key: kept beside it
+    s.touch(run[: PAGES - 2])  # shorter than the latest read of its first key: kept too
+    assert s.reads.logged == PAGES - 1 + 4 + PAGES - 2
+    s.put(run[10:20])  # stored again, all present: renewed as a read (no index update either)
+    assert index.moves - moves == 0 and s.reads.logged == PAGES - 1 + 4 + PAGES - 2 + 10
     s.put_many([5, 3])  # 1,002 keys: still no eviction, still no ordering
     assert index.moves - moves == 0 and len(s) == PAGES + 2
     ref = Lru(None)
     ref.put_many(run.tolist())
     for r in range(ROUNDS):
         ref.touch(run[: PAGES - ROUNDS + r])
+    ref.touch(run[5:9])
+    ref.touch(run[: PAGES - 2])
+    ref.put_many(run[10:20].tolist())
     ref.put_many([5, 3])
     universe = run.tolist() + [5, 3]
     assert eviction_order(s, universe) == list(ref.d)  # ordered once, at the first eviction
@@ -85,11 +94,23 @@ def test_eviction_order_is_the_lru_by_put_or_read():
         s, ref = StorageIndex(cap), Lru(cap)
         s.reads.kept, s.reads.slack = kept, slack  # deduplicate the logged reads often
         universe = list(range(150)) + [("swa", k) for k in range(40)]
+        runs = [list(range(10, 40)), list(range(10, 20)) + list(range(100, 120)), list(range(60, 90))]
+        superseded = 0
         for _ in range(400):
+            before = s.reads.logged if s.reads is not None else 0
             if rng.random() < 0.4:
                 keys = [rng.choice(universe) for _ in range(rng.randint(0, 12))]
-                s.put_many(keys)
+                if rng.random() < 0.5:  # page keys as an array (`put`: all present -> logged as a read)
+                    keys = [k for k in keys if not isinstance(k, tuple)]
+                    s.put(np.array(keys, dtype=np.uint64))
+                else:
+                    s.put_many(keys)
                 ref.put_many(keys)
+            elif rng.random() < 0.5:  # a prefix of one of a few runs (or a run diverging from it)
+                run = runs[rng.randrange(len(runs))]
+                keys = np.array(run[: rng.randint(1, len(run))], dtype=np.uint64)
+                s.touch(keys)
+                ref.touch(keys)
             else:
                 a = rng.randrange(150)
                 keys = np.array([rng.randrange(150) for _ in range(rng.randint(0, 6))] + list(range(a, min(a + 20, 150))),
@@ -97,5 +118,8 @@ def test_eviction_order_is_the_lru_by_put_or_read():
                 s.touch(keys)
                 ref.touch(keys)
             assert len(s) == len(ref.d) and s.evicted_pages == ref.evicted
+            if s.reads is not None and before < s.reads.logged < before + len(keys):
+                superseded += 1  # the log grew by less than this read: an earlier one was dropped
+        assert superseded > 0 or cap == 60  # (capacity 60 evicts early: reads are applied from then on)
         assert [k for k in universe if k in s] == [k for k in universe if k in ref.d]
         assert eviction_order(s, universe) == list(ref.d), cap
