@@ -58,15 +58,19 @@ def main() -> None:
         ap.error("--repeat must be at least 1")
     base = rounds_of(args.scenario)
     print(f"{'rounds':>7} {'sim s':>8} {'prompt tokens':>14} {'tokens/s':>12} {'cost vs 1x':>11} {'tokens vs 1x':>13}")
-    first, works = None, []
+    factors = [int(x) for x in args.factors.split(",")]
+    runs: dict = {f: [] for f in factors}
     with tempfile.TemporaryDirectory() as tmp:
-        for f in (int(x) for x in args.factors.split(",")):
-            runs = [run(args.scenario, base * f, Path(tmp) / f"x{f}-{i}") for i in range(args.repeat)]
-            sim_s, tokens, work = min(runs, key=lambda x: x[0])
-            first = first or (sim_s, tokens)
-            works.append((base * f, work))
-            print(f"{base * f:7d} {sim_s:8.2f} {tokens:14,d} {tokens / sim_s:12,.0f} {sim_s / first[0]:10.1f}x "
-                  f"{tokens / first[1]:12.1f}x", flush=True)
+        for i in range(args.repeat):  # interleaved, so that a slow spell of the machine hits every factor
+            for f in factors:
+                runs[f].append(run(args.scenario, base * f, Path(tmp) / f"x{f}-{i}"))
+    first, works = None, []
+    for f in factors:
+        sim_s, tokens, work = min(runs[f], key=lambda x: x[0])
+        first = first or (sim_s, tokens)
+        works.append((base * f, work))
+        print(f"{base * f:7d} {sim_s:8.2f} {tokens:14,d} {tokens / sim_s:12,.0f} {sim_s / first[0]:10.2f}x "
+              f"{tokens / first[1]:12.1f}x", flush=True)
     print(f"\n{'rounds':>7}" + "".join(f" {k:>20}" for k in works[0][1]))
     for rounds, work in works:
         print(f"{rounds:7d}" + "".join(f" {v:>12,d} {v / max(works[0][1][k], 1):6.1f}x" for k, v in work.items()))
