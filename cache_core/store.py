@@ -160,15 +160,7 @@ class StorageIndex:
         return self._keys
 
     def put(self, keys) -> None:
-        """Store page keys (an array). Before the first eviction, a put of keys all present
-        (a node's copy stored again after its L2 copy was dropped) only renews them, which
-        the order at the first eviction sees as a read at the put's stamps: logged as one."""
-        reads, listed = self.reads, keys.tolist()
-        if reads is not None and listed and all(map(self._keys.__contains__, listed)):
-            self.changes += 1
-            reads.add(keys, len(self._keys))
-            return
-        self.put_many(listed)
+        self.put_many(keys.tolist())
 
     def put_many(self, keys: list) -> None:
         """Store keys (ints for FULL pages, (component, key) pairs for the others)."""
@@ -204,7 +196,6 @@ class MooncakeStore(ShardedEviction, StorageIndex):
                  lease_ttl_s: float = LEASE_TTL_S, shards: int = 1, objects_per_page: int = 1):
         per = objects_per_page
         super().__init__(None if capacity_pages is None else capacity_pages * per // replicas)
-        self.reads = None  # leases order the objects from the start: no read log
         self.shards = shards
         self.objects_per_page = per
         self._start = random.Random(0)  # Mooncake's rand() % kNumShards start shard (seeded here)
