@@ -169,7 +169,7 @@ class SwaComponent(Component):
         if pl is None or pl.host is None or node.pkeys is None:
             return []
         have = pl.host >= 0
-        return [(self.name, int(k), int(h)) for k, h in zip(node.pkeys[have], pl.host[have])]
+        return [(self.name, k, h) for k, h in zip(node.pkeys[have].tolist(), pl.host[have].tolist())]
 
     def storage_mask(self, keys, run_pages: int, voter) -> np.ndarray:
         return swa_tiers.storage_mask(self, keys, run_pages, voter)
