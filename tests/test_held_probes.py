@@ -5,7 +5,8 @@ holds the match and lock back until the request passes the memory check (engine_
 Pinned here: when `repeat` answers (the same kept plan, no tick since, a tick-ordered policy),
 and that engine runs with held-back probes give exactly the rows of runs that match every
 probe (memory-short smoke runs of the catalog: L1 only, L3 with SWA and MAMBA, sessions;
-lru, lfu, fifo), while a policy with keys of its own (gdsf) holds nothing back."""
+lru, lfu, fifo; lpm and dfs-weight ordering; chunked prefill), while a policy with keys of
+its own (gdsf) holds nothing back."""
 from __future__ import annotations
 
 from collections import Counter
@@ -93,6 +94,9 @@ SHORT = "cache.max_total_tokens=12800"
     ("fig4-dsv4-flash-l3", [SHORT, "cache.policy=lfu"], 104),
     ("fig6-qwen3.5-397b-b32-session", [SHORT], 58),
     ("fig4-dsv4-flash-l1", [SHORT, "cache.policy=gdsf"], 0),
+    ("fig4-dsv4-flash-l1", [SHORT, "engine.schedule_policy=lpm"], 38),
+    ("fig4-dsv4-flash-l2", [SHORT, "engine.schedule_policy=dfs-weight"], 78),
+    ("fig4-dsv4-flash-l3", [SHORT, "engine.chunked_prefill_tokens=1024"], 121),
 ])
 def test_held_back_probes_change_no_row(monkeypatch, scenario, sets, held):
     rows, evicted, seen = _run(monkeypatch, scenario, sets, quiet=True)
