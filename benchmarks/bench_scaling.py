@@ -9,8 +9,9 @@ simulated work that is not prompt tokens, relative to the 1x run: requests, engi
 
     python benchmarks/bench_scaling.py [SCENARIO] [--factors 1,2,4] [--repeat 3]
 
-With --repeat N each run is made N times and the fastest is kept (on a shared machine one
-run's wall time varies by 10-20%; the fastest of a few is the least disturbed).
+With --repeat N every factor is run N times, the factors interleaved, and each one's fastest
+run is kept (on a shared machine one run's wall time varies by 10-20%; the fastest of a few
+is the least disturbed, and interleaving lets a slow spell hit every factor alike).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scenario", nargs="?", default="fig4-inkling-small-l3")
     ap.add_argument("--factors", default="1,2,4", help="multiples of the scenario's rounds (default 1,2,4)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per factor, the fastest kept (default 1)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per factor, interleaved, the fastest kept (default 1)")
     args = ap.parse_args()
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")

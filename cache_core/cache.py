@@ -106,9 +106,7 @@ class RadixCache:
         needed). `touch(query(...))`, a request's query kept while the state it reads is
         unchanged (l1_match.py; with tiers tier_match.py)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
-        n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
-        n = n // self.page_size * self.page_size
-        return self.matcher.match(seq, n)
+        return self.matcher.match(seq, self.matcher.span(seq, limit_tokens))
 
     def query(self, seq, n: int):
         """Read-only (no tick, no split, no queue offer): the match plan of seq[:n]."""

@@ -49,8 +49,6 @@ class PrefillBudget:
         return need
 
 
-
-
 class Probes:
     """One step's admission probes (`Admission.select`'s match_len and confirm): a candidate is
     matched and locked just before admission considers it (as SGLang's PrefillAdder locks
@@ -61,17 +59,18 @@ class Probes:
     passes the memory check (`confirm`): a request stopped there is left as it was."""
 
     def __init__(self, cache):
-        self.cache, self.tiers = cache, cache.hier is not None
+        self.cache = cache
         self.locked: list = []  # the probes' locked matches
         self.held: dict = {}  # id(request) -> its held-back match
 
     def match_len(self, r) -> int:
+        """The tokens of r on L1 (`MatchResult.device`; without tiers all it matched)."""
         m = self.cache.matcher.repeat(r.seq, r.limit)
         if m is None:
             m = self._lock(r)
         else:
             self.held[id(r)] = m
-        return m.device if self.tiers else m.cached_tokens
+        return m.device
 
     def confirm(self, r) -> None:
         m = self.held.pop(id(r), None)

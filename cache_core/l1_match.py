@@ -99,6 +99,11 @@ class MemoMatch:
         """The result of a plan that needs no split, without touching anything."""
         raise NotImplementedError
 
+    def span(self, seq, limit_tokens: int | None) -> int:
+        """Tokens a match of seq (a `TokenSeq`) cut to `limit_tokens` covers: whole pages."""
+        n = seq.length if limit_tokens is None else min(limit_tokens, seq.length)
+        return n // self.page_size * self.page_size
+
     def match(self, seq, n: int) -> MatchResult:
         memo = self.memo
         if memo is None:
@@ -118,9 +123,7 @@ class MemoMatch:
         last = self.last
         if not self.quiet or last is None or last[1] != self.tree.now:
             return None
-        P = self.page_size
-        plan = present(self.memo, "a quiet matcher's memo").get(seq, min(limit_tokens, seq.length) // P * P,
-                                                                 self.version)
+        plan = present(self.memo, "a quiet matcher's memo").get(seq, self.span(seq, limit_tokens), self.version)
         return self.result(plan) if plan is last[0] else None
 
 

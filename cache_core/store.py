@@ -170,12 +170,11 @@ class StorageIndex:
             if cap is None or len(self._keys) <= cap:
                 return
             self._keys, self.reads = reads.order(self._keys), None
-        else:
-            d = self._ordered()
+        d = self._ordered()
+        if reads is None:  # ordered already: LRU by put or read
             for k in keys:
                 d[k] = None
                 d.move_to_end(k)
-        d = self._ordered()
         while cap is not None and len(d) > cap:
             d.popitem(last=False)
             self.evicted_pages += 1

@@ -114,14 +114,22 @@ def _trace(tmp_path):
     return str(path)
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_a_shared_l3_turns_engine_a_stored_prefix_into_engine_b_storage_hit(tmp_path, shared):
+def _two_engines_on_the_trace(tmp_path, shared: bool, **raw_sets):
+    """Two round-robin engines with an unbounded L3 (shared or each its own) on `_trace`:
+    (the fleet, engine A's row, engine B's row, the shared store or None)."""
     raw = copy.deepcopy(SMALL)
+    raw.update(raw_sets)
     raw["cache"].update(l3_tokens="unbounded")
     raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
     raw["fleet"] = {"engines": 2, "router": "round_robin", "shared_l3": shared}
     f, env, costs, store, wall = simulate_fleet(resolve(raw, "test"))
     a, b = fleet_rows(f)
+    return f, a, b, store
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_shared_l3_turns_engine_a_stored_prefix_into_engine_b_storage_hit(tmp_path, shared):
+    _, a, b, store = _two_engines_on_the_trace(tmp_path, shared)
     assert (a["engine"], b["engine"]) == (0, 1)
     assert a["cached_tokens"] == 0
     assert (b["cached_storage"], b["cached_device"], b["cached_host"]) == ((32 * 64, 0, 0) if shared else (0, 0, 0))
@@ -134,13 +142,7 @@ def test_a_shared_l3_serves_engine_a_swa_and_mamba_payloads_to_engine_b(tmp_path
     """The SWA window pages and MAMBA checkpoints engine A stored go to the shared store too (every
     component is wired to it from the start), so B's storage hit is A's whole 32-page history
     (with each engine's components on a store of its own, as before the fix: 0)."""
-    raw = copy.deepcopy(SMALL)
-    raw["model"] = model
-    raw["cache"].update(l3_tokens="unbounded")
-    raw["workload"] = {"kind": "trace", "path": _trace(tmp_path), "block_size": 64}
-    raw["fleet"] = {"engines": 2, "router": "round_robin", "shared_l3": True}
-    f, env, costs, store, wall = simulate_fleet(resolve(raw, "test"))
-    a, b = fleet_rows(f)
+    f, a, b, store = _two_engines_on_the_trace(tmp_path, True, model=model)
     assert (a["engine"], a["cached_tokens"]) == (0, 0)
     assert (b["engine"], b["cached_storage"], b["cached_device"], b["cached_host"]) == (1, 32 * 64, 0, 0)
     for e in f.engines:
