@@ -14,9 +14,10 @@ of a request's query while the cache's state is unchanged (issue 16 item 3).
 
 `version` is the state a query depends on: the topology's counter (every insert, split and
 removal) plus every component pool's frees (evictions, SWA tombstones; an allocation hands
-pages to a caller and places nothing on a node: the tree takes them at an insert). Locks are not part of it: no query reads a lock (they decide only which nodes
-a queue takes, which `touch` offers afresh). Used with the built-in components; tiers match
-through tier_match.py (residency changes with acknowledgements and L3 contents)."""
+pages to a caller and places nothing on a node: the tree takes them at an insert). Locks
+are not part of it: no query reads a lock (they decide only which nodes a queue takes, which
+`touch` offers afresh). Used with the built-in components; tiers match through tier_match.py
+(residency changes with acknowledgements and L3 contents)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

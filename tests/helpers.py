@@ -1,7 +1,8 @@
 """Shared test helpers: characters as tokens, the tree as nested dicts of edge strings, and
 one-node-at-a-time eviction that names its victims."""
 
-from cache_core import invariants
+from cache_core import CacheConfig, MambaConfig, RadixCache, SwaConfig, invariants
+from cache_core.tiers import TierConfig
 
 
 def toks(s: str) -> list[int]:
@@ -96,3 +97,12 @@ def ckpt(node) -> tuple:
 
     pl = node.comp[MAMBA]
     return (-1, -1) if pl is None else (pl.slot, pl.host)
+
+
+def hybrid_l3_cache(page_size: int, window: int, **tiers) -> RadixCache:
+    """A FULL + SWA + MAMBA cache with L2 (ratio 2) and an unbounded L3, acknowledging its own
+    transfers: 64 tokens of L1, a 32-token SWA pool of `window` tokens, 4 MAMBA slots."""
+    tc = TierConfig(hicache_ratio=2, l3=True, l3_tokens=None, min_prefetch_tokens=0, **tiers)
+    cfg = CacheConfig(page_size=page_size, capacity_tokens=64,
+                      swa=SwaConfig(window_tokens=window, capacity_tokens=32), mamba=MambaConfig(slots=4), tiers=tc)
+    return RadixCache(cfg, record_actions=True, auto_ack=True)

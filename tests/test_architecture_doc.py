@@ -23,6 +23,8 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 from scenarios.schema import FREE_FORM, SCHEMA
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,22 +71,23 @@ def assigned(node: ast.AST) -> set[str]:
     return set()
 
 
-def top_names(tree: ast.Module) -> set[str]:
+def defined(body: list) -> set[str]:
+    """Functions, classes and assignments of a module or class body, at its own level."""
     out: set[str] = set()
-    for node in tree.body:
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             out.add(node.name)
         out |= assigned(node)
     return out
 
 
+def top_names(tree: ast.Module) -> set[str]:
+    return defined(tree.body)
+
+
 def own_members(cls: ast.ClassDef) -> set[str]:
     """Methods, class-level fields and every `self.X = ...` of a class body."""
-    out: set[str] = set()
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        out |= assigned(node)
+    out = defined(cls.body)
     for node in ast.walk(cls):
         if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
                 and isinstance(node.value, ast.Name) and node.value.id == "self"):
@@ -282,23 +285,11 @@ def report(finder) -> str:
     return "\n".join(f"{d.relative_to(ROOT).as_posix()}: {s}" for d in DOCS for s in finder(d))
 
 
-def test_every_named_path_exists():
-    stale = report(stale_paths)
-    assert stale == "", "stale:\n" + stale
-
-
-def test_every_file_reference_names_a_definition_of_that_file():
-    stale = report(stale_file_refs)
-    assert stale == "", "stale:\n" + stale
-
-
-def test_every_class_and_dotted_reference_resolves():
-    stale = report(stale_dotted)
-    assert stale == "", "stale:\n" + stale
-
-
-def test_every_named_test_exists():
-    stale = report(stale_tests)
+@pytest.mark.parametrize("finder", [stale_paths, stale_file_refs, stale_dotted, stale_tests],
+                         ids=["every named path exists", "every file reference names a definition of that file",
+                              "every class and dotted reference resolves", "every named test exists"])
+def test_no_stale_reference(finder):
+    stale = report(finder)
     assert stale == "", "stale:\n" + stale
 
 

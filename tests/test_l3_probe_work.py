@@ -9,8 +9,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from cache_core import CacheConfig, MambaConfig, RadixCache, SwaConfig, TokenSeq
-from cache_core.tiers import TierConfig
+from cache_core import TokenSeq
+from helpers import hybrid_l3_cache
 
 P, W, PAGES = 4, 8, 1000  # the window is 2 pages; a 1000-page run in L3 only
 
@@ -26,10 +26,7 @@ class CountingIndex(OrderedDict):
 
 
 def l3_only_run():
-    tc = TierConfig(hicache_ratio=2, l3=True, l3_tokens=None, min_prefetch_tokens=0)
-    cfg = CacheConfig(page_size=P, capacity_tokens=64, swa=SwaConfig(window_tokens=W, capacity_tokens=32),
-                      mamba=MambaConfig(slots=4), tiers=tc)
-    c = RadixCache(cfg, record_actions=True, auto_ack=True)
+    c = hybrid_l3_cache(P, W)
     c.matcher.memo = None  # the probe itself: every match queries (a kept plan probes nothing)
     seq = TokenSeq(np.arange(PAGES * P, dtype=np.int64))
     keys = seq.page_keys(P).tolist()

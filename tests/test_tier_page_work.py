@@ -8,10 +8,10 @@ import itertools
 
 import numpy as np
 
-from cache_core import CacheConfig, MambaConfig, RadixCache, SwaConfig, TokenSeq
+from cache_core import TokenSeq
 from cache_core.components.swa.payload import SwaPayload, window_runs
 from cache_core.store import StorageIndex
-from cache_core.tiers import TierConfig
+from helpers import hybrid_l3_cache
 
 P, W, PAGES = 4, 8, 1000  # the window is 2 pages; a 1000-page run in L3 only
 
@@ -27,10 +27,7 @@ class CountingStore(StorageIndex):
 
 
 def hybrid_cache(**tiers):
-    tc = TierConfig(hicache_ratio=2, l3=True, l3_tokens=None, min_prefetch_tokens=0, **tiers)
-    cfg = CacheConfig(page_size=P, capacity_tokens=64, swa=SwaConfig(window_tokens=W, capacity_tokens=32),
-                      mamba=MambaConfig(slots=4), tiers=tc)
-    return RadixCache(cfg, record_actions=True, auto_ack=True)
+    return hybrid_l3_cache(P, W, **tiers)
 
 
 def test_the_l3_boundary_probe_asks_the_store_per_run_not_per_page():
