@@ -131,9 +131,10 @@ class StorageIndex:
         self.changes += 1
 
     def discard(self, keys) -> None:
-        """Forget pages `keys` (a read found them missing or corrupt: a failed prefetch), so a
-        later probe stops before them instead of reading them again."""
-        for k in keys.tolist():
+        """Forget pages `keys` (an int64 array of FULL page keys, or a list of any keys: a read
+        found them missing or corrupt, a failed prefetch), so a later probe stops before them
+        instead of reading them again."""
+        for k in (keys.tolist() if isinstance(keys, np.ndarray) else keys):
             self._forget(k)
         self._removed()
 

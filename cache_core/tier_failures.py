@@ -1,11 +1,14 @@
-"""Failed L3 reads of the FULL hierarchy (tiers.py): a prefetch L3 -> L2 that the data plane
-acknowledges ``ok=False``.
+"""Failed L3 reads (tiers.py): a prefetch L3 -> L2 that the data plane acknowledges
+``ok=False``, of FULL pages (`failed_prefetch`) or of a component's payloads (`failed_transfer`).
 
 Every data plane here fails a prefetch only because a page could not be read (the torch
 backend: a page missing from its page store or failing its checksum, `gpu_backend/store.py`;
 Mooncake's client gets an error for a missing object): reading it again fails again. So the
 failure drops the run's page keys from the L3 index (`discard`): later requests find no
-storage hit there and recompute, instead of each issuing the same failing prefetch.
+storage hit there and recompute, instead of each issuing the same failing prefetch. A
+component's payloads (an SWA window, a MAMBA checkpoint) are forgotten the same way: votes then
+stop accepting a boundary that needs them from L3, instead of every later request fetching
+them again.
 
 The prefetch's node goes with its L2 slots at once, unless something still holds it (a child,
 or a lock: a request that inserted up to it keeps the insert's node locked). A component's
@@ -17,6 +20,8 @@ node stays in the tree on no tier.
 """
 from __future__ import annotations
 
+from .actions import PREFETCH
+
 
 def failed_prefetch(hier, pieces, pages, keys) -> None:
     """Free the L2 `pages` of a failed prefetch of `keys`, forget `keys` in L3, and remove
@@ -26,6 +31,14 @@ def failed_prefetch(hier, pieces, pages, keys) -> None:
     for x, _ in reversed(pieces):
         if x.alive and _unused(x):
             _remove(hier, x)
+
+
+def failed_transfer(hier, t) -> None:
+    """Count failed transfer `t`; a component's failed read from L3 forgets the payload keys
+    it read there (FULL's own: `failed_prefetch`, in the transfer's callback)."""
+    hier.failed += 1
+    if t.kind == PREFETCH and t.component != "full" and t.keys is not None and hier.storage is not None:
+        hier.storage.discard([(t.component, k) for k in t.keys.tolist()])
 
 
 def drop_stranded(hier, node) -> None:

@@ -37,7 +37,7 @@ from .components.ports import TierLink
 from .eviction import EvictionQueue
 from .store import make_store
 from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
-from .tier_failures import drop_stranded, failed_prefetch
+from .tier_failures import drop_stranded, failed_prefetch, failed_transfer
 
 __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
 
@@ -192,7 +192,7 @@ class Hierarchy:
         t, done = self.pending.pop(action_id)
         span = self._spans.pop(action_id, None)
         if not ok:
-            self.failed += 1
+            failed_transfer(self, t)
         self._finish(done, span, ok)
 
     def split_in_flight(self, upper, lower) -> None:

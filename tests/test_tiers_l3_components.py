@@ -264,7 +264,9 @@ def test_l3_boundary_respects_min_prefetch_tokens():
 def test_failed_fetch_frees_its_slots_and_the_request_recomputes(comp):
     """auto_ack=False. `load` emits the prefetch and, with nothing reusable yet, returns the
     match at 0 (the request would recompute). A failed ack frees the L2 slot(s); the node keeps
-    no payload; the match still offers 16 after a fetch."""
+    no payload; L3 forgets the payload it could not read (tier_failures.py), so the match no
+    longer offers 16 through L3 and a second load reads nothing (before: it offered 16 again,
+    and every later request read the same unreadable payload)."""
     kw = {"W": 8} if comp == "swa" else {"slots": 4}
     c, n = setup(auto_ack=False, **kw)
     pool = c.swa.host_pool if comp == "swa" else c.mamba.host_pool
@@ -280,6 +282,8 @@ def test_failed_fetch_frees_its_slots_and_the_request_recomputes(comp):
     ts = transfers(c, n0)
     assert shape(ts) == [("prefetch", comp, L3, L2, 8 if comp == "swa" else 0)]
     assert pool.free_pages == free0 - (2 if comp == "swa" else 1)
+    read = [KEYS[2], KEYS[3]] if comp == "swa" else [KEYS[3]]  # the window before 16, the checkpoint at 16
+    assert [(comp, k) in c.hier.storage for k in read] == [True] * len(read)
     c.ack(ts[0].id, False)
     invariants.check(c)
     assert pool.free_pages == free0 and c.hier.failed == 1
@@ -290,8 +294,14 @@ def test_failed_fetch_frees_its_slots_and_the_request_recomputes(comp):
         assert ckpt(a) == (-1, -1)
     c.unlock(m2)
     invariants.check(c)
-    m3 = probe(c, REQ, 16)
-    assert (m3.cached_tokens, m3.l3_boundary) == (0, 16)
+    assert [(comp, k) in c.hier.storage for k in read] == [False] * len(read)
+    m3 = c.match(seq, 16)
+    assert (m3.cached_tokens, m3.l3_boundary) == (0, 0)
+    c.lock(m3)
+    n1 = len(c.actions)
+    assert c.load(m3, seq).cached_tokens == 0 and transfers(c, n1) == []
+    c.unlock(m3)
+    invariants.check(c)
 
 
 @pytest.mark.parametrize("comp", ["swa", "mamba"])

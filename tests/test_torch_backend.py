@@ -73,17 +73,18 @@ def test_logits_from_the_l3_store_equal_no_cache(kind):
 
 
 class _CorruptingStore:
-    """A page store whose every get of a FULL page comes back corrupt (None), as a damaged file does."""
+    """A page store whose every get of one component's pages (FULL by default) comes back
+    corrupt (None), as a damaged file does."""
 
-    def __init__(self, inner):
-        self.inner, self.corrupted = inner, 0
+    def __init__(self, inner, component: str = "full"):
+        self.inner, self.component, self.corrupted = inner, component, 0
 
     def put(self, keys, tensors):
         self.inner.put(keys, tensors)
 
     def get(self, keys):
         got = self.inner.get(keys)
-        bad = [k.startswith("full") for k in keys]
+        bad = [k.startswith(self.component) for k in keys]
         self.corrupted += sum(bad)
         return [None if b else g for g, b in zip(got, bad)]
 
@@ -93,21 +94,40 @@ def test_corrupt_l3_pages_are_recomputed_not_used(tmp_path):
     logits stay exact. Steps of 0.1 ms (a cost table) are shorter than an L3 fetch on the
     modelled links, so a request that stopped waiting for its prefetch computes over the node
     still in flight (issue 14 item 4: slots_of met that node without L1 pages)."""
-    import json
-
-    from gpu_backend.store import LocalDirStore
-
-    store = _CorruptingStore(LocalDirStore(tmp_path / "l3"))
-    table = tmp_path / "steps.json"
-    grid = [[16, 0], [1024, 0], [16, 1024], [1024, 1024]]
-    table.write_text(json.dumps({"prefill": [r + [1e-4] for r in grid], "decode": [r + [1e-4] for r in grid]}))
-    sc = scenario("qwen3-32b", l1=1024, l2=1536, l3="unbounded", clients=4, rounds=5,
-                  sets=["cache.min_prefetch_tokens=16", "cost.kind=table", f"cost.table={table}"])
-    eng, *_ = simulate(sc, backend="torch", record_logits=True, store=store)
+    eng, store = _run_on_corrupt_store(tmp_path, "qwen3-32b", "full")
     assert store.corrupted > 0 and eng.dataplane.failed == eng.cache.hier.failed == 6  # 54 when each request
     # probed the same corrupt runs again: a failed prefetch now drops its run from the L3 index
     assert sum(r.cached_storage for r in eng.finished) == 0  # nothing came from the damaged store
     check_logits(eng)
+
+
+@pytest.mark.parametrize("model, component", [("gpt-oss-20b", "swa"), ("qwen3-next-80b", "mamba")])
+def test_corrupt_component_payloads_in_l3_are_read_once(tmp_path, model, component):
+    """Every SWA page (or MAMBA checkpoint) read from L3 is corrupt: a failed read drops what it
+    read from the L3 index, as FULL's does, so 16 reads fail (90 when every later request read
+    the same payloads again), nothing is reused from L3 and the logits stay exact."""
+    eng, store = _run_on_corrupt_store(tmp_path, model, component)
+    assert store.corrupted > 0 and eng.dataplane.failed == eng.cache.hier.failed == 16
+    assert sum(r.cached_storage for r in eng.finished) == 0
+    check_logits(eng)
+
+
+def _run_on_corrupt_store(tmp_path, model: str, component: str):
+    """A torch run (4 clients x 5 rounds, L1 1024, L2 1536, unbounded L3) whose L3 page store
+    corrupts every page of `component`. Steps of 0.1 ms (a cost table) are shorter than an L3
+    fetch on the modelled links. Returns (engine, store)."""
+    import json
+
+    from gpu_backend.store import LocalDirStore
+
+    store = _CorruptingStore(LocalDirStore(tmp_path / "l3"), component)
+    table = tmp_path / "steps.json"
+    grid = [[16, 0], [1024, 0], [16, 1024], [1024, 1024]]
+    table.write_text(json.dumps({"prefill": [r + [1e-4] for r in grid], "decode": [r + [1e-4] for r in grid]}))
+    sc = scenario(model, l1=1024, l2=1536, l3="unbounded", clients=4, rounds=5,
+                  sets=["cache.min_prefetch_tokens=16", "cost.kind=table", f"cost.table={table}"])
+    eng, *_ = simulate(sc, backend="torch", record_logits=True, store=store)
+    return eng, store
 
 
 @pytest.mark.parametrize("tiers", [dict(l1=4096), dict(l1=1280, l2=8192),
