@@ -4,6 +4,7 @@ documents the keys."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import numbers
 
@@ -13,10 +14,10 @@ from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 
-from .agentic import LENGTHS
+from .agentic import LENGTHS, AgenticConfig
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
-from .workloads import READY_QUEUE_POLICIES
+from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
 
 REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
 FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check (their readers do)
@@ -25,6 +26,14 @@ FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check
 class ScenarioError(ValueError):
     """A bad scenario file or override: one line naming the file, the key and what was expected."""
 
+
+def _defaults(cls) -> dict:
+    """A workload config dataclass's field defaults, ranges as lists (as a scenario file writes
+    them): the workload's own defaults are the schema's, never a copy of them."""
+    return {f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in dataclasses.fields(cls)}
+
+
+_MT, _AG = _defaults(MultiTurnConfig), _defaults(AgenticConfig)
 
 # -- schema -------------------------------------------------------------------------------------
 # key -> (default, checker name, what is expected); nested dicts are sections.
@@ -77,15 +86,15 @@ SCHEMA = {
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
-        "num_clients": (48, "int1", "an integer >= 1"),
-        "num_rounds": (60, "int1", "an integer >= 1"),
-        "request_length": (4096, "int1", "an integer >= 1"),
-        "output_length": (16, "int0", "an integer >= 0"),
-        "max_parallel": (16, "int1", "an integer >= 1"),
-        "request_rate": (64.0, "rate", "a number > 0 or inf"),
-        "round_barrier": (True, "bool", "true or false"),
-        "ready_queue_policy": ("fifo", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
-        "vocab_size": (128_000, "int1", "an integer >= 1"),
+        "num_clients": (_MT["num_clients"], "int1", "an integer >= 1"),
+        "num_rounds": (_MT["num_rounds"], "int1", "an integer >= 1"),
+        "request_length": (_MT["request_length"], "int1", "an integer >= 1"),
+        "output_length": (_MT["output_length"], "int0", "an integer >= 0"),
+        "max_parallel": (_MT["max_parallel"], "int1", "an integer >= 1"),
+        "request_rate": (_MT["request_rate"], "rate", "a number > 0 or inf"),
+        "round_barrier": (_MT["round_barrier"], "bool", "true or false"),
+        "ready_queue_policy": (_MT["ready_queue_policy"], ("choice", READY_QUEUE_POLICIES), "fifo or random"),
+        "vocab_size": (_MT["vocab_size"], "int1", "an integer >= 1"),
     },
     "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
         "device": ("cpu", "str", "cpu or cuda"),
@@ -128,16 +137,16 @@ WORKLOAD_SCHEMAS = {
     "agentic": {"kind": _KIND, "speedup": _SPEEDUP,
                 "closed_loop": (True, "bool", "true (next turn after the previous completes + think time) "
                                 "or false (the workload's nominal timestamps, open loop)"),
-                "num_sessions": (16, "int1", "an integer >= 1"), "concurrency": (8, "int1", "an integer >= 1"),
-                "system_prompt_tokens": (2048, "int0", "an integer >= 0"),
-                "repo_context_tokens": ([4000, 12000], "range", _RANGE), "turns": ([8, 24], "range", _RANGE),
-                "tool_output_tokens": ([200, 2000], "range", _RANGE), "output_tokens": ([50, 400], "range", _RANGE),
-                "think_time_s": ([0.5, 20.0], "range", _RANGE), "subagent_prob": (0.1, "nonneg", "a probability"),
-                "subagent_turns": ([1, 5], "range", _RANGE), "arrival_rate": (1.0, "rate", "a number > 0 or inf"),
-                "service_base_s": (0.25, "nonneg", "seconds >= 0"),
-                "service_s_per_output_token": (0.02, "nonneg", "seconds >= 0"),
-                "vocab_size": (128_000, "int1", "an integer >= 1"),
-                "lengths": (LENGTHS[0], ("choice", LENGTHS), " or ".join(LENGTHS))},
+                **{k: (_AG[k], check, expected) for k, check, expected in (
+                    ("num_sessions", "int1", "an integer >= 1"), ("concurrency", "int1", "an integer >= 1"),
+                    ("system_prompt_tokens", "int0", "an integer >= 0"), ("repo_context_tokens", "range", _RANGE),
+                    ("turns", "range", _RANGE), ("tool_output_tokens", "range", _RANGE),
+                    ("output_tokens", "range", _RANGE), ("think_time_s", "range", _RANGE),
+                    ("subagent_prob", "nonneg", "a probability"), ("subagent_turns", "range", _RANGE),
+                    ("arrival_rate", "rate", "a number > 0 or inf"), ("service_base_s", "nonneg", "seconds >= 0"),
+                    ("service_s_per_output_token", "nonneg", "seconds >= 0"),
+                    ("vocab_size", "int1", "an integer >= 1"),
+                    ("lengths", ("choice", LENGTHS), " or ".join(LENGTHS)))}},
     "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
                                            ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
                 "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),

@@ -130,3 +130,18 @@ def test_replay_lists_the_kinds_with_a_replay_hook(burst_kind, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err == ("radixsim replay: error: argument --workload: invalid choice: 'bogus' "
                                        "(choose from 'multiturn', 'agentic', 'test-burst')\n")
+
+
+def test_a_scenario_that_names_only_the_kind_runs_the_workload_configs_defaults():
+    """`radixsim run` (the scenario schema) and `radixsim replay --workload` (the config
+    dataclass) start from the same defaults: scenarios/schema.py reads the built-in kinds'
+    defaults from their configs instead of keeping a copy that could drift."""
+    from dataclasses import replace
+
+    from scenarios.agentic import AgenticConfig
+    from scenarios.workloads import MultiTurnConfig
+
+    mt = resolve({"workload": {"kind": "multiturn"}}).workload
+    assert mt == replace(MultiTurnConfig(), seed=0, page_size=64)  # the scenario's seed and page size
+    ag = resolve({"workload": {"kind": "agentic"}}).workload
+    assert ag.config == replace(AgenticConfig(), seed=0)
