@@ -1,5 +1,6 @@
 """Failed L3 reads (tiers.py): a prefetch L3 -> L2 that the data plane acknowledges
-``ok=False``, of FULL pages (`failed_prefetch`) or of a component's payloads (`failed_transfer`).
+``ok=False``, of FULL pages or of a component's payloads (`failed_transfer`, at the ack; a
+FULL prefetch's node: `failed_prefetch`, in its callback).
 
 Every data plane here fails a prefetch only because a page could not be read (the torch
 backend: a page missing from its page store or failing its checksum, `gpu_backend/store.py`;
@@ -23,22 +24,21 @@ from __future__ import annotations
 from .actions import PREFETCH
 
 
-def failed_prefetch(hier, pieces, pages, keys) -> None:
-    """Free the L2 `pages` of a failed prefetch of `keys`, forget `keys` in L3, and remove
-    its `pieces` that nothing else uses (bottom-up)."""
+def failed_prefetch(hier, pieces, pages) -> None:
+    """Free the L2 `pages` of a failed FULL prefetch and remove its `pieces` that nothing else
+    uses (bottom-up)."""
     hier.pool.free(pages)
-    hier.storage.discard(keys)
     for x, _ in reversed(pieces):
         if x.alive and _unused(x):
             _remove(hier, x)
 
 
 def failed_transfer(hier, t) -> None:
-    """Count failed transfer `t`; a component's failed read from L3 forgets the payload keys
-    it read there (FULL's own: `failed_prefetch`, in the transfer's callback)."""
+    """Count failed transfer `t`; a failed read from L3 forgets there what it read: FULL page
+    keys, or a component's payloads under (component, page key)."""
     hier.failed += 1
-    if t.kind == PREFETCH and t.component != "full" and t.keys is not None and hier.storage is not None:
-        hier.storage.discard([(t.component, k) for k in t.keys.tolist()])
+    if t.kind == PREFETCH:
+        hier.storage.discard(t.keys if t.component == "full" else [(t.component, k) for k in t.keys.tolist()])
 
 
 def drop_stranded(hier, node) -> None:

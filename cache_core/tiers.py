@@ -363,7 +363,7 @@ class Hierarchy:
 
         def done(ok, pieces, pages=pages, node=node):
             if not ok:  # unreadable in L3: forgotten there (tier_failures.py)
-                return failed_prefetch(self, pieces, pages, keys)
+                return failed_prefetch(self, pieces, pages)
             for x, sl in pieces:
                 x.host = pages[sl]
                 self.touched(x)

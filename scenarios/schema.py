@@ -33,6 +33,11 @@ def _defaults(cls) -> dict:
     return {f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in dataclasses.fields(cls)}
 
 
+def _keys_of(defaults: dict, specs) -> dict:
+    """Schema entries of (key, checker name, what is expected) `specs`, each with its default."""
+    return {k: (defaults[k], check, expected) for k, check, expected in specs}
+
+
 _MT, _AG = _defaults(MultiTurnConfig), _defaults(AgenticConfig)
 
 # -- schema -------------------------------------------------------------------------------------
@@ -86,15 +91,13 @@ SCHEMA = {
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
-        "num_clients": (_MT["num_clients"], "int1", "an integer >= 1"),
-        "num_rounds": (_MT["num_rounds"], "int1", "an integer >= 1"),
-        "request_length": (_MT["request_length"], "int1", "an integer >= 1"),
-        "output_length": (_MT["output_length"], "int0", "an integer >= 0"),
-        "max_parallel": (_MT["max_parallel"], "int1", "an integer >= 1"),
-        "request_rate": (_MT["request_rate"], "rate", "a number > 0 or inf"),
-        "round_barrier": (_MT["round_barrier"], "bool", "true or false"),
-        "ready_queue_policy": (_MT["ready_queue_policy"], ("choice", READY_QUEUE_POLICIES), "fifo or random"),
-        "vocab_size": (_MT["vocab_size"], "int1", "an integer >= 1"),
+        **_keys_of(_MT, (
+            ("num_clients", "int1", "an integer >= 1"), ("num_rounds", "int1", "an integer >= 1"),
+            ("request_length", "int1", "an integer >= 1"), ("output_length", "int0", "an integer >= 0"),
+            ("max_parallel", "int1", "an integer >= 1"), ("request_rate", "rate", "a number > 0 or inf"),
+            ("round_barrier", "bool", "true or false"),
+            ("ready_queue_policy", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
+            ("vocab_size", "int1", "an integer >= 1"))),
     },
     "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
         "device": ("cpu", "str", "cpu or cuda"),
@@ -137,7 +140,7 @@ WORKLOAD_SCHEMAS = {
     "agentic": {"kind": _KIND, "speedup": _SPEEDUP,
                 "closed_loop": (True, "bool", "true (next turn after the previous completes + think time) "
                                 "or false (the workload's nominal timestamps, open loop)"),
-                **{k: (_AG[k], check, expected) for k, check, expected in (
+                **_keys_of(_AG, (
                     ("num_sessions", "int1", "an integer >= 1"), ("concurrency", "int1", "an integer >= 1"),
                     ("system_prompt_tokens", "int0", "an integer >= 0"), ("repo_context_tokens", "range", _RANGE),
                     ("turns", "range", _RANGE), ("tool_output_tokens", "range", _RANGE),
@@ -146,7 +149,7 @@ WORKLOAD_SCHEMAS = {
                     ("arrival_rate", "rate", "a number > 0 or inf"), ("service_base_s", "nonneg", "seconds >= 0"),
                     ("service_s_per_output_token", "nonneg", "seconds >= 0"),
                     ("vocab_size", "int1", "an integer >= 1"),
-                    ("lengths", ("choice", LENGTHS), " or ".join(LENGTHS)))}},
+                    ("lengths", ("choice", LENGTHS), " or ".join(LENGTHS))))},
     "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
                                            ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
                 "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
