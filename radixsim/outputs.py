@@ -351,4 +351,5 @@ def scenario_key(doc: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
-__all__ = ["write", "check_out_file", "plain", "cell", "result_dir", "owned_dir", "hold", "clean_stale", "scenario_key", "OutputError", "RUN_FILES"]
+__all__ = ["write", "check_out_file", "plain", "cell", "result_dir", "owned_dir", "hold", "clean_stale", "scenario_key",
+           "OutputError", "RUN_FILES"]
