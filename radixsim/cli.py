@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
 import time
 
@@ -282,6 +283,8 @@ def _cmd_replay(args) -> int:
             print(table)
             return 0
         summary = run_replay(opts, args.out, command=args.command_line)
+    except BrokenPipeError:  # stdout closed (`| head`): main's quiet exit, not bad input
+        raise
     except TraceError as e:
         sys.stderr.write(f"radixsim replay: {e}\n")
         return EXIT_BAD_INPUT
@@ -367,7 +370,7 @@ def _cmd_sweep(args) -> int:
         grid = parse_grid(args.grid)
         t0 = time.perf_counter()
         r = run_sweep(raw, grid, args.out, repeat=args.repeat, executor=ex, where=args.scenario,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, plot=args.plot if 1 <= len(grid) <= 2 else None)
     except (ScenarioError, OutputError) as e:
         sys.stderr.write(f"radixsim sweep: {e}\n")
         return EXIT_BAD_INPUT
@@ -414,10 +417,13 @@ def _cmd_calibrate(args) -> int:
 
     from scenarios.scenario import ScenarioError, from_file
 
+    from .outputs import OutputError, check_out_file
+
     try:
+        check_out_file(args.out, "--out")  # before the work, not after it
         sc = from_file(args.scenario, args.sets)
         from gpu_backend.backend import DTYPES, TorchOptions
-    except ScenarioError as e:
+    except (ScenarioError, OutputError) as e:
         sys.stderr.write(f"radixsim calibrate: {e}\n")
         return EXIT_BAD_INPUT
     except ImportError as e:
@@ -469,12 +475,24 @@ COMMANDS = {"replay": _cmd_replay, "trace": _cmd_trace, "run": _cmd_run, "scenar
             "sweep": _cmd_sweep, "calibrate": _cmd_calibrate, "plan": _cmd_plan}
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a Ctrl-C
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, as a shell reports `... | head`
+EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the command is: it leaves as on Ctrl-C (workers stopped,
+    temporary directories removed), then main says "terminated"."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
 
 
 def main(argv=None) -> int:
     """Parse and run one command. Every command shares one error path: Ctrl-C -> one line
-    "interrupted", exit 130; an OS error, out of memory, a torch device error or a failed sweep
-    point -> one line naming what failed, exit 2; a closed output pipe -> quiet, exit 141."""
+    "interrupted", exit 130; SIGTERM -> the same way out, "terminated", exit 143; an OS error,
+    out of memory, a torch device error or a failed sweep point -> one line naming what failed,
+    exit 2; a closed output pipe -> quiet, exit 141 (a command's own handler lets
+    BrokenPipeError through)."""
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
@@ -484,9 +502,16 @@ def main(argv=None) -> int:
         return EXIT_BAD_INPUT
     prog = f"radixsim {args.command}"
     try:
+        old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: SIGTERM keeps its handler
+        old_term = None
+    try:
         rc = _dispatch(parser, args)
         sys.stdout.flush()  # a closed pipe shows here, inside the error path, not at interpreter exit
         return rc
+    except Terminated:
+        sys.stderr.write(f"{prog}: terminated\n")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return EXIT_INTERRUPTED
@@ -501,6 +526,9 @@ def main(argv=None) -> int:
             raise
         sys.stderr.write(f"{prog}: {line}\n")
         return EXIT_BAD_INPUT
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 def failure_line(e: BaseException) -> str | None:

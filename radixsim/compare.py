@@ -2,7 +2,8 @@
 
 Every combination is an ordinary result directory under OUT (``POLICY-cap=N``); OUT gets
 `comparison.csv` with one row per combination, and a table is printed (hit rates by tier,
-the cold/evicted miss split, rejected requests).
+the cold/evicted miss split, rejected requests). OUT is written whole, as a run's
+(`outputs.result_dir(..., kind="comparison")`): it then holds exactly this comparison.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from .outputs import write
+from .outputs import result_dir, write
 from .replay import ReplayOptions, run_replay
 from .workers import process_map
 
@@ -28,8 +29,11 @@ def _name(policy: str, cap) -> str:
 
 
 def run_comparison(opts: ReplayOptions, policies, capacities, out_dir, jobs: int = 1, command=None) -> str:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    with result_dir(out_dir, kind="comparison") as out:
+        return _compare_into(opts, policies, capacities, out, jobs, command)
+
+
+def _compare_into(opts: ReplayOptions, policies, capacities, out: Path, jobs: int, command) -> str:
     combos = [(p, c) for c in capacities for p in policies]
     work = [(dataclasses.replace(opts, policy=p, capacity_tokens=c, progress=False), out / _name(p, c), command)
             for p, c in combos]

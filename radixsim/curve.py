@@ -26,13 +26,17 @@ COLUMNS = ["policy", "capacity_tokens", "hit_rate", "method"]
 
 
 def lru_curve(opts: ReplayOptions, progress: bool = False) -> LruCurve:
-    """The one-pass LRU curve of the requests `opts` names (a progress bar on a TTY)."""
+    """The one-pass LRU curve of the requests `opts` names (a progress bar on a TTY); ValueError
+    when it names none."""
     requests = request_stream(opts)
     if progress and sys.stderr.isatty():
         from tqdm import tqdm
 
         requests = tqdm(requests, unit="req", desc="stack pass", file=sys.stderr, mininterval=0.5)
-    return LruCurve(requests, opts.page_size)
+    curve = LruCurve(requests, opts.page_size)
+    if curve.requests == 0:  # as `run` and `replay`: an empty trace is bad input, not an empty curve
+        raise ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
+    return curve
 
 
 def default_capacities(curve: LruCurve, points: int) -> list[int]:

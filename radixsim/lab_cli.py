@@ -67,6 +67,8 @@ def dispatch(args) -> int | None:
 
     try:
         _curve(args) if cmd == "curve" else _leaderboard(args)
+    except BrokenPipeError:  # stdout closed (`| head`): cli.main's quiet exit
+        raise
     except (ValueError, OSError, TraceError) as e:
         text = str(e).strip()
         sys.stderr.write(f"radixsim {cmd}: {text.splitlines()[0] if text else type(e).__name__}\n")

@@ -8,10 +8,20 @@
   into place at the end; the target then holds exactly the new run (an earlier run's files are
   gone), or, if the run stopped, the earlier run untouched. A target holding anything that is
   not a radixsim result is refused (`OutputError`), never deleted. The temporary directory is
-  created before anything is simulated, so an unwritable target fails at once.
+  created before anything is simulated, so an unwritable target fails at once. While it runs
+  the command holds `.NAME.lock` beside the target: a second run or replay into the same
+  target is refused (`OutputError`). `kind="comparison"` (replay's policy x capacity table):
+  the target may also hold comparison.csv and run directories.
+  The directories beside the target (`.NAME.tmp-PID-HEX`, `.NAME.old-PID-HEX`) name the
+  process that made them: they are removed on every exit (SIGTERM included: `cli.main` turns
+  it into an exception), and a later run into the same target removes those whose process is
+  gone (a crash, SIGKILL).
 - `owned_dir(out, identity, what)`: a sweep's or plan's directory: held under a lock (a
   second command on the same directory refuses) and tied to one definition (`identity`,
   stored in `DIR/<what>.yaml`): a directory of a different sweep/plan is refused.
+- Every lock (`hold`) is a file locked with flock(2), removed when its holder leaves (a
+  refused command leaves none); a taker checks that the file it locked is still the one at
+  the path (not one just removed by the previous holder).
 """
 from __future__ import annotations
 
@@ -22,7 +32,7 @@ import json
 import os
 import secrets
 import shutil
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +120,22 @@ def write(path, data, columns=None) -> None:
         raise ValueError(f"{path}: expected a .csv, .json or .yaml result file")
 
 
+def check_out_file(path, option: str, suffixes=(".json", ".yaml", ".yml")) -> None:
+    """Refuse (`OutputError`, one line), before any work, an output file `write` could not write
+    at the end: a directory, another suffix, a directory that is missing or not writable."""
+    p = Path(path)
+    kinds = ", ".join(suffixes[:-1]) + " or " + suffixes[-1] if len(suffixes) > 1 else suffixes[0]
+    if p.is_dir():
+        raise OutputError(f"{option} {path}: is a directory; expected a {kinds} file")
+    if p.suffix.lower() not in suffixes:
+        raise OutputError(f"{option} {path}: expected a {kinds} file")
+    parent = p.parent
+    if not parent.is_dir():
+        raise OutputError(f"{option} {path}: {parent} is not a directory; expected an existing directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: cannot write in {parent}; expected a writable directory")
+
+
 def _write_csv(f, path: Path, rows, columns: list) -> None:
     w = csv.writer(f, lineterminator="\n")
     w.writerow(columns)
@@ -129,28 +155,104 @@ def _replace(path: Path, fill) -> None:
         raise
 
 
-def _foreign(target: Path) -> list:
-    """Names in `target` that are not a run's files (sorted); OutputError if it is not a directory."""
+def _run_file(p: Path) -> bool:
+    return p.name in RUN_FILES and p.is_file()
+
+
+def _comparison_entry(p: Path) -> bool:
+    """A comparison's own entry: comparison.csv, a run's file or a run directory."""
+    if p.is_dir() and not p.is_symlink():
+        return all(_run_file(q) for q in p.iterdir())
+    return _run_file(p) or (p.name == "comparison.csv" and p.is_file())
+
+
+_OURS = {"run": _run_file, "comparison": _comparison_entry}
+
+
+def _foreign(target: Path, kind: str = "run") -> list:
+    """Names in `target` that are not a run's (or a comparison's) entries (sorted); OutputError if
+    it is not a directory."""
     if not target.exists():
         return []
     if not target.is_dir():
         raise OutputError(f"{target}: not a directory; expected a result directory (new or an earlier run's)")
-    return sorted(p.name for p in target.iterdir() if p.name not in RUN_FILES or not p.is_file())
+    ours = _OURS[kind]
+    return sorted(p.name for p in target.iterdir() if not ours(p))
 
 
 def _shown(names: list) -> str:
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
-def _check_target(target: Path) -> None:
-    other = _foreign(target)
+def _check_target(target: Path, kind: str = "run") -> None:
+    other = _foreign(target, kind)
     if other:
         raise OutputError(f"{target}: holds files that are not radixsim results ({_shown(other)}); "
-                          "expected a new or empty directory or an earlier run's")
+                          f"expected a new or empty directory or an earlier {kind}'s")
 
 
 def _beside(target: Path, tag: str) -> Path:
-    return target.parent / f".{target.name}.{tag}-{secrets.token_hex(4)}"
+    return target.parent / f".{target.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _dead_pid(name: str, prefix: str) -> bool:
+    """Whether `name` is PREFIX + PID-HEX (a directory `_beside` made) of a process that is gone."""
+    pid, dash, tag = name[len(prefix):].partition("-")
+    if not (name.startswith(prefix) and dash and pid.isdigit() and len(tag) == 8
+            and all(c in "0123456789abcdef" for c in tag)):
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive (another user's): not ours to remove
+        return False
+    return False
+
+
+def clean_stale(target: Path) -> list:
+    """Remove the temporary directories beside `target` left by runs whose process is gone
+    (killed); the names removed, sorted."""
+    try:
+        entries = list(target.parent.iterdir())
+    except OSError:
+        return []
+    gone = sorted(p.name for p in entries if p.is_dir() and not p.is_symlink()
+                  and any(_dead_pid(p.name, f".{target.name}.{tag}-") for tag in ("tmp", "old")))
+    for name in gone:
+        shutil.rmtree(target.parent / name, ignore_errors=True)
+    return gone
+
+
+@contextmanager
+def hold(path: Path, busy: str):
+    """Hold the lock file `path` (module docstring); OutputError(`busy`) if another process holds
+    it. Removed when left."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise OutputError(busy) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the previous holder removed it meanwhile: take the new one
+    try:
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:  # already gone (the directory removed meanwhile): nothing to release but the fd
+            pass
+        os.close(fd)
 
 
 def _fresh_dir(target: Path) -> Path:
@@ -186,16 +288,24 @@ def _swap(tmp: Path, target: Path) -> Path | None:
 
 
 @contextmanager
-def result_dir(target):
-    """Yield a fresh directory to write a run into; on success it replaces `target` (module
-    docstring); on any exception (Ctrl-C included) it is removed and `target` is untouched."""
+def result_dir(target, kind: str = "run"):
+    """Yield a fresh directory to write a run (or a comparison: `kind`) into; on success it
+    replaces `target` (module docstring); on any exception (Ctrl-C included) it is removed and
+    `target` is untouched. A second command on the same target meanwhile is refused."""
     target = Path(os.path.realpath(target))  # a symlinked run directory: replace what it points to
-    _check_target(target)
+    _check_target(target, kind)
     tmp = _fresh_dir(target)
     try:
-        yield tmp
-        _check_target(target)  # nothing foreign appeared meanwhile
-        old = _swap(tmp, target)
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(hold(target.parent / f".{target.name}.lock",
+                                         f"{target}: another run is writing to this directory; expected one at a time"))
+            except OSError as e:
+                raise OutputError(f"{target}: cannot write results there ({e.strerror or e})") from None
+            clean_stale(target)
+            yield tmp
+            _check_target(target, kind)  # nothing foreign appeared meanwhile
+            old = _swap(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -209,21 +319,15 @@ def owned_dir(out, identity: dict, what: str):
     if another command holds it), check or write `out/<what>.yaml`. Yields the Path."""
     out = Path(out)
     marker = out / f"{what}.yaml"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as e:
-        raise OutputError(f"{out}: cannot write the {what} there ({e.strerror or e})") from None
-    try:
+    busy = f"{out}: another {what} is running in this directory; expected one at a time"
+    with ExitStack() as stack:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputError(f"{out}: another {what} is running in this directory; expected one at a time") \
-                from None
+            out.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(hold(out / ".lock", busy))
+        except OSError as e:
+            raise OutputError(f"{out}: cannot write the {what} there ({e.strerror or e})") from None
         _check_identity(out, marker, identity, what)
         yield out
-    finally:
-        os.close(fd)
 
 
 def _check_identity(out: Path, marker: Path, identity: dict, what: str) -> None:
@@ -247,4 +351,5 @@ def scenario_key(doc: dict) -> str:
     return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
-__all__ = ["write", "plain", "cell", "result_dir", "owned_dir", "scenario_key", "OutputError", "RUN_FILES"]
+__all__ = ["write", "check_out_file", "plain", "cell", "result_dir", "owned_dir", "hold", "clean_stale", "scenario_key",
+           "OutputError", "RUN_FILES"]

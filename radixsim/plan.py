@@ -9,7 +9,8 @@ evenly spaced interior points at once (rounded to whole pages for token keys) un
 bracket is narrower than the tolerance (default: 1% of the range, at least one page). Every
 point is a normal result directory under ``OUT/points/KEY=VALUE-HASH`` (HASH: that of the
 point's fully resolved scenario) and is reused when the command is run again. ``OUT/plan.yaml``
-ties OUT to one plan (the scenario after --set and the key): another plan there is refused,
+ties OUT to one plan (the scenario after --set, the key, the target, smallest or largest and
+the costs): another plan there is refused,
 and ``OUT/.lock`` is held while a plan runs (a second one on OUT refuses).
 
 Monotonicity is checked at the visited points: for "smallest meeting", once a point meets the
@@ -120,7 +121,9 @@ def plan(raw: dict, key: str, target_text: str, out_dir, *, range_text: str | No
     executor = executor or LocalExecutor()
     k = max(1, getattr(executor, "jobs", None) or 2)
     res = PlanResult(key, target, None, "largest" if largest else "smallest")
-    with owned_dir(out_dir, {"scenario": raw, "vary": key}, "plan") as out:
+    identity = {"scenario": raw, "vary": key, "target": list(target), "direction": res.direction,
+                "costs": dict(sorted((costs or {}).items()))}  # what plan.json answers: a rerun must ask the same
+    with owned_dir(out_dir, identity, "plan") as out:
         (out / "points").mkdir(exist_ok=True)
         ev = _Evaluator(raw, key, target, out, where, executor, costs or {}, progress)
         try:

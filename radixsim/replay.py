@@ -262,7 +262,7 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
     """Replay a trace (or a generated workload) and write requests.csv, summary.json,
     config.yaml (and rounds.csv when requests have rounds) to out_dir, which then holds
     exactly this run (`outputs.result_dir`). Returns the summary.
-    Raises TraceError / ValueError on bad input."""
+    Raises TraceError / ValueError on bad input (a trace without requests included)."""
     with result_dir(out_dir) as out:
         return _replay_into(opts, out, command)
 
@@ -304,6 +304,8 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
             bar.update()
     if bar is not None:
         bar.close()
+    if not rows:  # as `run`: nothing to measure is bad input (exit 2), and nothing is written
+        raise ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
     invariants.check(cache)
 
     req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,

@@ -213,10 +213,13 @@ def make_executor(kind: str, jobs: int | None = None, address: str | None = None
 
 
 def run_sweep(raw: dict, grid, out_dir, *, repeat: int = 1, executor=None, where: str = "<scenario>",
-              progress: bool = True) -> dict:
+              progress: bool = True, plot: str | None = None) -> dict:
     """Run (or resume) a sweep; write sweep_points.csv and sweep.csv. Returns
-    {"points": n, "ran": n run now, "skipped": n already done, "rows": sweep.csv rows}."""
+    {"points": n, "ran": n run now, "skipped": n already done, "rows": sweep.csv rows}.
+    `plot`: the metric the command will plot from sweep.csv, checked before any point runs."""
     points = make_points(raw, grid, repeat, where)
+    if plot is not None:
+        check_plot(plot, points, grid, repeat)
     identity = {"scenario": raw, "grid": [[k, v] for k, v in grid], "repeat": repeat}
     with owned_dir(out_dir, identity, "sweep") as out:
         (out / "points").mkdir(exist_ok=True)
@@ -236,6 +239,21 @@ def run_sweep(raw: dict, grid, out_dir, *, repeat: int = 1, executor=None, where
                 bar.close()
         rows = _write_tables(out, points, summaries, grid, repeat)
     return {"points": len(points), "ran": len(todo), "skipped": len(points) - len(todo), "rows": rows}
+
+
+def table_columns(points, grid, repeat: int) -> list:
+    """The columns sweep.csv will have (`_write_tables`): the grid keys, then the figures (fleet
+    figures when a point is a fleet; with repeat > 1 each figure and its `_ci95`)."""
+    fleet = any(p.raw.get("fleet") is not None for p in points)
+    figures = FIGURES + (list(FLEET_FIGURES) if fleet else [])
+    return [k for k, _ in grid] + [c for fig in figures for c in ([fig, fig + "_ci95"] if repeat > 1 else [fig])]
+
+
+def check_plot(metric: str, points, grid, repeat: int) -> None:
+    """ScenarioError unless `metric` is a column of the sweep's sweep.csv."""
+    cols = table_columns(points, grid, repeat)
+    if metric not in cols:
+        raise ScenarioError(f"--plot {metric!r}: not a column of sweep.csv; expected one of {', '.join(cols)}")
 
 
 def _pending(out: Path, points, where: str) -> tuple[dict, list]:
@@ -297,4 +315,4 @@ def _write_tables(out: Path, points, summaries, grid, repeat: int) -> list:
 
 __all__ = ["parse_grid", "make_points", "run_point", "PointError", "run_sweep", "done_summary", "progress_bar",
            "LocalExecutor", "RayExecutor", "make_executor", "mean_ci", "FIGURES",
-           "FLEET_FIGURES", "figure"]
+           "FLEET_FIGURES", "figure", "check_plot", "table_columns"]

@@ -188,7 +188,9 @@ def add_parser(subparsers) -> None:
         "validate", help="measure the simulator against published hardware runs (validation/)",
         description=(__doc__.split("\n\n")[1].replace("\n", " ") + " " + SHAPE_HELP + "."))
     v.add_argument("cases", nargs="*", metavar="CASE", help="case files or case ids (default: all of validation/)")
-    v.add_argument("--out", default="validation-out", help="output directory (default validation-out)")
+    v.add_argument("--out", default=None,
+                   help="output directory (default validation-out; with --smoke validation-smoke, with named "
+                        "cases validation-selected: a smoke or partial table never replaces the full one)")
     v.add_argument("--smoke", action="store_true", help="each case at a tiny size (clients / 8, at most 3 rounds)")
     v.add_argument("--seed", type=int, default=0, help="workload seed (default 0, the same for every case)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar (default: one on a terminal)")
@@ -202,10 +204,22 @@ def add_parser(subparsers) -> None:
                    help="--backend torch: override a scenario key (repeatable)")
 
 
+def default_out(args) -> str:
+    """--out when not given: the full table (every case, full size) in validation-out; a smoke or
+    a partial run elsewhere, so that README's two commands, run in order, keep both tables."""
+    if args.backend == "published" and args.smoke:
+        return "validation-smoke"
+    if args.backend == "published" and args.cases:
+        return "validation-selected"
+    return "validation-out"
+
+
 def dispatch(args) -> int | None:
     """Run `radixsim validate`; None when `args` belong to another command."""
     if getattr(args, "command", None) != "validate":
         return None
+    if args.out is None:
+        args.out = default_out(args)
     if args.backend == "torch":
         from . import validate_torch
 
@@ -216,6 +230,8 @@ def dispatch(args) -> int | None:
         print(table(res))
         print(f"wrote {write_outputs(args.out, res, smoke=args.smoke, seed=args.seed)}/validation.csv, "
               "validation.json, validation.html")
+    except BrokenPipeError:  # stdout closed (`| head`): cli.main's quiet exit
+        raise
     except (CaseError, OSError) as e:
         sys.stderr.write(f"radixsim validate: error: {e}\n")
         return EXIT_BAD_INPUT

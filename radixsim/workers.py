@@ -1,7 +1,9 @@
-"""Worker processes for sweeps, plans and replay comparisons, stoppable by Ctrl-C.
+"""Worker processes for sweeps, plans and replay comparisons, stoppable by Ctrl-C and SIGTERM.
 
-Workers ignore SIGINT; the parent owns the interrupt: on Ctrl-C (or a failed item) leaving
-`process_map` terminates the pool, so running items stop and pending ones never start.
+Workers ignore SIGINT; the parent owns the interrupt: on Ctrl-C, SIGTERM (`cli.main` turns it
+into an exception) or a failed item, leaving `process_map` terminates the pool (SIGTERM to each
+worker), so running items stop and pending ones never start. A worker leaves on SIGTERM through
+SystemExit, so that its item's temporary result directory is removed (`outputs.result_dir`).
 """
 from __future__ import annotations
 
@@ -9,31 +11,41 @@ import contextlib
 import multiprocessing
 import signal
 
+_HELD = {signal.SIGINT, signal.SIGTERM}
+
 
 def process_map(fn, items, jobs: int, ordered: bool = True):
     """fn(item) for every item in up to `jobs` worker processes; the results in item order, or
     as they finish (`ordered=False`). A generator: the pool lives while it is iterated."""
-    with _sigint_held():  # a Ctrl-C while the pool starts arrives once it can be terminated
-        pool = multiprocessing.Pool(max(1, min(jobs, len(items))), initializer=_ignore_sigint)
+    with _signals_held():  # a Ctrl-C or SIGTERM while the pool starts arrives once it can be terminated
+        pool = multiprocessing.Pool(max(1, min(jobs, len(items))), initializer=_worker_signals)
     with pool:  # leaving it (done, an error, an interrupt) terminates the workers
         yield from (pool.imap if ordered else pool.imap_unordered)(fn, items)
 
 
 @contextlib.contextmanager
-def _sigint_held():
-    """Hold SIGINT back (delivered at the end) where the platform can."""
+def _signals_held():
+    """Hold SIGINT and SIGTERM back (delivered at the end) where the platform can."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _ignore_sigint() -> None:
+def _worker_signals() -> None:
+    """A worker (forked with both signals held): ignore SIGINT, leave on SIGTERM via SystemExit."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _leave)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _leave(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 __all__ = ["process_map"]

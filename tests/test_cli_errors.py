@@ -316,13 +316,12 @@ def test_events_skipped_and_default_rid_counts_requests_only(tmp_path, capsys):
 
 
 def test_events_only_trace(tmp_path, capsys):
+    """No request to measure: bad input, as `radixsim run` (exit 2, one line, nothing written)."""
     trace = write(tmp_path, '{"event": "close_session", "session_id": 1}\n\n')
     out_dir = tmp_path / "out"
     rc, out, err = run_inproc(capsys, replay_args(trace, out_dir))
-    assert rc == 0
-    assert err == ""
-    assert out == "no requests in trace\n"
-    assert (out_dir / "requests.csv").read_text().count("\n") == 1  # header only
+    assert_one_line_error(rc, out, err, str(trace), "no requests in the trace; expected at least one")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.jsonl"]
 
 
 def test_no_command_exits_2(capsys):

@@ -107,11 +107,12 @@ def test_device_cuda_without_cuda_is_one_line(tmp_path, capsys, cmd):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    rc, out, err = run_inproc(capsys, [*cmd, "--device", "cuda", "--out", str(tmp_path / "o")])
+    # o.json: calibrate's --out is a table file, checked first
+    rc, out, err = run_inproc(capsys, [*cmd, "--device", "cuda", "--out", str(tmp_path / "o.json")])
     assert (rc, out) == (2, "")
     assert err == (f"radixsim {cmd[0]}: --device cuda: CUDA is not available on this machine "
                    f"(torch {torch.__version__}); expected cpu\n")
-    assert not (tmp_path / "o").exists()
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_device_name_that_is_not_a_device(tmp_path, capsys):
