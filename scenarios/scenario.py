@@ -47,7 +47,7 @@ from cache_core.engine_types import EngineConfig
 from cache_core.tiers import TierConfig
 
 from . import presets
-from .schema import L2_SIZE_KEYS, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, as_integer, set_key  # noqa: F401,E501
+from .schema import L2_SIZE_KEYS, LIMITS, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, as_integer, set_key  # noqa: F401,E501
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
@@ -438,7 +438,7 @@ def _shrink(w: dict, key: str, schema: dict, how) -> None:
     """w[key] (or its default) through `how`, when it is an integer (else left for validation
     to refuse with its one line)."""
     n = as_integer(w.get(key, schema[key][0]))
-    if isinstance(n, int) and not isinstance(n, bool) and n >= 1:
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= LIMITS[f"workload.{key}"]:
         w[key] = how(n)
 
 
