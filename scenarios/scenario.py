@@ -47,7 +47,7 @@ from cache_core.engine_types import EngineConfig
 from cache_core.tiers import TierConfig
 
 from . import presets
-from .schema import L2_SIZE_KEYS, LIMITS, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, as_integer, set_key  # noqa: F401,E501
+from .schema import L2_SIZE_KEYS, LIMITS, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, as_integer, as_number, set_key  # noqa: F401,E501
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
@@ -268,7 +268,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
     wl = _workload(w, doc["seed"], P, l1, where)
-    eff = doc["cost"]["efficiency"]
+    eff = doc["cost"]["efficiency"] = {k: as_number(v) for k, v in doc["cost"]["efficiency"].items()}  # 5e-1
     from_fields = _efficiency_fields()
     for k, v in eff.items():
         if k not in from_fields:
@@ -396,7 +396,7 @@ def _file_smoke(w: dict) -> None:
 def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
     from .programs import program_config
 
-    knobs = dict(w["knobs"])
+    knobs = {k: as_integer(v) for k, v in w["knobs"].items()}  # every knob is an integer: 2e1 reads as 20
     knobs.setdefault("seed", ctx.seed)
     try:
         cfg = program_config(w["program"], **knobs)

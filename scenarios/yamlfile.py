@@ -8,41 +8,48 @@ from pathlib import Path
 
 
 class DuplicateKeyError(ValueError):
-    """A mapping names one key twice: `line` (1-based) of the second, `key` the key."""
+    """A mapping names one key twice: `line` (1-based) of the second, `key` its dotted path."""
 
-    def __init__(self, key, line: int, first: int):
+    def __init__(self, key: str, line: int, first: int):
         self.key, self.line, self.first = key, line, first
-        super().__init__(f"key {key!r} given twice (also on line {first}); expected each key once")
+        super().__init__(f"{key}: given twice (also on line {first}); expected each key once")
 
 
-def _loader():
+def _check_unique(node, path: str = "", seen_nodes=None) -> None:
+    """DuplicateKeyError for the first key written twice in one mapping of composed `node`
+    (merge keys `<<` are not counted: what they bring may be overridden)."""
     import yaml
 
-    class UniqueKeyLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            if isinstance(node, yaml.MappingNode):
-                seen: dict = {}
-                for key_node, _ in node.value:  # the keys written here (a merged << key may be overridden)
-                    if key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node, deep=True)
-                    line = key_node.start_mark.line + 1
-                    try:
-                        if key in seen:
-                            raise DuplicateKeyError(key, line, seen[key])
-                        seen[key] = line
-                    except TypeError:  # an unhashable key: SafeLoader's own error follows
-                        pass
-            return super().construct_mapping(node, deep)
-
-    return UniqueKeyLoader
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:  # an alias of a node already walked (or a recursive one)
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            name = f"{path}.{key}" if path and key is not None else str(key)
+            if key is not None:
+                line = key_node.start_mark.line + 1
+                if (key_node.tag, key) in lines:
+                    raise DuplicateKeyError(name, line, lines[(key_node.tag, key)])
+                lines[(key_node.tag, key)] = line
+            _check_unique(value_node, name, seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_unique(item, f"{path}[{i}]", seen_nodes)
 
 
 def load_yaml(text: str):
     """`yaml.safe_load` that refuses a key given twice in one mapping (DuplicateKeyError)."""
     import yaml
 
-    return yaml.load(text, Loader=_loader())  # noqa: S506 -- a SafeLoader subclass
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is not None:
+        _check_unique(node)
+    return yaml.safe_load(text)
 
 
 def read_mapping(path, what: str, allow_empty: bool = True) -> dict:

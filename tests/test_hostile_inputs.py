@@ -42,16 +42,16 @@ CORPUS = [
     ("dev_null", ["run", "/dev/null", *RUN], {}, 2, "radixsim run: /dev/null: top level: the file is empty"),
     # duplicate keys: the last won, silently
     ("dup_top", ["run", "s.yaml", *RUN], {"s.yaml": "seed: 1\nseed: 2\n"}, 2,
-     "radixsim run: s.yaml:2: key 'seed' given twice (also on line 1); expected each key once"),
+     "radixsim run: s.yaml:2: seed: given twice (also on line 1); expected each key once"),
     ("dup_nested", ["run", "s.yaml", *RUN], {"s.yaml": "cache:\n  page_size: 64\n  l1_tokens: 1000\n  page_size: 32\n"},
-     2, "radixsim run: s.yaml:4: key 'page_size' given twice (also on line 2)"),
+     2, "radixsim run: s.yaml:4: cache.page_size: given twice (also on line 2)"),
     ("dup_flow", ["run", "s.yaml", *RUN], {"s.yaml": TINY.replace("num_rounds: 2", "num_rounds: 2, num_rounds: 3")},
-     2, "radixsim run: s.yaml:4: key 'num_rounds' given twice (also on line 4)"),
+     2, "radixsim run: s.yaml:4: workload.num_rounds: given twice (also on line 4)"),
     ("dup_deep", ["run", "s.yaml", *RUN], {"s.yaml": FLEET % "\n  groups:\n    - {count: 1, cache: {page_size: 64, "
                                                                "page_size: 16}}"}, 2,
-     "radixsim run: s.yaml:7: key 'page_size' given twice (also on line 7)"),
+     "radixsim run: s.yaml:7: fleet.groups[0].cache.page_size: given twice (also on line 7)"),
     ("dup_in_set_value", ["run", "s.yaml", "--set", "cache={page_size: 64, page_size: 16}", *RUN],
-     {"s.yaml": TINY}, 2, "radixsim run: --set 'cache={page_size: 64, page_size: 16}': key 'page_size' given twice"),
+     {"s.yaml": TINY}, 2, "radixsim run: --set 'cache={page_size: 64, page_size: 16}': page_size: given twice"),
     # two L2 sizes: one silently won
     ("l2_tokens_and_ratio", ["run", "s.yaml", *RUN], {"s.yaml": TINYT % ", l2_tokens: 1000000, hicache_ratio: 2"}, 2,
      "radixsim run: s.yaml: cache.hicache_ratio: conflicts with cache.l2_tokens; expected one L2 size "
@@ -310,6 +310,16 @@ def test_fleet_keys_read_e_notation():
                          "groups: [{count: 1e0}, {count: 1.0e+0}]}\n")
     spec = resolve(raw, "s.yaml").fleet
     assert (len(spec.engines), spec.slo_ttft_s, [g["count"] for g in spec.doc["groups"]]) == (2, 2.0, [1, 1])
+
+
+def test_free_form_numbers_read_e_notation():
+    """cost.efficiency values and program knobs (mappings the schema does not list key by key)."""
+    raw = yaml.safe_load(TINY + "cost: {kind: roofline, efficiency: {mfu_prefill: 5e-1, per_step_overhead_s: 1e-3}}\n")
+    assert resolve(raw, "s").efficiency == {"mfu_prefill": 0.5, "per_step_overhead_s": 0.001}
+    raw = {"workload": {"kind": "program", "program": "few_shot", "knobs": {"num_instances": "2e0"}}}
+    assert resolve(raw, "s").workload.config.num_instances == 2
+    with pytest.raises(ScenarioError, match=r"s: workload.knobs: .*num_instances must be an integer >= 1, got 2.5"):
+        resolve({"workload": {"kind": "program", "program": "few_shot", "knobs": {"num_instances": "2.5e0"}}}, "s")
 
 
 def test_sweep_grid_reads_e_notation(tmp_path):
