@@ -47,7 +47,8 @@ from cache_core.engine_types import EngineConfig
 from cache_core.tiers import TierConfig
 
 from . import presets
-from .schema import L2_SIZE_KEYS, LIMITS, SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, as_integer, as_number, set_key  # noqa: F401,E501
+from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
+from .schema import L2_SIZE_KEYS, LIMITS, as_integer, as_number
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
@@ -314,7 +315,8 @@ def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
     either split (kv_heads % tp == 0) or, with fewer heads than ranks, are replicated
     (tp % kv_heads == 0)."""
     q, kv = model.num_q_heads, model.num_kv_heads
-    ok = [t for t in range(1, gpus + 1) if q % t == 0 and (model.attention != "gqa" or (kv % t if kv >= t else t % kv) == 0)]
+    ok = [t for t in range(1, gpus + 1)
+          if q % t == 0 and (model.attention != "gqa" or (kv % t if kv >= t else t % kv) == 0)]
     if tp in ok:
         return
     if q % tp:

@@ -7,8 +7,6 @@ numeric key (scenario files, --set, sweep --grid), and the error path's own Memo
 Every command runs in-process (`radixsim.cli.main`) in a temporary working directory holding
 the row's files, so that the messages name them by their relative paths.
 """
-import math
-
 import pytest
 import yaml
 
@@ -148,10 +146,12 @@ CORPUS = [
      "radixsim run: s.yaml: workload.num_sessions: got '1e9'; expected at most 100,000 (a sanity limit)"),
     ("agentic_turns_huge", ["run", "s.yaml", *RUN], {"s.yaml": "workload: {kind: agentic, turns: [1, 1e9]}\n"}, 2,
      "radixsim run: s.yaml: workload.turns: got [1, '1e9']; expected finite values of at most 100,000"),
-    ("smoke_clients_huge", ["run", "s.yaml", "--smoke", *RUN], {"s.yaml": TINY.replace("num_clients: 2", "num_clients: 1e12")},
+    ("smoke_clients_huge", ["run", "s.yaml", "--smoke", *RUN],
+     {"s.yaml": TINY.replace("num_clients: 2", "num_clients: 1e12")},
      2, "radixsim run: s.yaml: workload.num_clients: got '1e12'; expected at most 100,000 (a sanity limit)"),
     # e-notation that is not an integer where an integer is expected
-    ("enote_not_integral_file", ["run", "s.yaml", *RUN], {"s.yaml": TINY.replace("num_clients: 2", "num_clients: 2.5e0")},
+    ("enote_not_integral_file", ["run", "s.yaml", *RUN],
+     {"s.yaml": TINY.replace("num_clients: 2", "num_clients: 2.5e0")},
      2, "radixsim run: s.yaml: workload.num_clients: got '2.5e0'; not integral; expected an integer >= 1"),
     ("enote_not_integral_set", ["run", "s.yaml", "--set", "cache.page_size=6.45e1", *RUN], {"s.yaml": TINY}, 2,
      "radixsim run: s.yaml: cache.page_size: got '6.45e1'; not integral; expected an integer >= 1"),
@@ -203,11 +203,16 @@ def test_corpus_ids_are_unique():
 
 
 # -- e-notation: every numeric key -----------------------------------------------------------------
+SAMPLES = {  # a valid plain value per numeric check
+    "fraction": 0.5, "pos_or_none": 2.0, "nonneg": 3.0, "rate": 4.0, "pos": 1.5,
+    "int0": 16, "int1": 16, "int1_or_none": 16,
+    "size_auto": 640000, "size_or_none": 640000, "size_l3": 640000}
+
+
 def _numeric_keys():
     """(kind, dotted key, check, a valid plain value) for every numeric leaf of the schema and
     of every workload kind's schema."""
-    sample = {"fraction": 0.5, "pos_or_none": 2.0, "nonneg": 3.0, "rate": 4.0, "pos": 1.5,
-              "int0": 16, "int1": 16, "int1_or_none": 16, "size_auto": 640000, "size_or_none": 640000, "size_l3": 640000}
+    sample = SAMPLES
     out = []
 
     def walk(schema, prefix, kind):
@@ -274,6 +279,7 @@ def test_numeric_key_table_covers_the_schema():
             "workload.num_clients", "workload.request_rate", "workload.speedup", "workload.max_requests",
             "workload.turns", "workload.think_time_s", "torch.layers"} <= keys
     assert len(NUMERIC_KEYS) == 64
+    assert set(SAMPLES) == set(INT_CHECKS + NUMBER_CHECKS + SIZE_CHECKS)
 
 
 def test_yaml_float_e_notation_is_read_too():
@@ -433,4 +439,3 @@ def test_memory_error_is_reported_after_its_traceback_is_let_go(tmp_path, monkey
 def test_scenario_errors_are_scenario_errors():
     with pytest.raises(ScenarioError, match=r"s: workload.num_clients: got '2.5e0'; not integral"):
         resolve({"workload": {"num_clients": "2.5e0"}}, "s")
-    assert math.isfinite(float("1e308"))
