@@ -3,6 +3,7 @@ the option types and the check of a --device option."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 EXIT_BAD_INPUT = 2
@@ -14,13 +15,27 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def nonneg_int(text: str) -> int:
+MAX_INT_OPTION = 2**40  # any integer option (a token count, a threshold): 1.1e12, far above any real value
+MAX_PAGE_SIZE = 2**20  # tokens per page (SGLang's pages are 1 to 256 tokens): the scenario's cache.page_size bound
+
+
+def nonneg_int(text: str, limit: int = MAX_INT_OPTION) -> int:
+    """An integer >= 0 ('2_000', e-notation '2e3'), at most `limit`."""
+    t = text.strip().replace("_", "")
     try:
-        v = int(text.replace("_", ""))
+        v = int(t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+        try:
+            f = float(t)
+        except ValueError:
+            f = math.nan
+        if not (math.isfinite(f) and f.is_integer() and any(c in t for c in "eE")):
+            raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+        v = int(f)
     if v < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
+    if v > limit:
+        raise argparse.ArgumentTypeError(f"expected at most {limit:,} (a sanity limit), got {text!r}")
     return v
 
 
@@ -28,6 +43,40 @@ def pos_int(text: str) -> int:
     v = nonneg_int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def page_size(text: str) -> int:
+    """Tokens per page: an integer in 1..MAX_PAGE_SIZE."""
+    v = nonneg_int(text, MAX_PAGE_SIZE)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def _finite(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    """A finite number >= 0 (a price)."""
+    v = _finite(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def pos_float(text: str) -> float:
+    """A finite number > 0 (a ratio)."""
+    v = _finite(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return v
 
 

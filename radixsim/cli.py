@@ -16,6 +16,7 @@ import time
 from .args import DeviceError, check_device  # noqa: F401  (re-exported)
 from .args import EXIT_BAD_INPUT, Parser as _Parser, nonneg_int as _nonneg_int, policy as _policy, pos_int as _pos_int
 from .args import REPLAY_WORKLOADS, size as _size, sizes as _sizes, workload_sets as _workload_sets
+from .args import nonneg_float as _nonneg_float, page_size as _page_size, pos_float as _pos_float
 
 
 def _torch_device(args, sc) -> str:
@@ -42,13 +43,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="generate requests instead of reading a trace: %(choices)s (knobs: --set workload.KEY=VALUE)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=48 (repeatable)")
-    r.add_argument("--page-size", type=_pos_int, default=1, help="tokens per KV page (default 1)")
+    r.add_argument("--page-size", type=_page_size, default=1, help="tokens per KV page (default 1)")
     r.add_argument("--capacity-tokens", "--l1-tokens", dest="capacity_tokens", type=_sizes, default=None,
                    help="L1 KV capacity: tokens, or bytes with a unit (500GiB; needs --kv-bytes-per-token); "
                         "usable = floor(N / page) * page (default: unbounded)")
     r.add_argument("--l2-tokens", type=_size, default=None,
                    help="host L2 capacity (tokens or bytes with a unit); default: --hicache-ratio x L1 if given")
-    r.add_argument("--hicache-ratio", type=float, default=None,
+    r.add_argument("--hicache-ratio", type=_pos_float, default=None,
                    help="host L2 = RATIO x L1, like SGLang's --hicache-ratio (default: no L2)")
     r.add_argument("--l3-tokens", type=_size, default=None,
                    help="external L3 store capacity (tokens, bytes with a unit, or 'unbounded'); needs L2")
@@ -80,11 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "its components, SWA window, sidecars, KV bytes per token and MAMBA state size")
     r.add_argument("--mamba-every", type=_pos_int, default=None,
                    help="also checkpoint MAMBA state every K tokens (K a multiple of the page size)")
-    r.add_argument("--mamba-full-memory-ratio", type=float, default=0.1,
+    r.add_argument("--mamba-full-memory-ratio", type=_pos_float, default=0.1,
                    help="with --model: MAMBA slots = RATIO x FULL KV memory / state size (default 0.1)")
     r.add_argument("--swa-tokens", type=_nonneg_int, default=None,
                    help="SWA pool in tokens (default: --swa-full-tokens-ratio x the FULL pool)")
-    r.add_argument("--swa-full-tokens-ratio", type=float, default=0.1,
+    r.add_argument("--swa-full-tokens-ratio", type=_pos_float, default=0.1,
                    help="SWA pool as a fraction of the FULL pool (default 0.1, as SGLang)")
     r.add_argument("--mamba-slots", type=_nonneg_int, default=None,
                    help="MAMBA checkpoint state slots (required with a bounded FULL pool)")
@@ -160,9 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--executor", choices=["local", "ray"], default="local")
     pl.add_argument("--address", default=None, help="Ray cluster address (default: a local instance)")
     pl.add_argument("--jobs", type=_pos_int, default=None, help="parallel runs per round (default: all cores)")
-    pl.add_argument("--cost-gpu-hour", type=float, default=None, help="price of one GPU-hour")
-    pl.add_argument("--cost-host-gib", type=float, default=None, help="price of one GiB of host (L2) memory")
-    pl.add_argument("--cost-l3-gib", type=float, default=None, help="price of one GiB of L3 store")
+    pl.add_argument("--cost-gpu-hour", type=_nonneg_float, default=None, help="price of one GPU-hour")
+    pl.add_argument("--cost-host-gib", type=_nonneg_float, default=None, help="price of one GiB of host (L2) memory")
+    pl.add_argument("--cost-l3-gib", type=_nonneg_float, default=None, help="price of one GiB of L3 store")
     pl.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     from . import lab_cli, report_cli, sensitivity, validate, workload_cli
@@ -501,6 +502,7 @@ def main(argv=None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     prog = f"radixsim {args.command}"
+    oom = None
     try:
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: SIGTERM keeps its handler
@@ -512,6 +514,8 @@ def main(argv=None) -> int:
     except Terminated:
         sys.stderr.write(f"{prog}: terminated\n")
         return EXIT_TERMINATED
+    except MemoryError as e:  # reported below, once this block has let go of the traceback (and its memory)
+        oom = e.args  # not e: its traceback holds what filled the memory
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return EXIT_INTERRUPTED
@@ -521,7 +525,10 @@ def main(argv=None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
     except Exception as e:  # noqa: BLE001 -- the one place that turns any failure into one line
-        line = failure_line(e)
+        try:
+            line = failure_line(e)
+        except MemoryError:  # the error path's own imports may fail for want of memory too
+            line = "out of memory: an allocation failed"
         if line is None:
             raise
         sys.stderr.write(f"{prog}: {line}\n")
@@ -529,6 +536,9 @@ def main(argv=None) -> int:
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+    text = str(oom[0]).strip() if oom else ""
+    sys.stderr.write(f"{prog}: out of memory: {text.splitlines()[0] if text else 'an allocation failed'}\n")
+    return EXIT_BAD_INPUT
 
 
 def failure_line(e: BaseException) -> str | None:

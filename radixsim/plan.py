@@ -23,11 +23,13 @@ point that meets the target is reported beside the threshold.
 """
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from scenarios.scenario import ScenarioError, apply_sets, resolve, set_key
+from scenarios.schema import is_size_key
 from scenarios.units import parse_size
 
 from .outputs import owned_dir, scenario_key, write
@@ -56,6 +58,9 @@ def parse_target(text: str) -> tuple[str, str, float]:
         v = float(value)
     except ValueError:
         raise ScenarioError(f"--target {text!r}: {value!r} is not a number") from None
+    if not math.isfinite(v):
+        raise ScenarioError(f"--target {text!r}: {value!r} is not a finite number; expected a value a summary "
+                            "figure can be compared with")
     return metric, op, v
 
 
@@ -85,8 +90,15 @@ def _range(text: str | None, bpt: float, key: str) -> tuple[int, int]:
     lo_s, sep, hi_s = text.partition(":")
     if not sep:
         raise ScenarioError(f"--range {text!r}: expected LO:HI (tokens or sizes like 10GiB:2TiB)")
-    lo = parse_size(lo_s, "--range", bpt)
-    hi = parse_size(hi_s, "--range", bpt)
+    if not is_size_key(key):  # a count (workload.num_clients): a byte unit would become tokens
+        bpt = 0
+    hint = (f"{key} is not a size; expected plain numbers" if not is_size_key(key)
+            else "give the KV bytes per token to convert it to tokens")
+    try:
+        lo = parse_size(lo_s, "--range", bpt, hint=hint)
+        hi = parse_size(hi_s, "--range", bpt, hint=hint)
+    except ValueError as e:
+        raise ScenarioError(str(e)) from None
     if lo is None or hi is None or not lo < hi:
         raise ScenarioError(f"--range {text!r}: expected LO < HI")
     return lo, hi

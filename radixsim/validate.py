@@ -224,6 +224,10 @@ def dispatch(args) -> int | None:
         from . import validate_torch
 
         return validate_torch.run(args)
+    if args.sets:  # a published case runs as validate_cases maps it: an override would go unseen
+        sys.stderr.write(f"radixsim validate: error: --set {args.sets[0]}: only with --backend torch; expected no "
+                         "--set for the published cases\n")
+        return EXIT_BAD_INPUT
     try:
         res = validate(args.cases, smoke=args.smoke, seed=args.seed,
                        progress=sys.stderr.isatty() and not args.no_progress)

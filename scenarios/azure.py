@@ -9,6 +9,7 @@ or a number of seconds; arrival times are relative to the first line. Bad input 
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator
@@ -29,9 +30,13 @@ class AzureRequest:
 def _seconds(text: str) -> float:
     t = text.strip()
     try:
-        return float(t)
+        v = float(t)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(v):  # inf would end the run at infinity, nan compares false (read as 0)
+            raise ValueError(t)
+        return v
     main, dot, frac = t.partition(".")
     stamp = datetime.fromisoformat(main.replace("T", " "))
     return stamp.timestamp() + (float("0." + frac) if dot and frac.isdigit() else 0.0)
@@ -58,7 +63,8 @@ def read_azure(path, max_requests: int | None = None) -> Iterator[AzureRequest]:
             try:
                 t = _seconds(row[0])
             except ValueError:
-                raise TraceError(path, line, f"TIMESTAMP {row[0]!r}: expected a date-time or seconds") from None
+                raise TraceError(path, line, f"TIMESTAMP {row[0]!r}: expected a date-time or a finite number of "
+                                 "seconds") from None
             try:
                 n_in, n_out = int(row[1]), int(row[2])
             except ValueError:

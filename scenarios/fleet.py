@@ -21,12 +21,14 @@ the workload and seed are the fleet's. Router names are checked by the fleet pac
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 from dataclasses import dataclass
 
-from .schema import ScenarioError
+from .schema import L2_SIZE_KEYS, ScenarioError, as_integer, as_number, replace_l2_size
 
 ROLES = ("both", "prefill", "decode")
+MAX_ENGINES = 4096  # engines x dp ranks of one fleet (a sanity limit: the catalog's largest is 16)
 GROUP_KEYS = ("count", "role", "model", "hardware", "tp", "cache", "engine")
 FLEET_KEYS = ("engines", "groups", "router", "shared_l3", "slo_ttft_s", "slo_tpot_s", "pd", "dp", "dp_router")
 PD_KEYS = {"kv_bytes_per_s": 50e9, "kv_latency_s": 20e-6, "decode_router": "least_load",
@@ -59,20 +61,28 @@ def _router(v, key: str, where: str) -> dict:
 
 
 def _number(v, key: str, where: str, lo_open: float = 0.0) -> float:
+    v = as_number(v)
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > lo_open:
         raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected a number > {lo_open:g}")
     return float(v)
 
 
-def _seconds(v, key: str, where: str) -> None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or v < 0:
+def _seconds(v, key: str, where: str):
+    v = as_number(v)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not 0 <= v < math.inf:
         raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected seconds >= 0")
+    return v
 
 
 def _count(v, key: str, where: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected an integer >= 1")
-    return int(v)
+    n = as_integer(v)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        integral = isinstance(n, float) and math.isfinite(n)
+        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; {'not integral; ' if integral else ''}"
+                            "expected an integer >= 1")
+    if n > MAX_ENGINES:
+        raise ScenarioError(f"{where}: fleet.{key}: got {v!r}; expected at most {MAX_ENGINES:,} (a sanity limit)")
+    return int(n)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -80,6 +90,10 @@ def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
         if k in ("cache", "engine") and isinstance(v, dict) and isinstance(out.get(k), dict):
+            if k == "cache":  # a group's L2 size replaces the scenario's (as --set does)
+                for key in L2_SIZE_KEYS:
+                    if v.get(key) is not None:
+                        replace_l2_size(out[k], key)
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
@@ -97,12 +111,12 @@ def _groups(f: dict, where: str) -> list:
             if k not in GROUP_KEYS:
                 raise ScenarioError(f"{where}: fleet.groups[{i}].{k}: unknown key; expected one of "
                                     f"{', '.join(GROUP_KEYS)}")
-        _count(g.get("count", 1), f"groups[{i}].count", where)
+        g["count"] = _count(g.get("count", 1), f"groups[{i}].count", where)
         if g.get("role", "both") not in ROLES:
             raise ScenarioError(f"{where}: fleet.groups[{i}].role: got {g['role']!r}; expected one of "
                                 f"{', '.join(ROLES)}")
     total = sum(g.get("count", 1) for g in groups)
-    if "engines" in f and f["engines"] != total:
+    if "engines" in f and as_integer(f["engines"]) != total:
         raise ScenarioError(f"{where}: fleet.engines: {f['engines']!r} differs from the groups' {total} engines; "
                             "expected the same count or no fleet.engines")
     return groups
@@ -117,10 +131,20 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
             raise ScenarioError(f"{where}: fleet.{k}: unknown key; expected one of {', '.join(FLEET_KEYS)}")
     base = {k: v for k, v in raw.items() if k != "fleet"}
     dp = _count(f.get("dp", 1), "dp", where)
+    groups = _groups(f, where)
+    ranks = sum(g.get("count", 1) for g in groups) * dp
+    if ranks > MAX_ENGINES:
+        raise ScenarioError(f"{where}: fleet.dp: {ranks:,} ranks (engines x dp); expected at most {MAX_ENGINES:,} "
+                            "(a sanity limit)")
     engines, roles = [], []
-    for g in _groups(f, where):
+    for g in groups:
         merged = _merge(base, {k: v for k, v in g.items() if k not in ("count", "role")})
         sc = resolve(merged, where)
+        if dp > sc.tp or sc.tp % dp:
+            # DP attention splits an engine's tp ranks into dp attention groups of tp / dp ranks
+            # (SGLang's compute_dp_attention_world_info: attn_tp_size = tp_size // dp_size)
+            raise ScenarioError(f"{where}: fleet.dp: {dp} with tp {sc.tp}; expected a divisor of tp (DP attention "
+                                "splits each engine's tp ranks into dp groups)")
         if dp > 1:
             sc = resolve(_merge(merged, _rank_override(sc, dp)), where)
         engines += [sc] * (g.get("count", 1) * dp)
@@ -175,9 +199,9 @@ def _pd(pd, roles, where: str) -> dict:
         if k not in PD_KEYS:
             raise ScenarioError(f"{where}: fleet.pd.{k}: unknown key; expected one of {', '.join(PD_KEYS)}")
     out = {**PD_KEYS, **pd}
-    _number(out["kv_bytes_per_s"], "pd.kv_bytes_per_s", where)
+    out["kv_bytes_per_s"] = _number(out["kv_bytes_per_s"], "pd.kv_bytes_per_s", where)
     for k in ("kv_latency_s", "bootstrap_s"):
-        _seconds(out[k], f"pd.{k}", where)
+        out[k] = _seconds(out[k], f"pd.{k}", where)
     if not isinstance(out["decode_radix"], bool):
         raise ScenarioError(f"{where}: fleet.pd.decode_radix: got {out['decode_radix']!r}; expected true or false")
     out["decode_router"] = _router(out["decode_router"], "pd.decode_router", where)

@@ -48,9 +48,10 @@ from cache_core.tiers import TierConfig
 
 from . import presets
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
+from .schema import L2_SIZE_KEYS, LIMITS, as_integer, as_number
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
-from .yamlfile import read_mapping
+from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
 from .workloads import MultiTurnConfig
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -62,7 +63,7 @@ def load(path) -> dict:
     .yaml) is looked up in scenarios/catalog/."""
     p = scenario_path(path)
     try:
-        raw = read_mapping(p, "a scenario")
+        raw = read_mapping(p, "a scenario", allow_empty=False)
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file (catalog: {', '.join(catalog_names())})") from None
     except ValueError as e:
@@ -84,12 +85,20 @@ def scenario_path(path) -> Path:
 def apply_sets(raw: dict, sets, where: str = "--set") -> dict:
     """Apply ``KEY=VALUE`` overrides (dotted keys, YAML values) to a copy of `raw`."""
     out = copy.deepcopy(raw)
+    l2_set = None  # the L2 size an earlier item set (an override replaces the scenario's: set_key)
     for item in sets:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise ScenarioError(f"{where} {item!r}: expected KEY=VALUE (e.g. cache.l2_tokens=4000000)")
+        if key in (f"cache.{k}" for k in L2_SIZE_KEYS) and value.strip() not in ("null", "~", ""):
+            if l2_set is not None and l2_set != key:
+                raise ScenarioError(f"{where} {key}: conflicts with {where} {l2_set}; expected one L2 size "
+                                    "(l2_tokens, hicache_ratio or hicache_size_gb)")
+            l2_set = key
         try:
-            v = yaml.safe_load(value)
+            v = load_yaml(value)
+        except DuplicateKeyError as e:
+            raise ScenarioError(f"{where} {item!r}: {e}") from None
         except yaml.YAMLError:
             v = value
         set_key(out, key, v, where)
@@ -142,6 +151,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
     if tp > hw.num_gpus:
         raise ScenarioError(f"{where}: tp: {tp} exceeds the {hw.num_gpus} GPUs of {hw.name}; expected 1..{hw.num_gpus}")
+    _check_tp_heads(model, tp, hw.num_gpus, where)
     c, e, w = doc["cache"], doc["engine"], doc["workload"]
     P = c["page_size"]
     bpt = presets.bytes_per_token(model, "full")
@@ -205,6 +215,10 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                                 f"({P}); expected a multiple")
         mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
     c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
+    l2_given = [k for k in L2_SIZE_KEYS if c[k] is not None]
+    if len(l2_given) > 1:
+        raise ScenarioError(f"{where}: cache.{l2_given[1]}: conflicts with cache.{l2_given[0]}; expected one "
+                            "L2 size (l2_tokens, hicache_ratio or hicache_size_gb)")
     l2 = floor_pages(size("l2_tokens", c["l2_tokens"]) if c["hicache_size_gb"] is None
                      else _host_pool_tokens(c, model, tp, where), P)
     l3_given = c["l3_tokens"] is not None
@@ -255,7 +269,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
     wl = _workload(w, doc["seed"], P, l1, where)
-    eff = doc["cost"]["efficiency"]
+    eff = doc["cost"]["efficiency"] = {k: as_number(v) for k, v in doc["cost"]["efficiency"].items()}  # 5e-1
     from_fields = _efficiency_fields()
     for k, v in eff.items():
         if k not in from_fields:
@@ -293,6 +307,23 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec,
                     workload_kind=w["kind"])
+
+
+def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
+    """tp must split the attention heads as SGLang's attention layers require (e.g.
+    python/sglang/srt/models/qwen3.py Qwen3Attention): query heads % tp == 0; GQA KV heads
+    either split (kv_heads % tp == 0) or, with fewer heads than ranks, are replicated
+    (tp % kv_heads == 0)."""
+    q, kv = model.num_q_heads, model.num_kv_heads
+    ok = [t for t in range(1, gpus + 1)
+          if q % t == 0 and (model.attention != "gqa" or (kv % t if kv >= t else t % kv) == 0)]
+    if tp in ok:
+        return
+    if q % tp:
+        why = f"does not divide the {q} query heads of {model.name}"
+    else:
+        why = f"does not {'divide' if kv >= tp else 'split evenly into'} the {kv} KV heads of {model.name}"
+    raise ScenarioError(f"{where}: tp: {tp} {why}; expected one of {', '.join(map(str, ok))}")
 
 
 def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
@@ -367,7 +398,7 @@ def _file_smoke(w: dict) -> None:
 def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
     from .programs import program_config
 
-    knobs = dict(w["knobs"])
+    knobs = {k: as_integer(v) for k, v in w["knobs"].items()}  # every knob is an integer: 2e1 reads as 20
     knobs.setdefault("seed", ctx.seed)
     try:
         cfg = program_config(w["program"], **knobs)
@@ -399,10 +430,18 @@ def _agentic_workload(w: dict, ctx: WorkloadContext) -> AgenticSpec:
 def _agentic_smoke(w: dict) -> None:
     """Agentic at smoke size: sessions / 16 (at least 2), concurrency / 16 (at least 1), 2-3 turns."""
     d = WORKLOAD_SCHEMAS["agentic"]
-    w["num_sessions"] = max(2, int(w.get("num_sessions", d["num_sessions"][0])) // 16)
-    w["concurrency"] = max(1, int(w.get("concurrency", d["concurrency"][0])) // 16)
+    _shrink(w, "num_sessions", d, lambda n: max(2, n // 16))
+    _shrink(w, "concurrency", d, lambda n: max(1, n // 16))
     w["turns"] = [2, 3]
     w["subagent_turns"] = [1, 2]
+
+
+def _shrink(w: dict, key: str, schema: dict, how) -> None:
+    """w[key] (or its default) through `how`, when it is an integer (else left for validation
+    to refuse with its one line)."""
+    n = as_integer(w.get(key, schema[key][0]))
+    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= LIMITS[f"workload.{key}"]:
+        w[key] = how(n)
 
 
 def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
@@ -427,9 +466,11 @@ def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
 def _multiturn_smoke(w: dict) -> None:
     """Multi-turn at smoke size: clients / 8 (at least 2), at most 3 rounds."""
     d = WORKLOAD_SCHEMAS["multiturn"]
-    w["num_clients"] = max(2, -(-int(w.get("num_clients", d["num_clients"][0])) // 8))
-    w["num_rounds"] = min(3, int(w.get("num_rounds", d["num_rounds"][0])))
-    w["max_parallel"] = min(int(w.get("max_parallel", d["max_parallel"][0])), w["num_clients"])
+    _shrink(w, "num_clients", d, lambda n: max(2, -(-n // 8)))
+    _shrink(w, "num_rounds", d, lambda n: min(3, n))
+    clients = w.get("num_clients", d["num_clients"][0])
+    if isinstance(clients, int):
+        _shrink(w, "max_parallel", d, lambda n: min(n, clients))
 
 
 for _name, _build, _smoke, _replay in (
@@ -467,11 +508,7 @@ def _preset(doc: dict, what: str, resolver, where: str):
 
 def _host_pool_tokens(c: dict, model, tp: int, where: str) -> int:
     """cache.hicache_size_gb (SGLang's --hicache-size: GB of 1e9 bytes per rank) as L2 tokens;
-    SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only."""
-    other = [k for k in ("l2_tokens", "hicache_ratio") if c[k] is not None]
-    if other:
-        raise ScenarioError(f"{where}: cache.hicache_size_gb: conflicts with cache.{other[0]}; expected one "
-                            "L2 size (l2_tokens, hicache_ratio or hicache_size_gb)")
+    SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only (`resolve`)."""
     return presets.host_pool_tokens(model, tp, c["hicache_size_gb"])
 
 

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import math
 import numbers
+import re
 
 from cache_core.engine_types import LOAD_OVERLAPS
 from cache_core.eviction import policy_names
@@ -215,6 +216,72 @@ def _size_syntax(v) -> bool:
     return isinstance(v, str) and is_size_text(v)
 
 
+# -- numbers -------------------------------------------------------------------------------------
+_E_NUMBER = re.compile(r"[+-]?(\d[\d_]*\.?\d*|\.\d+)[eE][+-]?\d+")
+INT_CHECKS = ("int0", "int1", "int1_or_none")
+NUMBER_CHECKS = ("fraction", "pos_or_none", "nonneg", "rate", "pos")
+SIZE_CHECKS = ("size_auto", "size_or_none", "size_l3")
+# upper bounds of count-like keys (dotted key -> the largest value accepted): far above any real
+# run (the catalog's largest: 16 engines, 192 clients, 8 rounds), low enough that what a run
+# allocates per client, round, engine or token cannot exhaust memory before it starts
+LIMITS = {
+    "cache.page_size": 2**20, "cache.mamba_every_tokens": 2**40, "cache.min_prefetch_tokens": 2**40,
+    "cache.l3_replicas": 1024, "cache.l3_eviction_shards": 2**20, "cache.l3_objects_per_page": 2**20,
+    "engine.max_running_requests": 10**5, "engine.max_prefill_tokens": 2**30,
+    "engine.chunked_prefill_tokens": 2**30, "engine.ep_size": 1024,
+    "workload.num_clients": 10**5, "workload.num_rounds": 10**5, "workload.request_length": 2**28,
+    "workload.output_length": 2**28, "workload.max_parallel": 10**5, "workload.vocab_size": 2**40,
+    "workload.num_sessions": 10**5, "workload.concurrency": 10**5, "workload.system_prompt_tokens": 2**28,
+    "workload.block_size": 2**28,
+    "torch.layers": 1024, "torch.hidden": 2**17, "torch.num_heads": 1024, "torch.head_dim": 2**14,
+    "torch.state_dim": 2**17, "torch.vocab": 2**24,
+}
+RANGE_LIMITS = {"workload.repo_context_tokens": 2**28, "workload.turns": 10**5, "workload.tool_output_tokens": 2**28,
+                "workload.output_tokens": 2**28, "workload.subagent_turns": 10**5}
+
+
+def as_number(v):
+    """A number written in e-notation that YAML 1.1 (PyYAML) reads as a string (``2e1``,
+    ``1e-3``, ``20e9``; ``1.0e+1`` is already a float) -> the float; anything else unchanged."""
+    if isinstance(v, str) and _E_NUMBER.fullmatch(v.strip()):
+        return float(v.strip().replace("_", ""))
+    return v
+
+
+def as_integer(v):
+    """`as_number`, then an integral float (``2e1``, ``1.0e+6``, ``20.0``) -> the int; a
+    non-integral or non-finite float stays a float (the caller refuses it)."""
+    v = as_number(v)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        return int(v)
+    return v
+
+
+def _coerce(check, v):
+    """The value a number key holds: e-notation read, an integral float of an integer or size
+    key made an int (a non-integral one stays a float, which the check refuses)."""
+    if isinstance(check, tuple) or isinstance(v, bool):
+        return v
+    if check in NUMBER_CHECKS:
+        return as_number(v)
+    if check in INT_CHECKS or check in SIZE_CHECKS:
+        return as_integer(v)
+    if check == "range" and isinstance(v, (list, tuple)):
+        return [as_integer(x) for x in v]
+    return v
+
+
+def _limit(key: str, v):
+    """The problem of a count-like value above its `LIMITS` bound, or None."""
+    if key in LIMITS and isinstance(v, numbers.Real) and not isinstance(v, bool) and v > LIMITS[key]:
+        return f"expected at most {LIMITS[key]:,} (a sanity limit)"
+    if key in RANGE_LIMITS and isinstance(v, (list, tuple)) and any(
+            isinstance(x, numbers.Real) and not isinstance(x, bool) and not -math.inf < x <= RANGE_LIMITS[key]
+            for x in v):
+        return f"expected finite values of at most {RANGE_LIMITS[key]:,} (a sanity limit)"
+    return None
+
+
 def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
     """Defaults filled in, unknown keys and bad values rejected."""
     if not isinstance(raw, dict):
@@ -237,9 +304,15 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
             continue
         default, check, expected = spec
         v = raw.get(k, copy.deepcopy(default))
-        if not _ok(check, v):
-            raise ScenarioError(f"{where}: {prefix}{k}: got {v!r}; expected {expected}")
-        out[k] = v
+        n = _coerce(check, v)
+        problem = None if _ok(check, n) else f"expected {expected}"
+        if problem is not None and isinstance(n, float) and math.isfinite(n) and not n.is_integer() and (
+                check in INT_CHECKS or check in SIZE_CHECKS):
+            problem = f"not integral; {problem}"
+        problem = problem or _limit(prefix + k, n)
+        if problem is not None:
+            raise ScenarioError(f"{where}: {prefix}{k}: got {v!r}; {problem}")
+        out[k] = n
     return out
 
 
@@ -265,10 +338,34 @@ def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
             return
         if i == len(parts) - 1:
             node[part] = value
+            if parts[0] == "cache" and part in L2_SIZE_KEYS and value is not None:
+                replace_l2_size(node, part)
         elif isinstance(schema, dict) or schema[1] in FREE_FORM:  # a section, or a free-form mapping
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
+
+
+L2_SIZE_KEYS = ("l2_tokens", "hicache_ratio", "hicache_size_gb")  # one L2 size per scenario
+
+
+def replace_l2_size(cache: dict, key: str) -> None:
+    """An override of one L2 size (`key`) replaces the scenario's: the other two are dropped."""
+    for other in L2_SIZE_KEYS:
+        if other != key:
+            cache.pop(other, None)
+
+
+def is_size_key(key: str) -> bool:
+    """Whether dotted `key` is a size (tokens, or bytes with a unit: cache.l2_tokens)."""
+    node = SCHEMA
+    for part in key.split("."):
+        if node is SCHEMA["workload"]:
+            node = _workload_union()
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return isinstance(node, tuple) and node[1] in SIZE_CHECKS
 
 
 def _set_preset_field(node: dict, what: str, field: str, value, default: str, where: str) -> None:

@@ -116,8 +116,9 @@ class JsonlTrace:
     `block_size` is the default for hash_ids lines (a line may carry its own, but a trace
     uses one block size throughout)."""
 
-    def __init__(self, path, block_size: int | None = None):
+    def __init__(self, path, block_size: int | None = None, time_order: bool = False):
         self.path = os.fspath(path)
+        self.time_order = time_order  # refuse a timestamp below an earlier line's (what a timed run needs)
         if block_size is not None and (isinstance(block_size, bool) or block_size < 1):
             raise TraceError(self.path, None, f"block size must be >= 1, got {block_size}")
         self.block_size = block_size
@@ -140,6 +141,7 @@ class JsonlTrace:
         n_req = 0
         rid_lines: dict[str, int] = {}  # rid as requests.csv writes it -> its line
         roots: dict[int, int] = {}  # Qwen traces: chat_id -> the chat_id of its conversation's first turn
+        last = None  # (timestamp ms, line) of the latest timestamped line, with time_order
         with open(self.path, "rb") as f:
             for lineno, raw in enumerate(f, 1):
                 if not raw.strip():
@@ -154,11 +156,14 @@ class JsonlTrace:
                     raise TraceError(self.path, lineno, f"expected a JSON object, got {type(obj).__name__}")
                 try:
                     if "event" in obj:
-                        yield self._event(obj)
+                        ev = self._event(obj)
+                        last = self._in_order(ev.timestamp_ms, lineno, last)
+                        yield ev
                         continue
                     if "chat_id" in obj:
                         obj = _bailian(obj, roots)
                     req, block = self._request(obj, n_req, block, arange_cache)
+                    last = self._in_order(req.timestamp_ms, lineno, last)
                 except TraceError:
                     raise
                 except (ValueError, TypeError) as e:
@@ -170,6 +175,15 @@ class JsonlTrace:
                 n_req += 1
                 self.block_size_used = block
                 yield req
+
+    def _in_order(self, ts, lineno: int, last):
+        """With time_order: (ts, lineno) as the latest timestamp, or ValueError when it goes back."""
+        if not self.time_order or ts is None:
+            return last
+        if last is not None and ts < last[0]:
+            raise ValueError(f"'timestamp' {ts:g} ms goes back in time (line {last[1]} has {last[0]:g}); "
+                             "expected file order = time order")
+        return ts, lineno
 
     @staticmethod
     def _event(obj: dict) -> TraceEvent:

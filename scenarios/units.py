@@ -23,6 +23,8 @@ def is_size_text(text: str, allow_unbounded: bool = True) -> bool:
         v = float(num)
     except ValueError:
         return False
+    if not unit:  # a token count in e-notation (1e6): whole tokens only
+        return "e" in num and 0 <= v < float("inf") and v.is_integer()
     return unit in UNITS and 0 <= v < float("inf")
 
 
@@ -50,6 +52,8 @@ def parse_size(value, what: str, bytes_per_token: float, allow_unbounded: bool =
         v = float(num)
     except ValueError:
         v = -1.0
+    if not unit and "e" in num and 0 <= v < float("inf") and v.is_integer():  # tokens in e-notation (1e6)
+        return _representable(int(v), value, what)
     if unit not in UNITS or not 0 <= v < float("inf"):
         raise ValueError(f"{what} {value!r}: expected a token count or a size like 500GiB"
                          + (" or 'unbounded'" if allow_unbounded else ""))

@@ -52,9 +52,9 @@ def trace_items(path, block_size=None, max_requests=None):
     fresh = _Fresh()
     t = 0.0
     n = 0
-    for rec in JsonlTrace(path, block_size):
+    for rec in JsonlTrace(path, block_size, time_order=True):  # a timestamp going back is refused
         if rec.timestamp_ms is not None:
-            t = max(t, rec.timestamp_ms / 1000.0)
+            t = rec.timestamp_ms / 1000.0
         if isinstance(rec, TraceEvent):
             yield t, ("close_session", rec.session_id)
             continue

@@ -233,12 +233,13 @@ def test_dp_attention_ranks_have_their_own_trees_behind_the_dispatcher():
     """One engine with 4 DP ranks: the pool and running limit split over the ranks; a
     round-robin dispatcher spreads a session's turns over the ranks (each rank's tree misses
     the history the others hold), a session-affinity one keeps them on one rank."""
-    one = run({"engines": 1})[1]
-    f, spread = run({"engines": 1, "dp": 4})
+    tp4 = {"hardware": "h200x4"}  # dp divides tp (tests/test_hostile_inputs.py)
+    one = run({"engines": 1}, **tp4)[1]
+    f, spread = run({"engines": 1, "dp": 4}, **tp4)
     assert [e.cache.config.capacity_tokens for e in f.engines] == [49984] * 4  # 200,000 / 4, whole pages
     assert [e.config.max_running_requests for e in f.engines] == [2] * 4
     assert [(r["engine"], r["dp_rank"]) for r in spread] == [(0, r["rid"] % 4) for r in spread]
-    sticky = run({"engines": 1, "dp": 4, "dp_router": {"kind": "session_affinity", "epsilon": 100}})[1]
+    sticky = run({"engines": 1, "dp": 4, "dp_router": {"kind": "session_affinity", "epsilon": 100}}, **tp4)[1]
     ranks = collections.defaultdict(set)
     for r in sticky:
         ranks[r["session_id"]].add(r["dp_rank"])

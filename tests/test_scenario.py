@@ -260,14 +260,17 @@ def test_apply_sets_changes_exactly_the_given_keys():
     assert raw == scenario.load("fig4-dsv4-flash-l3")  # the input is not modified
     expect = yaml.safe_load(yaml.safe_dump(raw))
     expect["cache"].update(l2_tokens=4000000, l3_tokens="unbounded")
+    del expect["cache"]["hicache_ratio"]  # an L2 size given replaces the scenario's (one L2 size)
     expect["workload"]["num_rounds"] = 3
     assert new == expect
     base = scenario.resolve(raw, "base").doc
     doc = scenario.resolve(new, "set").doc
     assert doc["cache"]["l2_tokens"] == 4000000 and doc["cache"]["l3_tokens"] == "unbounded"
     assert doc["workload"]["num_rounds"] == 3
+    assert (base["cache"]["hicache_ratio"], doc["cache"]["hicache_ratio"]) == (2, None)
     for d in (base, doc):
         d["cache"].pop("l2_tokens"), d["cache"].pop("l3_tokens"), d["workload"].pop("num_rounds")
+        d["cache"].pop("hicache_ratio")
     assert doc == base
     # from_file(..., sets) is the same as apply_sets then resolve
     assert scenario.from_file("fig4-dsv4-flash-l3", sets).doc["cache"]["l3_tokens"] == "unbounded"
