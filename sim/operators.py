@@ -342,8 +342,9 @@ class OperatorCostModel(RooflineCostModel):
         gemm: the dense/shared weights' GEMMs; moe: the routed experts' grouped GEMMs;
         attn_new: the prefill requests' attention (and MLA decompression) as it would take were
         their prefixes absent (cached = 0: the new tokens attending to each other);
-        attn_prefix: the rest of their attention, i.e. what the cached prefixes add (the
-        model is monotone in the keys, so >= 0); attn_decode: the decode requests' attention
+        attn_prefix: the rest of their attention, i.e. what the context before each chunk adds
+        (a cache hit, or the request's own earlier chunks under chunked prefill; the model is
+        monotone in the keys, so >= 0); attn_decode: the decode requests' attention
         (a mixed step); state: recurrent-state updates; elementwise: norms, rope, activations;
         the operators are scaled by the preset's kernel_factor, as in `cost`; hbm_excess: what
         the HBM roofline adds when memory_s exceeds the operators' sum; allreduce, alltoall,
