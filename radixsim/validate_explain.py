@@ -174,7 +174,7 @@ def format_case(res: dict) -> list:
     lines += ["  " + " ".join(v.rjust(w) for v, w in zip(row, widths)) for row in [head] + table]
     ch = res["checks"]
     lines.append(f"  split check over {res['requests']} requests: max |load parts - engine load_s| = "
-                 f"{ch['load_s']:.1e} s, min between steps = {ch['between']:.1e} s (>= 0 up to round-off)")
+                 f"{_ms(ch['load_s'])} ms, min between steps = {_ms(ch['between'])} ms (>= 0 up to round-off)")
     lines += _fit_lines(res["fit"], "residual published - sim ~ a + b new + c cached")
     lines += _fit_lines(res["fit_queued"], "queue-scaled: published - sim ~ m (a + b new + c cached), m = sim / "
                         "(sim - queue) per round")

@@ -23,7 +23,7 @@ T1-explain-l2 (Qwen3-8B on a100-40gbx1 tp=1): per round, mean per request; times
       1 4096      0 1500.0 1232.5 901.7                 0.0 293.2         0.0     24.4         9.8      3.4           0.0           0.0
       2 4097   4096 2000.0 1426.4 697.8                 0.4 570.3        95.8     35.9        19.0      6.7           0.4           0.0
       3 4951   7339 2500.0 1728.4 845.6                 0.9 631.6       179.9     41.0        21.1      7.4           0.9           0.0
-  split check over 72 requests: max |load parts - engine load_s| = 0.0e+00 s, min between steps = -2.2e-16 s (>= 0 up to round-off)
+  split check over 72 requests: max |load parts - engine load_s| = 0.0 ms, min between steps = 0.0 ms (>= 0 up to round-off)
   residual published - sim ~ a + b new + c cached, over 3 rounds (diagnosis, not applied):
     nnls:  a = 274.7 ms/request, b = 0.00 us/new token, c = 68.96 us/cached token; rms left 11.6 ms
     lstsq: a = 480.2 ms/request, b = -51.93 us/new token, c = 74.75 us/cached token; rms left 0.0 ms; negative: b
@@ -53,7 +53,7 @@ def test_split_adds_up_to_the_ttft_validate_reports():
         ops = sum(v for k, v in r["parts"].items() if k != "queue" and k[0] == "compute" and k[1] in OPERATOR_PARTS)
         assert ops > 0.25  # the steps' operators carry the compute; "between steps" is round-off here
         assert abs(r["parts"].get(("compute", BETWEEN), 0.0)) < 1e-12
-    assert res["checks"]["load_s"] == 0.0 and res["checks"]["between"] > -1e-12
+    assert res["checks"]["load_s"] < 1e-12 and res["checks"]["between"] > -1e-12
 
 
 def test_load_split_by_link_by_hand():
@@ -108,4 +108,5 @@ def test_nnls_by_hand():
 def test_explain_with_torch_backend_is_one_line(capsys):
     assert main(["validate", "--explain", "--backend", "torch", CASE]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err == "radixsim validate: error: --explain: only with --backend published (got --backend torch)\n"
+    assert out == ""
+    assert err == "radixsim validate: error: --explain: only with --backend published (got --backend torch)\n"
