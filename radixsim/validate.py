@@ -202,6 +202,10 @@ def add_parser(subparsers) -> None:
     v.add_argument("--device", default=None, help="--backend torch: cpu or cuda")
     v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="--backend torch: override a scenario key (repeatable)")
+    v.add_argument("--explain", action="store_true",
+                   help="print each case's simulated TTFT split per round (queue, load by link, compute by operator) "
+                        "beside the published TTFT, and the residual fit a + b new + c cached; writes nothing "
+                        "(radixsim/validate_explain.py)")
 
 
 def default_out(args) -> str:
@@ -220,6 +224,10 @@ def dispatch(args) -> int | None:
         return None
     if args.out is None:
         args.out = default_out(args)
+    if args.explain:
+        from . import validate_explain
+
+        return validate_explain.run(args)
     if args.backend == "torch":
         from . import validate_torch
 

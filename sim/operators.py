@@ -105,6 +105,9 @@ CUDA_GRAPH_MAX_BS = 160
 # NVLink (deepseek-ai/DeepEP docs/legacy.md, Performance); fractions of the preset's NVLink.
 A2A_DISPATCH_EFFICIENCY = 153 / 160
 A2A_COMBINE_EFFICIENCY = 158 / 160
+# `OperatorCostModel.breakdown`'s parts of a step's time, in print order.
+OPERATOR_PARTS = ("gemm", "moe", "attn_prefix", "attn_new", "attn_decode", "state", "elementwise", "hbm_excess",
+                  "allreduce", "alltoall", "overhead")
 # The sim/cost.py Efficiency fields this model reads (the rest are replaced by the fits).
 EFFICIENCY_FIELDS = ("hbm_efficiency", "per_step_overhead_s", "per_layer_overhead_s")
 
@@ -209,18 +212,30 @@ class OperatorCostModel(RooflineCostModel):
 
     def linear_s(self, tokens: int) -> float:
         """All layers' GEMMs for a step of `tokens` tokens (shared weights, routed experts)."""
+        shared, routed = self.linear_parts(tokens)
+        return shared + routed
+
+    def linear_parts(self, tokens: int) -> tuple[float, float]:
+        """`linear_s` in its two parts: (the dense/shared weights' GEMMs, the routed experts'
+        grouped GEMMs; 0.0 without routing)."""
         L, tp = self.model.num_layers, self.tp
         shared_bytes = self.shared_weight_bytes / tp if self.routing else self.weight_read_bytes(tokens)
-        t = L * self.pair_s(tokens, self.shared_params / (L * tp), shared_bytes / L)
-        if self.routing:  # per layer, the touched experts run as one grouped GEMM pair
-            rows, coverage = self.routed_rows(tokens)
-            touched_bytes = self.routed_weight_bytes * coverage / (L * tp)
-            ep = self.ep  # EP: 1/ep of the experts per rank, whole instead of 1/tp of each
-            t += L * self.pair_s(rows / ep, self.expert_params * ep / (L * tp), touched_bytes, full_tiles=True)
-        return t
+        shared = L * self.pair_s(tokens, self.shared_params / (L * tp), shared_bytes / L)
+        if not self.routing:
+            return shared, 0.0
+        rows, coverage = self.routed_rows(tokens)  # per layer, the touched experts as one grouped GEMM pair
+        touched_bytes = self.routed_weight_bytes * coverage / (L * tp)
+        ep = self.ep  # EP: 1/ep of the experts per rank, whole instead of 1/tp of each
+        return shared, L * self.pair_s(rows / ep, self.expert_params * ep / (L * tp), touched_bytes, full_tiles=True)
 
     def attention_s(self, w: dict, queries: int) -> float:
         """Attention (+ indexer) and recurrent-state time of one part (prefill or decode)."""
+        if queries <= 0:
+            return 0.0
+        return self.attention_core_s(w, queries) + self.recurrent_s(w)
+
+    def attention_core_s(self, w: dict, queries: int) -> float:
+        """`attention_s` without the recurrent-state time (0 for no queries)."""
         if queries <= 0:
             return 0.0
         hw, eff, tp = self.hw, self.eff, self.tp
@@ -229,7 +244,7 @@ class OperatorCostModel(RooflineCostModel):
         compute = (w["attention_flops"] / hw.bf16_flops + w["indexer_flops"] / hw.fp8_flops) / (tp * e_fa)
         t = max(compute, w["kv_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
         t += self.attn_layers * self.gemm_fit["t0_s"]
-        return t + self.recurrent_s(w)
+        return t
 
     def recurrent_s(self, w: dict) -> float:
         """Recurrent-state time of one part (`request_work`'s dict); 0 without state layers."""
@@ -319,5 +334,50 @@ class OperatorCostModel(RooflineCostModel):
             allreduce_s=allreduce_s, overhead_s=overhead_s, alltoall_s=alltoall_s)
 
 
-__all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX", "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE",
-           "OperatorCostModel", "device_fit", "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]
+    def breakdown(self, prefill_batch: Sequence[tuple[int, int]] = (),
+                  decode_contexts: Sequence[int] = ()) -> dict:
+        """The step's time by operator (`OPERATOR_PARTS`, seconds): it adds up to
+        ``cost(...).total_s`` (to float round-off; `cost` itself is untouched by this).
+
+        gemm: the dense/shared weights' GEMMs; moe: the routed experts' grouped GEMMs;
+        attn_new: the prefill requests' attention (and MLA decompression) as it would take were
+        their prefixes absent (cached = 0: the new tokens attending to each other);
+        attn_prefix: the rest of their attention, i.e. what the context before each chunk adds
+        (a cache hit, or the request's own earlier chunks under chunked prefill; the model is
+        monotone in the keys, so >= 0); attn_decode: the decode requests' attention
+        (a mixed step); state: recurrent-state updates; elementwise: norms, rope, activations;
+        the operators are scaled by the preset's kernel_factor, as in `cost`; hbm_excess: what
+        the HBM roofline adds when memory_s exceeds the operators' sum; allreduce, alltoall,
+        overhead: the step's terms of those names."""
+        out = dict.fromkeys(OPERATOR_PARTS, 0.0)
+        total = self.cost(prefill_batch, decode_contexts)
+        new, cached = parse_batch(prefill_batch)
+        ctx = parse_contexts(decode_contexts)
+        n_prefill, n_decode = int(np.sum(new)), int(ctx.size)
+        tokens = n_prefill + n_decode
+        if not tokens:
+            return out
+        p = {**self.request_work(new, cached, decode=False), "decode": False}
+        p0 = {**self.request_work(new, np.zeros_like(cached), decode=False), "decode": False}
+        d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
+        out["gemm"], out["moe"] = self.linear_parts(tokens)
+        attn, attn0 = self.attention_core_s(p, n_prefill), self.attention_core_s(p0, n_prefill)
+        if self.mla_decompress_nk and n_prefill:
+            n, k = self.mla_decompress_nk
+            attn += self.model.full_layers * self.gemm_s(float(np.sum(new + cached)), n, k,
+                                                         n * k * ACTIVATION_DTYPE_BYTES)
+            attn0 += self.model.full_layers * self.gemm_s(float(np.sum(new)), n, k, n * k * ACTIVATION_DTYPE_BYTES)
+        out["attn_new"], out["attn_prefix"] = attn0, max(attn - attn0, 0.0)
+        out["attn_decode"] = self.attention_core_s(d, n_decode)
+        out["state"] = (self.recurrent_s(p) if n_prefill else 0.0) + (self.recurrent_s(d) if n_decode else 0.0)
+        out["elementwise"] = self.elementwise_s(tokens)
+        for key in ("gemm", "moe", "attn_new", "attn_prefix", "attn_decode", "state", "elementwise"):
+            out[key] *= self.model.kernel_factor
+        out["hbm_excess"] = max(total.memory_s - total.compute_s, 0.0)
+        out["allreduce"], out["alltoall"], out["overhead"] = total.allreduce_s, total.alltoall_s, total.overhead_s
+        return out
+
+
+__all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX",
+           "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE", "OPERATOR_PARTS", "OperatorCostModel", "device_fit",
+           "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]
