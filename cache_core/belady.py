@@ -66,7 +66,7 @@ class PageBound:
 
     def __init__(self, requests, page_size: int):
         self.page_size = P = page_size
-        ids, caps, self.prompt_tokens = LruCurve._page_ids(requests, P)
+        ids, caps, self.prompt_tokens = LruCurve.page_ids(requests, P)
         self.requests = len(ids)
         self.starts, self.ends = self._intervals(ids, caps)
 

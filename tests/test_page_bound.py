@@ -22,7 +22,7 @@ from scenarios.agentic import SWE_AGENT
 
 def relaxation_optimum(requests, P: int, K: int) -> int:
     """max sum_i |M_i & S_i| over S_0 = {}, S_{i+1} a subset of S_i | I_i, |S_i| <= K: every set."""
-    ids, caps, _ = LruCurve._page_ids(requests, P)
+    ids, caps, _ = LruCurve.page_ids(requests, P)
     best = {frozenset(): 0}
     for pages, m in zip(ids, caps):
         use, ins = set(pages[:m].tolist()), set(pages.tolist())
