@@ -97,10 +97,13 @@ def _curve(args) -> None:
 
 
 def _leaderboard(args) -> None:
-    from .leaderboard import corpus, format_table, run_leaderboard
+    from .leaderboard import corpus, format_table, run_leaderboard, variant_table
 
     sources = corpus(args.traces, args.page_size)
     policies = args.policy.split(",") if args.policy else None
     rows = run_leaderboard(sources, policies, args.capacities, jobs=args.jobs, out_dir=args.out, progress=True)
     print(format_table(rows))
+    variants = variant_table(rows)
+    if variants:
+        print(f"\nhit % (gap %) beside each variant (docs/policy_lab.md):\n{variants}")
     print(f"-> {args.out}")

@@ -45,6 +45,16 @@ CORPUS = {
     "agentic_swe": {"workload": "agentic", "workload_set": (("num_sessions", 8), ("concurrency", 4),
                                                             *SWE_AGENT.items())},
 }
+# Variants that leak less of the future (issue 27), named BASE~VARIANT: the multi-turn clients in
+# a new random order every round (strict round-robin: each returns exactly N requests later), and
+# the agentic sessions' close events (1-6 lines after the last turn) 16 requests late or gone.
+LATE_CLOSE = 16
+VARIANTS = {
+    "multiturn~random": ("multiturn", {"workload_set": (*CORPUS["multiturn"]["workload_set"],
+                                                         ("ready_queue_policy", "random"))}),
+    **{f"{base}~{name}": (base, {"close_delay": delay}) for base in ("agentic", "agentic_swe")
+       for name, delay in ((f"late{LATE_CLOSE}", LATE_CLOSE), ("noclose", None))},
+}
 
 
 # the real Mooncake conversation trace, when fetched there (not shipped; docs/policy_lab.md)
@@ -53,10 +63,11 @@ REAL_TRACE = SHARED_TRACE.parent / "conversation_trace.jsonl"
 
 def corpus(traces, page_size: int) -> dict:
     """name -> ReplayOptions: the given trace files (named by file stem), or the default corpus
-    (plus the real conversation trace when REAL_TRACE exists)."""
+    and its VARIANTS (plus the real conversation trace when REAL_TRACE exists)."""
     if traces:
         return {Path(t).stem: ReplayOptions(trace=str(t), page_size=page_size, progress=False) for t in traces}
-    kws = dict(CORPUS, **({"mooncake_conversation": {"trace": str(REAL_TRACE)}} if REAL_TRACE.is_file() else {}))
+    kws = dict(CORPUS, **{name: {**CORPUS[base], **kw} for name, (base, kw) in VARIANTS.items()},
+               **({"mooncake_conversation": {"trace": str(REAL_TRACE)}} if REAL_TRACE.is_file() else {}))
     return {name: ReplayOptions(page_size=page_size, progress=False, **kw) for name, kw in kws.items()}
 
 
@@ -113,6 +124,31 @@ def format_table(rows, times: bool = True) -> str:
     return "\n".join(lines)
 
 
+def variant_table(rows) -> str:
+    """Each base trace beside its VARIANTS present in `rows`: one line per (capacity, policy), one
+    column per variant, "hit % (gap %)" against each variant's own bound ("" without variants)."""
+    by = {(r["trace"], r["capacity_tokens"], r["policy"]): r for r in rows}
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    out = []
+    for base in traces:
+        cols = [base] + [t for t in traces if t.startswith(base + "~")]
+        if len(cols) == 1:
+            continue
+        head = f"{'capacity':>10} {'policy':<13}" + "".join(f" {c:>21}" for c in cols)
+        out += [head, "-" * len(head)]
+        for (t, c, p), r in by.items():
+            if t != base:
+                continue
+            cells = []
+            for v in cols:
+                x = by.get((v, c, p))
+                gap = "-" if x is None or x["gap_closed"] is None else f"{100 * x['gap_closed']:.1f}"
+                cells.append("" if x is None else f"{100 * x['hit_rate']:.2f} ({gap})")
+            out.append(f"{c:>10,} {p:<13}" + "".join(f" {x:>21}" for x in cells))
+        out.append("")
+    return "\n".join(out[:-1])
+
+
 def best_online(rows) -> list[dict]:
     """Per (trace, capacity): the online policy (not lru, not offline) closing most of the gap."""
     best: dict = {}
@@ -132,7 +168,8 @@ def write_leaderboard(rows, out_dir) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     write(out / "leaderboard.csv", rows, columns=COLUMNS)
     write(out / "leaderboard.json", {"rows": rows, "best_online": best_online(rows)})
-    (out / "leaderboard.txt").write_text(format_table(rows) + "\n")
+    variants = variant_table(rows)
+    (out / "leaderboard.txt").write_text(format_table(rows) + "\n" + (f"\n{variants}\n" if variants else ""))
     gap_figure(rows, out / "leaderboard")
     return [out / "leaderboard.csv", out / "leaderboard.json", out / "leaderboard.txt", out / "leaderboard.png"]
 
