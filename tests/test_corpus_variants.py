@@ -70,5 +70,5 @@ def test_variant_table_puts_each_variant_beside_its_base():
     assert variant_table(rows).splitlines() == [
         "  capacity policy                           ag                  ag~x",
         "-" * 68,
-        "       100 lru                    10.00 (0.0)            5.00 (0.0)",
-        "       100 mru                   20.00 (50.0)              1.00 (-)"]
+        "       100 lru                     10.00 (0.0)            5.00 (0.0)",
+        "       100 mru                    20.00 (50.0)              1.00 (-)"]
