@@ -35,7 +35,8 @@ insertion before its use. A key is never hit before its first insertion (cold mi
 that no registered policy beats it on the leaderboard corpus at reduced size.
 
 Cost: one sort of (key, request) per whole cached page, then O(n log n) heap operations per
-capacity, n = the number of prompt pages seen before (in Python: ~1 s per million pages).
+capacity, n = the number of prompt pages inserted before (a Python loop: 55-67 s per capacity on
+the Mooncake synthetic trace on a loaded 2-core machine, where one belady-node replay took 59-85 s).
 
 `belady-node` — the old "belady" policy, a heuristic, NOT a bound: it ranks leaf NODES by the
 next request whose prompt holds their first page. A node is used by request i when i's prompt

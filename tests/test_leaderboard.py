@@ -82,3 +82,12 @@ def test_lab_commands_bad_input_is_one_line_exit_2(args, needle, capsys, tmp_pat
     rc, out, err = run_inproc(capsys, args)
     assert rc == 2 and out == "" and len(err.splitlines()) == 1 and needle in err, err
     assert not (tmp_path / "X").exists()
+
+
+def test_best_online_leaves_out_lru_and_the_offline_rows():
+    from radixsim.leaderboard import best_online
+
+    rows = [{"trace": "t", "capacity_tokens": 1, "policy": p, "hit_rate": h, "gap_closed": g}
+            for p, h, g in (("lru", 0.1, 0.0), ("bound", 0.5, 1.0), ("belady-node", 0.4, 0.75),
+                            ("mru", 0.2, 0.25), ("sieve", 0.15, 0.125))]
+    assert [r["policy"] for r in best_online(rows)] == ["mru"]
