@@ -158,7 +158,7 @@ def comparison_table(source) -> pd.DataFrame:
 
 def policy_figure(source, out=None, *, metric: str = "hit_rate"):
     """Hit rate (`metric`) vs L1 capacity, one line per policy (fixed policy colours); the
-    'belady' policy is drawn dashed in black and labelled 'OPT (approx.)'. Rows with an
+    'belady-node' policy (offline heuristic) is drawn dashed in black. Rows with an
     unbounded capacity are left out. Log x axis when capacities span 10x or more."""
     df = comparison_table(source)
     if metric not in df.columns:
@@ -167,9 +167,9 @@ def policy_figure(source, out=None, *, metric: str = "hit_rate"):
     df["capacity_tokens"] = df["capacity_tokens"].astype(float)
     fig, ax = new_figure(figsize=(7, 4.2))
     policies = list(dict.fromkeys(df["policy"]))
-    for pol in sorted(policies, key=lambda p: p == "belady"):
+    for pol in sorted(policies, key=lambda p: p == "belady-node"):
         g = df[df["policy"] == pol].sort_values("capacity_tokens")
-        opt = pol == "belady"
+        opt = pol == "belady-node"
         ax.plot(g["capacity_tokens"].to_numpy(), g[metric].to_numpy(dtype=float), marker="o", markersize=4,
                 linestyle="--" if opt else "-", color=colour_of(pol), label=OPT_LABEL if opt else pol)
     caps = df["capacity_tokens"]

@@ -10,7 +10,7 @@ def gap_figure(rows, out=None):
     """One panel per trace: bars of the gap closed (%) per policy, one bar group per capacity
     (rows as `radixsim leaderboard` writes them; lru is 0 and the bound 100 by definition)."""
     traces = list(dict.fromkeys(r["trace"] for r in rows))
-    policies = [p for p in dict.fromkeys(r["policy"] for r in rows) if p not in ("lru", "belady")]
+    policies = [p for p in dict.fromkeys(r["policy"] for r in rows) if p not in ("lru", "bound")]
     fig, axes = new_figure(1, len(traces), figsize=(4.5 * len(traces), 4.0))
     axes = np.atleast_1d(axes)
     width = 0.8 / max(1, len(policies))

@@ -15,13 +15,13 @@ TIER_COLOURS = {"device": "#4C72B0", "host": "#9E9E9E", "storage": "#D0D0D0"}
 HOST_GREY = TIER_COLOURS["host"]
 OCCUPANCY_COLOURS = {"l1_used_tokens": "#4C72B0", "l2_used_tokens": "#DD8452", "l3_used_tokens": "#55A868"}
 POLICY_COLOURS = {"lru": "#1f77b4", "lfu": "#ff7f0e", "fifo": "#2ca02c", "priority": "#d62728",
-                  "slru": "#9467bd", "session": "#8c564b", "belady": "#000000"}
+                  "slru": "#9467bd", "session": "#8c564b", "belady-node": "#000000", "bound": "#000000"}
 TIER_CONFIG_COLOURS = {"L1": "#4C72B0", "L1+L2": "#DD8452", "L1+L2+L3": "#55A868"}
 LINK_COLOURS = {"L2->L1": "#4C72B0", "L1->L2": "#DD8452", "L3->L2": "#55A868", "L2->L3": "#C44E52"}
 # run labels get these in order of first use (tab10 without its grey, which means "host")
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22",
            "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173"]
-OPT_LABEL = "OPT (approx.)"
+OPT_LABEL = "belady-node (offline heuristic)"
 FORMATS = ("png", "svg")
 
 _assigned: dict = {}

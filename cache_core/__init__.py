@@ -8,7 +8,7 @@ from .cache import InsertResult, MatchResult, RadixCache, TokenSeq
 from .config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig
 from .eviction import Policy, make_policy, policy_names, register_policy
 from .replay import ReplayStepper, StepResult
-from . import belady as _belady  # noqa: F401  (registers the "belady" policy)
+from . import belady as _belady  # noqa: F401  (registers the "belady-node" policy)
 from . import policies as _policies  # noqa: F401  (registers the literature policies)
 
 __all__ = [

@@ -28,7 +28,15 @@ def register_policy(name: str):
     return _REGISTRY.register(name)
 
 
+# names no longer registered -> why, for the one-line refusal (radixsim/args.py, scenarios/schema.py)
+RENAMED = {"belady": "'belady' is now 'belady-node' (node-level furthest next use: a heuristic that online "
+                     "policies beat, not a bound); the true bound is the leaderboard's 'bound' row "
+                     "(cache_core/belady.py: PageBound)"}
+
+
 def make_policy(name: str):
+    if name in RENAMED:
+        raise ValueError(f"unknown eviction policy {name!r}: {RENAMED[name]}")
     return _REGISTRY.make(name)
 
 
@@ -39,7 +47,7 @@ def policy_names() -> list[str]:
 class Policy:
     """Base class. `key(node)` must be cheap. The core re-offers a node whenever something a
     key may read changes through the cache (an access, a lock, a session reference); a policy
-    whose key also moves on its own (with time, e.g. the next use of `belady`) sets
+    whose key also moves on its own (with time, e.g. the next use of `belady-node`) sets
     ``volatile = True`` and the queue re-ranks a candidate whose key moved when it pops it.
 
     `key_for(component)` gives the key used for one component's candidates ("full", "swa",

@@ -126,6 +126,8 @@ class LruCurve:
         lens = np.fromiter((len(k) for k in keys), np.int64, len(keys))
         return np.split(_dense(np.concatenate(keys)), np.cumsum(lens)[:-1]), caps, prompt_tokens
 
+    page_ids = _page_ids  # (dense page ids per request, matchable pages per request, prompt tokens): PageBound's input
+
     def _positions(self, ids, caps) -> np.ndarray:
         last = np.full(self.pages, -1, np.int64)  # owner: the last request that touched a page
         fen = _Fenwick(len(ids))

@@ -99,9 +99,11 @@ def size(text: str) -> str:
 
 def policy(text: str) -> str:
     """One policy name, or a comma-separated list (a comparison run)."""
-    from cache_core.eviction import policy_names
+    from cache_core.eviction import RENAMED, policy_names
 
     for name in text.split(","):
+        if name in RENAMED:
+            raise argparse.ArgumentTypeError(RENAMED[name])
         if name not in policy_names():
             raise argparse.ArgumentTypeError(f"unknown policy {name!r}; expected one of {', '.join(policy_names())}")
     return text

@@ -64,8 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--kv-bytes-per-token", type=_nonneg_int, default=0,
                    help="KV bytes per token, to read sizes given in bytes and to report bytes per link")
     r.add_argument("--policy", type=_policy, default="lru",
-                   help="eviction policy (SGLang's lru, lfu, fifo, mru, filo, priority, slru; the seed's session; "
-                        "the policy lab's session-next, sieve, s3fifo, gdsf, tier-lru; belady: OPT approx.); "
+                   help="eviction policy (SGLang's lru, lfu, fifo, mru, filo, priority, slru, tlru; the seed's session; "
+                        "the policy lab's session-next, sieve, s3fifo, gdsf, tier-lru; belady-node: offline heuristic); "
                         "a comma-separated list with several --capacity-tokens values runs every "
                         "combination and prints one table (default lru)")
     r.add_argument("--jobs", type=_pos_int, default=1, help="parallel processes for a comparison run (default 1)")

@@ -68,11 +68,11 @@ def format_table(rows) -> str:
             f"{'cold %':>6} {'evict%':>6} {'rejected':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        label = "belady*" if r["policy"] == "belady" else r["policy"]
+        label = "belady-node*" if r["policy"] == "belady-node" else r["policy"]
         cap = "unbounded" if r["capacity_tokens"] is None else f"{r['capacity_tokens']:,}"
         lines.append(f"{label:<10} {cap:>12}  {pct(r['hit_rate'])} {pct(r['hit_rate_device'])} "
                      f"{pct(r['hit_rate_host'])} {pct(r['hit_rate_storage'])} {pct(r['cold_miss_rate'])} "
                      f"{pct(r['evicted_miss_rate'])} {r['rejected']:>8}")
-    if any(r["policy"] == "belady" for r in rows):
-        lines.append("* belady = OPT (approx.): furthest next use under prefix constraints")
+    if any(r["policy"] == "belady-node" for r in rows):
+        lines.append("* belady-node = node-level furthest next use: offline, a heuristic, not a bound")
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """`radixsim curve`: hit rate at every capacity, per policy.
 
 LRU comes from one stack-distance pass (`cache_core/stack_curve.py`, approximate where
-SGLang's rules interfere: docs/policy_lab.md); every other policy (and the `belady` bound,
-whose prefix-constrained form is not a stack algorithm) from one exact replay per capacity in
+SGLang's rules interfere: docs/policy_lab.md); every other policy (and the `belady-node`
+heuristic, whose prefix-constrained form is not a stack algorithm) from one exact replay per capacity in
 a process pool (`radixsim/workers.py`). `--check K` also replays LRU exactly at K of the
 capacities and records the largest difference. Writes curve.csv, curve.json and curve.png/.svg.
 """

@@ -16,7 +16,7 @@ def add_parsers(subparsers) -> None:
         "curve", help="hit rate vs capacity for one or more policies (LRU in one stack-distance pass)",
         description=("Hit rate at every capacity: LRU from one Mattson stack-distance pass over the trace "
                      "(approximate where SGLang's rules interfere; docs/policy_lab.md), other policies and the "
-                     "belady bound from one exact replay per capacity in parallel. Writes curve.csv, curve.json "
+                     "belady-node heuristic from one exact replay per capacity in parallel. Writes curve.csv, curve.json "
                      "and curve.png/.svg to --out."))
     c.add_argument("trace", nargs="?", help="JSONL trace file (or --workload)")
     c.add_argument("--workload", choices=REPLAY_WORKLOADS, metavar="KIND",
@@ -35,7 +35,7 @@ def add_parsers(subparsers) -> None:
     b = subparsers.add_parser(
         "leaderboard", help="every registered policy on every trace at several capacities",
         description=("Replay every registered policy on each trace (default: the built-in corpus, generated at "
-                     "run time) at several capacities; print the hit rates, the share of the LRU -> belady gap "
+                     "run time) at several capacities; print the hit rates, the share of the LRU -> bound gap "
                      "each policy closes and the time per replay; write leaderboard.csv/.json/.txt/.png to --out."))
     b.add_argument("traces", nargs="*", help="JSONL trace files (default: the built-in corpus)")
     b.add_argument("--capacities", type=_int_list, default=None,
@@ -99,10 +99,13 @@ def _curve(args) -> None:
 
 
 def _leaderboard(args) -> None:
-    from .leaderboard import corpus, format_table, run_leaderboard
+    from .leaderboard import corpus, format_table, run_leaderboard, variant_table
 
     sources = corpus(args.traces, args.page_size)
     policies = args.policy.split(",") if args.policy else None
     rows = run_leaderboard(sources, policies, args.capacities, jobs=args.jobs, out_dir=args.out, progress=True)
     print(format_table(rows))
+    variants = variant_table(rows)
+    if variants:
+        print(f"\nhit % (gap %) beside each variant (docs/policy_lab.md):\n{variants}")
     print(f"-> {args.out}")

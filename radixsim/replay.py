@@ -48,6 +48,7 @@ class ReplayOptions:
     mamba_full_memory_ratio: float = 0.1
     tiers: TierConfig | None = None
     miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
+    close_delay: int | None = 0  # session closes: after this many more requests (None: dropped)
 
 
 def parse_components(spec: str) -> dict:
@@ -210,6 +211,27 @@ def _trace_items(opts: ReplayOptions):
             lambda: _prompt_keys(gen(), opts.page_size))
 
 
+def delay_closes(items, delay: int | None):
+    """The items with every session close moved `delay` requests later (still in order; those
+    due after the last request come at the end), or dropped (None): the policy lab's corpus
+    variants that do not tell the cache when a session ends (docs/policy_lab.md)."""
+    if delay == 0:
+        yield from items
+        return
+    pending: list = []  # (due request count, close), in order
+    served = 0
+    for it in items:
+        if isinstance(it, SessionClose):
+            if delay is not None:
+                pending.append((served + delay, it))
+            continue
+        while pending and pending[0][0] <= served:
+            yield pending.pop(0)[1]
+        yield it
+        served += 1
+    yield from (c for _, c in pending)
+
+
 def _prompt_keys(items, page_size: int) -> list:
     """Every request's prompt page keys, in order (the `belady` oracle's future)."""
     return [page_keys(it.prompt, page_size)[0] for it in items if isinstance(it, ReplayRequest)]
@@ -270,6 +292,7 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
 def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     config = build_config(opts)
     items, total, source, future = _workload_items(opts) if opts.workload else _trace_items(opts)
+    items = delay_closes(items, opts.close_delay)
     cache = RadixCache(config)
     belady = isinstance(cache.policy, Belady)
     if belady:

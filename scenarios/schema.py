@@ -20,7 +20,7 @@ from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
 
-REPLAY_ONLY_POLICIES = ("belady",)  # needs every future request up front
+REPLAY_ONLY_POLICIES = ("belady-node",)  # needs every future request up front
 FREE_FORM = ("mapping", "fleet")  # sections whose keys `set_key` does not check (their readers do)
 
 
@@ -66,7 +66,7 @@ SCHEMA = {
         "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
         "hicache_size_gb": (None, "pos_or_none", "null or a number > 0 (GB of 1e9 bytes per rank)"),
         "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
-        "policy": ("lru", "policy", "an eviction policy name (belady needs the whole future: replay only)"),
+        "policy": ("lru", "policy", "an eviction policy name (belady-node needs the whole future: replay only)"),
         "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
         "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
         "l3_model": ("prefix", "l3_model", "one of " + ", ".join(l3_model_names())),

@@ -41,7 +41,7 @@ def dirs(tmp_path_factory):
     assert cli.main(["run", "quickstart", *QUICK, "--out", str(d["l2"])]) == 0
     assert cli.main(["run", "quickstart", *QUICK, "--set", "cache.hicache_ratio=null", "--out", str(d["l1"])]) == 0
     assert cli.main(["replay", *REPLAY, "--capacity-tokens", "40000", "--out", str(d["replay"])]) == 0
-    assert cli.main(["replay", *REPLAY, "--policy", "lru,belady", "--capacity-tokens", "20000,40000,80000",
+    assert cli.main(["replay", *REPLAY, "--policy", "lru,belady-node", "--capacity-tokens", "20000,40000,80000",
                      "--out", str(d["cmp"])]) == 0
     return d
 
@@ -231,7 +231,7 @@ def test_policy_figure_draws_opt_dashed(dirs, tmp_path):
     by = {ln.get_label(): ln for ln in ax.lines}
     assert set(by) == {"lru", OPT_LABEL}
     assert by[OPT_LABEL].get_linestyle() == "--" and by["lru"].get_linestyle() == "-"
-    opt = cmp[cmp.policy == "belady"].sort_values("capacity_tokens")
+    opt = cmp[cmp.policy == "belady-node"].sort_values("capacity_tokens")
     assert list(by[OPT_LABEL].get_ydata()) == list(opt["hit_rate"])
     assert list(by[OPT_LABEL].get_xdata()) == list(opt["capacity_tokens"].astype(float))
     # the same from the comparison's result directories

@@ -214,7 +214,7 @@ def test_policy_error_lists_the_policies(tmp_path, capsys):
     trace = write(tmp_path, OK)
     rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out", "--policy", "LRU"))
     assert_one_line_error(rc, out, err, "error: argument --policy", "unknown policy 'LRU'", "expected one of ",
-                          *(f"{p}, " for p in ("belady", "fifo", "lfu", "lru", "priority", "session")), "slru")
+                          *(f"{p}, " for p in ("belady-node", "fifo", "lfu", "lru", "priority", "session")), "slru")
 
 
 def test_missing_out_option_is_one_line(tmp_path, capsys):

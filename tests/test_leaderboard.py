@@ -18,30 +18,34 @@ TINY = {
 WANT = """\
 trace                    capacity policy         hit %   gap %
 --------------------------------------------------------------
-mt                          2,352 belady*        21.74   100.0
-mt                          2,352 lfu            13.97    58.3
+mt                          2,352 belady-node+   21.74    61.9
+mt                          2,352 lfu            13.97    36.1
 mt                          2,352 lru             3.11     0.0
 mt                          2,352 session         3.11     0.0
-mt                          4,704 belady*        50.90   100.0
-mt                          4,704 lfu            41.92    74.1
+mt                          2,352 bound*         33.19   100.0
+mt                          4,704 belady-node+   50.90    85.5
+mt                          4,704 lfu            41.92    63.3
 mt                          4,704 lru            16.30     0.0
 mt                          4,704 session        16.30     0.0
-ag                          1,184 belady*        29.81       -
-ag                          1,184 lfu            29.81       -
-ag                          1,184 lru            29.81       -
-ag                          1,184 session        29.81       -
-ag                          2,368 belady*        56.67       -
-ag                          2,368 lfu            56.67       -
-ag                          2,368 lru            56.67       -
-ag                          2,368 session        56.67       -
-gap % = share of the LRU -> bound gap closed; * belady = OPT (approx.), the bound"""
+mt                          4,704 bound*         56.77   100.0
+ag                          1,184 belady-node+   29.81     0.0
+ag                          1,184 lfu            29.81     0.0
+ag                          1,184 lru            29.81     0.0
+ag                          1,184 session        29.81     0.0
+ag                          1,184 bound*         54.26   100.0
+ag                          2,368 belady-node+   56.67     0.0
+ag                          2,368 lfu            56.67     0.0
+ag                          2,368 lru            56.67     0.0
+ag                          2,368 session        56.67     0.0
+ag                          2,368 bound*         75.62   100.0
+gap % = share of the LRU -> bound gap closed; * bound = page-level upper bound (no policy can exceed it); + belady-node = offline heuristic, not a bound"""
 
 
 def test_tiny_leaderboard_is_exact_and_deterministic(tmp_path):
-    rows = run_leaderboard(TINY, policies=["session", "lru", "lfu", "belady"], fractions=(0.25, 0.5),
+    rows = run_leaderboard(TINY, policies=["session", "lru", "lfu", "belady-node"], fractions=(0.25, 0.5),
                            jobs=2, out_dir=tmp_path)
     assert format_table(rows, times=False) == WANT
-    again = run_leaderboard(TINY, policies=["belady", "lfu", "lru", "session"], fractions=(0.25, 0.5), jobs=1)
+    again = run_leaderboard(TINY, policies=["belady-node", "lfu", "lru", "session"], fractions=(0.25, 0.5), jobs=1)
     strip = [{k: v for k, v in r.items() if k != "replay_s"} for r in rows]
     assert strip == [{k: v for k, v in r.items() if k != "replay_s"} for r in again]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -53,13 +57,14 @@ def test_default_corpus_and_policies(tmp_path, monkeypatch):
 
     monkeypatch.setattr(lb, "REAL_TRACE", tmp_path / "conversation_trace.jsonl")
     src = corpus([], 16)
-    assert list(src) == list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic", "agentic_swe"]
+    assert list(CORPUS) == ["mooncake_synthetic", "multiturn", "agentic", "agentic_swe"]
+    assert list(src)[:4] == list(CORPUS)  # then the variants (tests/test_corpus_variants.py)
     assert dict(src["agentic_swe"].workload_set)["lengths"] == "lognormal"
     assert src["mooncake_synthetic"].trace.endswith("mooncake_synthetic_trace.jsonl")
     assert corpus(["a/x.jsonl"], 4)["x"].trace == "a/x.jsonl"
     (tmp_path / "conversation_trace.jsonl").write_text("")
     assert list(corpus([], 16))[-1] == "mooncake_conversation"
-    assert "belady" in policy_names() and "lru" in policy_names()
+    assert "belady-node" in policy_names() and "lru" in policy_names()
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -77,3 +82,12 @@ def test_lab_commands_bad_input_is_one_line_exit_2(args, needle, capsys, tmp_pat
     rc, out, err = run_inproc(capsys, args)
     assert rc == 2 and out == "" and len(err.splitlines()) == 1 and needle in err, err
     assert not (tmp_path / "X").exists()
+
+
+def test_best_online_leaves_out_lru_and_the_offline_rows():
+    from radixsim.leaderboard import best_online
+
+    rows = [{"trace": "t", "capacity_tokens": 1, "policy": p, "hit_rate": h, "gap_closed": g}
+            for p, h, g in (("lru", 0.1, 0.0), ("bound", 0.5, 1.0), ("belady-node", 0.4, 0.75),
+                            ("mru", 0.2, 0.25), ("sieve", 0.15, 0.125))]
+    assert [r["policy"] for r in best_online(rows)] == ["mru"]

@@ -671,7 +671,7 @@ def test_replay_honours_close_session_events(tmp_path):
 SEQ = "ABCABACB"
 WANT_CACHED = {
     "lru": [0, 0, 0, 0, 0, 4, 0, 0],
-    "belady": [0, 0, 0, 4, 0, 4, 0, 4],
+    "belady-node": [0, 0, 0, 4, 0, 4, 0, 4],
     "session": [0, 0, 0, 4, 0, 4, 0, 0],
 }
 
@@ -686,7 +686,7 @@ def paging_trace(path):
     return write_trace(path, lines)
 
 
-@pytest.mark.parametrize("policy", ["lru", "belady", "session"])
+@pytest.mark.parametrize("policy", ["lru", "belady-node", "session"])
 def test_paging_trace_exact_hits(policy, tmp_path):
     trace = paging_trace(tmp_path / "t.jsonl")
     cached, summary = replay(trace, tmp_path / policy, policy, 16, 4)
@@ -702,7 +702,7 @@ def test_paging_trace_exact_hits(policy, tmp_path):
 
 def test_belady_beats_lru_and_evicts_never_used_again_first(tmp_path):
     trace = paging_trace(tmp_path / "t.jsonl")
-    b, sb = replay(trace, tmp_path / "b", "belady", 16, 4)
+    b, sb = replay(trace, tmp_path / "b", "belady-node", 16, 4)
     l, sl = replay(trace, tmp_path / "l", "lru", 16, 4)
     assert (sum(b), sum(l)) == (12, 4)
     # tokens evicted: belady evicts at its misses r2 r4 r6, lru at r2 r3 r4 r6 r7 (4 each)
@@ -718,10 +718,10 @@ def test_belady_direct_never_used_again_leaf_goes_first():
     keys = {s: int(page_keys(np.array(toks(s), dtype=np.int64), P)[0][0]) for s in ("xxxx", "yyyy", "zzzz")}
     future = [np.array([], dtype=np.uint64), np.array([keys["zzzz"]], dtype=np.uint64),
               np.array([], dtype=np.uint64), np.array([keys["xxxx"]], dtype=np.uint64)]
-    cache = new_cache("belady", P, capacity=64)
-    with pytest.raises(RuntimeError, match="belady needs the future"):
+    cache = new_cache("belady-node", P, capacity=64)
+    with pytest.raises(RuntimeError, match="belady-node needs the future"):
         put(cache, "xxxx")  # the key is computed when a leaf is offered to the queue
-    cache = new_cache("belady", P, capacity=64)
+    cache = new_cache("belady-node", P, capacity=64)
     cache.policy.oracle = NextUseOracle(future)
     cache.policy.now = 0
     for s in ("xxxx", "yyyy", "zzzz"):
@@ -748,15 +748,15 @@ def test_next_use_oracle_exact_values():
 def test_comparison_rows_match_single_runs(tmp_path):
     trace = paging_trace(tmp_path / "t.jsonl")
     out = tmp_path / "cmp"
-    rc = main(["replay", trace, "--policy", "lru,session,belady", "--capacity-tokens", "16,24",
+    rc = main(["replay", trace, "--policy", "lru,session,belady-node", "--capacity-tokens", "16,24",
                "--page-size", "4", "--out", str(out), "--no-progress"])
     assert rc == 0
     with open(out / "comparison.csv") as f:
         rows = list(csv.DictReader(f))
     assert [(r["policy"], r["capacity_tokens"]) for r in rows] == [
-        ("lru", "16"), ("session", "16"), ("belady", "16"),
-        ("lru", "24"), ("session", "24"), ("belady", "24")]
-    assert [r["dir"] for r in rows] == [f"{p}-cap={c}" for c in (16, 24) for p in ("lru", "session", "belady")]
+        ("lru", "16"), ("session", "16"), ("belady-node", "16"),
+        ("lru", "24"), ("session", "24"), ("belady-node", "24")]
+    assert [r["dir"] for r in rows] == [f"{p}-cap={c}" for c in (16, 24) for p in ("lru", "session", "belady-node")]
     assert [float(r["hit_rate"]) for r in rows] == [0.1, 0.2, 0.3, 0.5, 0.5, 0.5]
     assert [int(r["total_cached_tokens"]) for r in rows] == [4, 8, 12, 20, 20, 20]
     for r in rows:
@@ -769,7 +769,7 @@ def test_comparison_rows_match_single_runs(tmp_path):
         cold = {r["cold_miss_rate"] for r in rows if r["capacity_tokens"] == cap}
         assert cold == {"0.5"}  # 20 / 40 cold tokens, whatever the policy
     # parallel workers give the same table
-    rc = main(["replay", trace, "--policy", "lru,session,belady", "--capacity-tokens", "16,24",
+    rc = main(["replay", trace, "--policy", "lru,session,belady-node", "--capacity-tokens", "16,24",
                "--page-size", "4", "--out", str(tmp_path / "cmp3"), "--no-progress", "--jobs", "3"])
     assert rc == 0
     with open(tmp_path / "cmp3" / "comparison.csv") as f:

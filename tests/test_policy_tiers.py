@@ -10,13 +10,13 @@ from scenarios.agentic import AgenticClose, AgenticConfig, AgenticWorkload
 SMALL = AgenticConfig(num_sessions=8, concurrency=4, turns=(6, 12))  # default sizes per turn
 
 
-@pytest.mark.parametrize("policy", ["lru", "session", "belady"])
+@pytest.mark.parametrize("policy", ["lru", "session", "belady-node"])
 @pytest.mark.parametrize("l3", [False, True])
 def test_session_policy_with_tiers_keeps_every_candidate_queued(policy, l3):
     cache = RadixCache(CacheConfig(page_size=16, capacity_tokens=30_000, policy=policy,
                                    tiers=TierConfig(hicache_ratio=2, l3=l3, min_prefetch_tokens=0)))
     wl = AgenticWorkload(SMALL)
-    if policy == "belady":
+    if policy == "belady-node":
         from cache_core.belady import NextUseOracle
         from cache_core.keys import page_keys
 
@@ -29,7 +29,7 @@ def test_session_policy_with_tiers_keeps_every_candidate_queued(policy, l3):
             cache.close_session(rec.session_id)
             invariants.check(cache)
             continue
-        if policy == "belady":
+        if policy == "belady-node":
             cache.policy.now = i
         i += 1
         r = st.step(rec.prompt, rec.output, session_id=rec.session_id)

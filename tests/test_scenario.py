@@ -200,7 +200,7 @@ def test_non_utf8_file(capsys, tmp_path):
 
 
 def test_belady_policy_in_run(capsys, tmp_path):
-    path, rc, out, err = run_file(capsys, tmp_path, valid_with(cache={"policy": "belady"}))
+    path, rc, out, err = run_file(capsys, tmp_path, valid_with(cache={"policy": "belady-node"}))
     assert_one_line(rc, out, err, f"{PREFIX}{path}: cache.policy", "expected")
 
 

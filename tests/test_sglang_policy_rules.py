@@ -169,3 +169,36 @@ def test_engine_chunked_prefill_counts_each_node_once():
         cache.evict(1)
     assert ends == [992, 768, 512, 256]
     assert hits == [1, 1, 1, 1]
+
+
+@pytest.fixture
+def tlru_8_0():
+    """SGLang's tlru with threshold 8 and next_prompt_estimate 0 tokens, as policy 'tlru-8-0'."""
+    from cache_core import register_policy
+    from cache_core.eviction import _REGISTRY
+    from cache_core.policies.tlru import TLRU
+
+    register_policy("tlru-8-0")(TLRU.with_params(8, 0))
+    yield "tlru-8-0"
+    _REGISTRY._classes.pop("tlru-8-0")
+
+
+def test_tlru_tel_safe_leaves_first_and_the_branch_keeps_its_high_water_depth(tlru_8_0):
+    """TLRUStrategy: budget = max(history + Q - T, 0) with T = 8, Q = 0; a leaf is TEL-safe (key
+    -1, before every other) when its start >= budget; LRU within each class. history is the
+    deepest end ever created under the node and does not shrink when its tail goes.
+      E "eeeeffffgggg"  [0, 12)  history 12, budget 4, start 0: not safe (the oldest leaf)
+      X "aaaabbbbcccc", then "aaaabbbbdddd" splits it: U "aaaabbbb" [0, 8) (history 12),
+        "cccc" and "dddd" [8, 12): safe (8 >= 4)
+      Z "zzzz", Y "yyyy" [0, 4): history 4, budget 0: safe
+    Safe leaves by access: cccc, dddd, zzzz, yyyy; then U is a leaf with history 12 (not its
+    end 8): budget 4 > start 0, not safe, after yyyy; E (older) before U.
+    With history = the node's end U would be safe and go before zzzz; LRU: E first."""
+    cache = new_cache(tlru_8_0)
+    for s in ("eeeeffffgggg", "aaaabbbbcccc", "aaaabbbbdddd", "zzzz", "yyyy"):
+        put(cache, s)
+    assert drain(cache) == ["cccc", "dddd", "zzzz", "yyyy", "eeeeffffgggg", "aaaabbbb"]
+    lru = new_cache("lru")
+    for s in ("eeeeffffgggg", "aaaabbbbcccc", "aaaabbbbdddd", "zzzz", "yyyy"):
+        put(lru, s)
+    assert drain(lru) == ["eeeeffffgggg", "cccc", "dddd", "aaaabbbb", "zzzz", "yyyy"]

@@ -1,5 +1,6 @@
 """Per-request equality with SGLang 0.5.23's own radix cache under every eviction policy
-SGLang has (lru, lfu, fifo, mru, filo, priority, slru), page sizes 1 and 16, two capacities
+SGLang has (lru, lfu, fifo, mru, filo, priority, slru; and tlru, which SGLang runs only on its
+unified tree: both its Python and Rust tree cores), page sizes 1 and 16, two capacities
 that force eviction, on generated multi-turn traces (shared system prompts, forks, repeated
 prefixes, outputs re-sent in the next prompt).
 
@@ -140,3 +141,78 @@ def test_replay_equals_sglang_per_request(reference, policy, page_size, capacity
         diff = [i for i, (a, b) in enumerate(zip(ours, want)) if a != b]
         assert diff == [], f"seed {seed}: {len(diff)} requests differ, first {diff[:5]}"
         assert sum(want) > 0 and cache.full.evicted_tokens > 0  # the case reuses and evicts
+
+
+# tlru: SGLang refuses it on the legacy RadixCache; its config comes through
+# CacheInitParams.eviction_policy_config, which the harness does not pass: the driver adds it.
+TLRU_CONFIGS = ((600, 100), (250, 0))  # (threshold, next_prompt_estimate), tokens
+TLRU_IMPLS = ("unified", "unified-rust")
+DRIVER_TLRU = r"""
+import functools, json, sys
+sys.path.insert(0, sys.argv[1])
+import run_sglang_radix as h
+cfg = json.load(sys.stdin)
+out, base = {}, h.CacheInitParams
+for trace in cfg["traces"]:
+    reqs = list(h.read_trace(trace))
+    for impl, page, cap, thr, est in cfg["runs"]:
+        h.CacheInitParams = functools.partial(base, eviction_policy_config={"threshold": thr, "next_prompt_estimate": est})
+        rp = h.Replayer(impl, cap, page, "tlru", cache_output=True, split_prompt=True, match_cap=True)
+        h.CacheInitParams = base
+        out["%s|%s|%d|%d|%d|%d" % (trace, impl, page, cap, thr, est)] = [rp.run_one(*r)["cached_tokens"] for r in reqs]
+json.dump(out, sys.stdout)
+"""
+
+
+@pytest.fixture(scope="module")
+def tlru_reference(tmp_path_factory):
+    """{(seed, impl, page, capacity, threshold, estimate): SGLang's cached tokens per request}."""
+    d = tmp_path_factory.mktemp("sglang_tlru")
+    traces, paths = {}, {}
+    for seed in SEEDS:
+        traces[seed] = conversation_trace(seed, REQUESTS)
+        paths[seed] = d / f"trace{seed}.jsonl"
+        paths[seed].write_text("".join(json.dumps({"rid": i, "tokens": p, "output_tokens": o}) + "\n"
+                                       for i, (p, o) in enumerate(traces[seed])))
+    runs = [(impl, pg, cap, t, q) for impl in TLRU_IMPLS for pg in PAGES for cap in CAPACITIES for t, q in TLRU_CONFIGS]
+    run = subprocess.run([str(PYTHON), "-W", "ignore", "-c", DRIVER_TLRU, str(HARNESS)],
+                         input=json.dumps({"traces": [str(p) for p in paths.values()], "runs": runs}),
+                         capture_output=True, text=True, cwd=HARNESS, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout)
+    return traces, {(seed, *r): got["%s|%s|%d|%d|%d|%d" % (paths[seed], *r)] for seed in SEEDS for r in runs}
+
+
+@pytest.fixture(scope="module")
+def tlru_policies():
+    """'tlru-T-Q' registered for the test's configs, unregistered after."""
+    from cache_core import register_policy
+    from cache_core.eviction import _REGISTRY
+    from cache_core.policies.tlru import TLRU
+
+    names = {}
+    for t, q in TLRU_CONFIGS:
+        names[(t, q)] = f"tlru-{t}-{q}"
+        register_policy(names[(t, q)])(TLRU.with_params(t, q))
+    yield names
+    for n in names.values():
+        _REGISTRY._classes.pop(n)
+
+
+@pytest.mark.parametrize("config", TLRU_CONFIGS)
+@pytest.mark.parametrize("capacity", CAPACITIES)
+@pytest.mark.parametrize("page_size", PAGES)
+def test_tlru_equals_sglang_per_request(tlru_reference, tlru_policies, page_size, capacity, config):
+    traces, ref = tlru_reference
+    for seed in SEEDS:
+        cache = RadixCache(CacheConfig(page_size=page_size, capacity_tokens=capacity, policy=tlru_policies[config]))
+        stepper = ReplayStepper(cache)
+        ours = [stepper.step(p, o).cached_tokens for p, o in traces[seed]]
+        for impl in TLRU_IMPLS:
+            want = ref[(seed, impl, page_size, capacity, *config)]
+            diff = [i for i, (a, b) in enumerate(zip(ours, want)) if a != b]
+            assert diff == [], f"seed {seed} {impl}: {len(diff)} requests differ, first {diff[:5]}"
+        assert cache.full.evicted_tokens > 0
+    if capacity == CAPACITIES[0]:  # tlru is not LRU here: SGLang's own LRU gives other hits
+        lru = ReplayStepper(RadixCache(CacheConfig(page_size=page_size, capacity_tokens=capacity, policy="lru")))
+        assert [lru.step(p, o).cached_tokens for p, o in traces[SEEDS[1]]] != ours
