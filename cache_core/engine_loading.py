@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .actions import LOAD, PREFETCH, CopyState, Transfer
+from .actions import L2, L3, LOAD, PREFETCH, CopyState, Transfer
 from .allocator import INDEX_DTYPE
 from .engine_types import (DECODE, DONE, LOADING, PREFETCHING, READY, WAITING, Clock, DataPlane, EngineConfig,
                            EngineRequest, Step)
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .engine_queues import RequestQueues
 
 MAX_RESOLVE_ROUNDS = 8
+L3_TO_L2 = f"{L3}->{L2}"  # the key of Hierarchy.tokens_moved of FULL tokens read from L3
 _TIME_SLACK_S = 1e-9
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
@@ -203,7 +204,11 @@ class Loader:
         if pin:  # the prefix stays put while its loads are planned (`_start_overlapped`)
             cache.lock(m0)
         if cache.hier is not None:
+            before = cache.hier.tokens_moved[L3_TO_L2]
             m = cache.load(m, r.seq)
+            fetched = cache.hier.tokens_moved[L3_TO_L2] - before  # a storage run this load brings up
+            r.prefetch_tokens += fetched  # so that it counts as a storage hit once loaded
+            r.storage_fetched += fetched
         r.match = m
         r.resolve_rounds += 1
         issued = self.drain(r)

@@ -202,7 +202,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         results.write_rounds(out, rounds)
     per = [summarise(e, rs, [], env.now) for e, rs in zip(fleet.engines, per_engine)]
     summary = summarise(fleet.engines[0], rows, rounds, env.now)
-    for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "cache"):
+    for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "storage_fetch", "cache"):
         if k in summary:
             summary[k] = _sum_tree([p[k] for p in per])
     if store is not None:
