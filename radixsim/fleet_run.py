@@ -173,6 +173,7 @@ def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
     return {"engines": len(fleet.engines) // fleet.dp, "dp": fleet.dp, "router": spec.router, "router_stats": stats,
             "shared_l3": spec.shared_l3, "slo_ttft_s": spec.slo_ttft_s, "slo_tpot_s": spec.slo_tpot_s,
             **{k: t[k] for k in ("requests", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage")},
+            "hit_rate_bound": results.rate(fleet.hit_bound(), t["total_prompt_tokens"]),
             **slo_metrics(rows, spec.slo_ttft_s, spec.slo_tpot_s, duration),
             "load_balance": {"requests": _balance([e["requests"] for e in engines]),
                              "prompt_tokens": _balance([e["prompt_tokens"] for e in engines]),
