@@ -50,3 +50,18 @@ def test_a_run_without_l3_has_no_storage_fetch():
     f, env, *_ = simulate_fleet(resolve(raw, "test"))
     from sim.recorder import summarise
     assert "storage_fetch" not in summarise(f.engines[0], fleet_rows(f), [], env.now)
+
+
+def test_a_hybrid_single_engine_run_adds_up_too():
+    """FULL+SWA+MAMBA (the reduced figure-4 Inkling-Small L3 run): the component payloads read
+    from L3 are not FULL tokens; every FULL token read is a storage hit or unused."""
+    from radixsim.run import simulate
+    from scenarios.scenario import from_file
+
+    sets = ["workload.num_clients=8", "workload.num_rounds=6", "cache.l1_tokens=40000", "cache.max_total_tokens=null",
+            "cache.l3_tokens=200000", "cache.hicache_ratio=1"]
+    eng, *_ = simulate(from_file("fig4-inkling-small-l3", sets))
+    fin = eng.finished
+    assert eng.cache.hier.tokens_moved["L3->L2"] == sum(r.storage_fetched for r in fin) == 29_184
+    assert sum(r.cached_storage for r in fin) == 17_728
+    assert all(0 <= r.cached_storage <= r.storage_fetched for r in fin)
