@@ -202,6 +202,11 @@ def test_cache_aware_exact_takes_an_engine_best_dp_rank():
     assert r.pick(Req(1, list(range(10)), prompt=10_000), 0.0) == 0
 
 
+def test_cache_aware_exact_refuses_a_low_match_rule():
+    with pytest.raises(ValueError, match="fleet.router.low_match: cache_aware_exact keeps no tree"):
+        make_router({"kind": "cache_aware_exact", "low_match": "least_load"}, 2, page_size=P)
+
+
 def test_oracle_is_refused_with_its_new_name():
     with pytest.raises(ValueError, match=r"unknown router 'oracle'.*'oracle' is now 'cache_aware_exact'"):
         router("oracle")

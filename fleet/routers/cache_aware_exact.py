@@ -16,6 +16,12 @@ from .cache_aware import CacheAware
 class CacheAwareExact(CacheAware):
     name = "cache_aware_exact"
 
+    def __init__(self, n, **kw):
+        if kw.get("low_match", "smallest_tree") != "smallest_tree":
+            raise ValueError("fleet.router.low_match: cache_aware_exact keeps no tree; a low match goes to the "
+                             "fewest outstanding tokens")
+        super().__init__(n, **kw)
+
     def matched_tokens(self, req, keys) -> list:
         return [max(self._reuse(e, req) for e in ranks) for ranks in self.engines]
 
