@@ -239,6 +239,7 @@ class Engine:
             if m.storage_tokens or m.l3_boundary > m.cached_tokens:  # a storage run, or component payloads in L3
                 cache.lock(m)
                 r.prefetch_tokens = cache.prefetch(m, r.seq)
+                r.storage_fetched += r.prefetch_tokens
                 cache.unlock(m)
                 self.loader.drain(r)
         if r.waiting_ids and self.config.prefetch_policy != "best_effort":

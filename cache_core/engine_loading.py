@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .actions import LOAD, PREFETCH, CopyState, Transfer
+from .actions import L2, L3, LOAD, PREFETCH, CopyState, Transfer
 from .allocator import INDEX_DTYPE
 from .engine_types import (DECODE, DONE, LOADING, PREFETCHING, READY, WAITING, Clock, DataPlane, EngineConfig,
                            EngineRequest, Step)
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .engine_queues import RequestQueues
 
 MAX_RESOLVE_ROUNDS = 8
+L3_TO_L2 = f"{L3}->{L2}"  # the key of Hierarchy.tokens_moved of FULL tokens read from L3
 _TIME_SLACK_S = 1e-9
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 
@@ -203,7 +204,8 @@ class Loader:
         if pin:  # the prefix stays put while its loads are planned (`_start_overlapped`)
             cache.lock(m0)
         if cache.hier is not None:
-            m = cache.load(m, r.seq)
+            m, fetched = self._load(r, m)
+            r.prefetch_tokens += fetched  # a storage run this load brings up counts as a storage hit once loaded
         r.match = m
         r.resolve_rounds += 1
         issued = self.drain(r)
@@ -228,6 +230,16 @@ class Loader:
             r.cached_storage = min(r.prefetch_tokens, loaded)
             r.cached_host = loaded - r.cached_storage
         self.q.ready.append(r)
+
+    def _load(self, r: EngineRequest, m: MatchResult) -> tuple:
+        """`RadixCache.load` of r's locked match m: (the new match, the FULL tokens it brought
+        from L3 into L2 for r, added to ``r.storage_fetched``)."""
+        moved = self.cache.hier.tokens_moved
+        before = moved[L3_TO_L2]
+        m = self.cache.load(m, r.seq)
+        fetched = moved[L3_TO_L2] - before
+        r.storage_fetched += fetched
+        return m, fetched
 
     def _layerwise(self) -> bool:
         return self.config.load_overlap == "layerwise" and getattr(self.executor, "layers", None) is not None
@@ -284,7 +296,7 @@ class Loader:
         m = cache.match(r.seq, r.prefix_len)
         cache.lock(m)
         if cache.voters:
-            m = cache.load(m, r.seq)  # what L1 serves now; any payload it still lacks is issued
+            m, _ = self._load(r, m)  # what L1 serves now; any payload it still lacks is issued
             if self.drain(r) and r.waiting_ids:
                 cache.unlock(m)  # r.match (the pinned prefix) holds it until these land too
                 r.resolve_rounds += 1

@@ -124,6 +124,7 @@ class EngineRequest(Request):
     waiting_ids: set = field(default_factory=set)  # transfers it waits for
     resolve_rounds: int = 0
     prefetch_tokens: int = 0
+    storage_fetched: int = 0  # FULL tokens it brought L3 -> L2 (arrival prefetch and loads); unused: - cached_storage
     ready_at: float | None = None  # timeout prefetch: schedulable from then
     load_start_s: float | None = None  # layerwise overlap: its loads in flight were issued then
     load_done_s: float | None = None  # ... and had all finished then (None: still in flight)

@@ -14,6 +14,8 @@ and a page one engine stored is a storage hit for every other.
 """
 from __future__ import annotations
 
+import collections
+
 from cache_core.actions import L2, L3
 from cache_core.store import make_store
 
@@ -37,6 +39,7 @@ class Fleet:
         self.engine_of: dict = {}  # rid -> index in engines (the rank, with DP attention)
         self.arrived = 0
         self.completed = 0  # user requests finished (or rejected)
+        self.seq_keys: list = []  # (prompt pages, page keys of prompt + output) of every user request (`hit_bound`)
         units = [engines[u * dp:(u + 1) * dp] for u in range(len(engines) // dp)]
         router.engines = units
         for u, d in enumerate(dispatchers or []):
@@ -49,6 +52,7 @@ class Fleet:
 
     def arrive(self, req) -> None:
         self.arrived += 1
+        self.record(req)
         now = self.now()
         i = self.router.pick(req, now)
         self.router.routed(req, i, now)
@@ -59,6 +63,30 @@ class Fleet:
             i = i * self.dp + j
         self.engine_of[req.rid] = i
         self.engines[i].arrive(req)
+
+    def record(self, req) -> None:
+        """Keep user request `req`'s page keys for `hit_bound`."""
+        self.seq_keys.append((req.prompt_tokens // self.P, req.seq.page_keys(self.P)))
+
+    def hit_bound(self) -> int:
+        """Prompt tokens that no router can beat as hits: per request, its prompt's longest
+        prefix of whole pages that some OTHER request's tokens (prompt + output) contain. A hit
+        reuses KV some other request computed (a request's own chunks count no hit), and a page
+        key names its whole prefix (cache_core.keys), so each request's cached tokens are at
+        most this, whatever the routing, timing or cache sizes. An upper reference, loose where
+        the first request of a shared prefix is counted as if another had computed it first."""
+        count: collections.Counter = collections.Counter()
+        for _, keys in self.seq_keys:
+            count.update(set(keys.tolist()))
+        total = 0
+        for pages, keys in self.seq_keys:
+            n = 0
+            for k in keys[:pages].tolist():
+                if count[k] < 2:  # only this request holds it
+                    break
+                n += 1
+            total += n * self.P
+        return total
 
     def _finished(self, r, i: int) -> None:
         u, j = divmod(i, self.dp)

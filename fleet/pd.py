@@ -74,6 +74,7 @@ class PDFleet(Fleet):
 
     def arrive(self, req) -> None:
         self.arrived += 1
+        self.record(req)
         now = self.now()
         p = self.router.pick(req, now)
         d = self.decode_router.pick(req, now)

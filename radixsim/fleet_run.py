@@ -173,6 +173,7 @@ def fleet_summary(fleet, rows, engines: list, spec, duration: float) -> dict:
     return {"engines": len(fleet.engines) // fleet.dp, "dp": fleet.dp, "router": spec.router, "router_stats": stats,
             "shared_l3": spec.shared_l3, "slo_ttft_s": spec.slo_ttft_s, "slo_tpot_s": spec.slo_tpot_s,
             **{k: t[k] for k in ("requests", "hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage")},
+            "hit_rate_bound": results.rate(fleet.hit_bound(), t["total_prompt_tokens"]),
             **slo_metrics(rows, spec.slo_ttft_s, spec.slo_tpot_s, duration),
             "load_balance": {"requests": _balance([e["requests"] for e in engines]),
                              "prompt_tokens": _balance([e["prompt_tokens"] for e in engines]),
@@ -202,7 +203,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         results.write_rounds(out, rounds)
     per = [summarise(e, rs, [], env.now) for e, rs in zip(fleet.engines, per_engine)]
     summary = summarise(fleet.engines[0], rows, rounds, env.now)
-    for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "cache"):
+    for k in ("bytes_per_link", "evictions", "engine", "tokens_per_link", "storage_fetch", "cache"):
         if k in summary:
             summary[k] = _sum_tree([p[k] for p in per])
     if store is not None:

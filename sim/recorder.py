@@ -151,8 +151,19 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
                    "simulated_end_s": env_now}
     if hier is not None:
         s["tokens_per_link"] = dict(hier.tokens_moved)
+    if hier is not None and hier.storage is not None:
+        s["storage_fetch"] = storage_fetch(eng.queues.finished)
     s["cache"] = cache.stats()
     return s
+
+
+def storage_fetch(finished) -> dict:
+    """FULL tokens the requests brought from L3 into L2 (at arrival or while loading), the part
+    reused as storage hits (``cached_storage``) and the rest, fetched but not reused by the
+    request that fetched it (evicted from L2 before its turn, or beyond what it reused)."""
+    fetched = sum(r.storage_fetched for r in finished)
+    hit = sum(r.cached_storage for r in finished)
+    return {"fetched_tokens": fetched, "hit_tokens": hit, "unused_tokens": fetched - hit}
 
 
 def evictions(cache) -> dict:

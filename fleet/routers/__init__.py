@@ -4,20 +4,21 @@ from __future__ import annotations
 import inspect
 
 from .cache_aware import CacheAware
+from .cache_aware_exact import CacheAwareExact
 from .kv_overlap import KvOverlap
 from .least_load import LeastLoad
-from .oracle import Oracle
 from .round_robin import RoundRobin
 from .session_affinity import SessionAffinity
 
-ROUTERS = {cls.name: cls for cls in (RoundRobin, LeastLoad, SessionAffinity, CacheAware, KvOverlap, Oracle)}
+ROUTERS = {cls.name: cls for cls in (RoundRobin, LeastLoad, SessionAffinity, CacheAware, KvOverlap, CacheAwareExact)}
 
 
 def make_router(spec: dict, n: int, *, page_size: int, seed: int = 0, where: str = "fleet.router"):
     """A router from ``{kind: NAME, param: value, ...}``; ValueError (one line) for a bad one."""
     kind = spec.get("kind")
     if kind not in ROUTERS:
-        raise ValueError(f"{where}: unknown router {kind!r}; expected one of {', '.join(ROUTERS)}")
+        renamed = " ('oracle' is now 'cache_aware_exact': it is no upper bound)" if kind == "oracle" else ""
+        raise ValueError(f"{where}: unknown router {kind!r}; expected one of {', '.join(ROUTERS)}{renamed}")
     params = {k: v for k, v in spec.items() if k != "kind"}
     known = parameters(ROUTERS[kind])
     for k in params:

@@ -2,7 +2,7 @@
 
 A router sees what a real one sees at the moment a request arrives: the request (its tokens,
 page keys, session id) and its own bookkeeping of what it sent where and what has finished
-(`Router.outstanding`, `Router.outstanding_tokens`). Only the oracle is handed the engines
+(`Router.outstanding`, `Router.outstanding_tokens`). Only cache_aware_exact is handed the engines
 themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one
 without DP attention) and reads their exact caches.
 
@@ -23,7 +23,7 @@ class Router:
         self.P = page_size
         self.outstanding = [0] * n  # requests routed to each engine and not finished
         self.outstanding_tokens = [0] * n  # their prompt + output tokens (queued + running work)
-        self.engines = None  # the oracle's view only
+        self.engines = None  # cache_aware_exact's view only
 
     def pick(self, req, now: float) -> int:
         raise NotImplementedError

@@ -8,6 +8,12 @@ with ``potential_prefill_blocks = (prompt tokens - overlap_blocks_i x block) / b
 plus this request's; the lowest logit wins (temperature 0; ties: the lowest index). Weight 1 by
 default (``--kv-overlap-score-weight``).
 
+Differences from Dynamo's code (lib/kv-router/src/scheduling/selector.rs, earlier
+lib/llm/src/kv_router/scheduler.rs), stated, not modelled: Dynamo's prefill term is the worker's
+``prefill_tokens``, its pending prefill tokens plus this request's new ones (here: this request's
+new tokens only), and its active blocks come from its ``ActiveSequences``, which de-duplicate the
+blocks that requests in flight share (here: every request's blocks counted in full).
+
 Overlap comes from the engines' KV events as the router's indexer receives them: when a request
 finishes on engine i, the engine has stored its blocks (prompt + output, whole pages) and that
 "stored" event reaches the indexer ``staleness_s`` later. The core publishes no eviction events,
