@@ -220,11 +220,21 @@ def test_summary_exact(tmp_path, page, cached, tree_tokens, nodes):
     }
 
 
-def test_summary_of_empty_trace_has_null_rates(tmp_path):
-    out = replay(tmp_path, write_trace(tmp_path, '{"event": "close_session", "session_id": 1}\n'), "o")
-    s = json.loads((out / "summary.json").read_text())
+def test_summary_of_no_requests_has_null_rates():
+    """A summary of no requests has null rates, not 0/0 (a replay of an empty trace is refused
+    before it writes anything: tests/test_tracebacks.py)."""
+    from sim.recorder import totals
+
+    s = totals([], [])
     assert (s["requests"], s["total_prompt_tokens"], s["total_cached_tokens"]) == (0, 0, 0)
     assert [s["hit_rate"], s["hit_rate_device"], s["hit_rate_host"], s["hit_rate_storage"]] == [None] * 4
+
+
+def test_replay_of_an_events_only_trace_is_refused(tmp_path, capsys):
+    trace = write_trace(tmp_path, '{"event": "close_session", "session_id": 1}\n')
+    assert main(["replay", str(trace), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    assert "no requests in the trace" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 # -- config.yaml -----------------------------------------------------------------------------
