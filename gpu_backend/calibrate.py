@@ -54,15 +54,20 @@ def _pools_for(model, tokens: int) -> tuple:
 
 
 def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
-    """Median seconds of one forward of `new` tokens after `cached` cached tokens."""
+    """Median seconds of one forward of `new` tokens after `cached` cached tokens (the logits of
+    the last token only, as the torch executor computes them)."""
     pools, pages = _pools_for(model, new + cached)
     gen = torch.Generator().manual_seed(new * 1_000_003 + cached)
     toks = torch.randint(0, model.spec.vocab, (new + cached,), generator=gen)
-    kw = {"full_pages": pages, "swa_pages": pages, "pools": pools, "state_slot": 0}
-    with torch.no_grad():
+    from .model import Segment
+
+    def seg(a: int, b: int):
+        return [Segment(toks[a:b], a, pages, pages, 0)]
+
+    with torch.no_grad():  # last-token logits, as the executor computes them
         if cached:
-            model.forward(toks[:cached], start=0, **kw)
-        return _timed(lambda: model.forward(toks[cached:], start=cached, **kw), repeats, model.device)
+            model.forward_batch(seg(0, cached), pools)
+        return _timed(lambda: model.forward_batch(seg(cached, new + cached), pools), repeats, model.device)
 
 
 def scenario_model(sc, opts) -> tuple:

@@ -30,6 +30,11 @@ import numpy as np
 import torch
 
 
+class PageIndexError(IndexError, ValueError):
+    """A page or state slot outside its pool, found on the host before any kernel reads it (on
+    CUDA a bad index would be a device-side assert). A ValueError too: bad input."""
+
+
 def as_index(idx) -> torch.Tensor:
     """`idx` (a tensor, an array, a sequence or one int) as a flat int64 CPU tensor."""
     if isinstance(idx, torch.Tensor):
@@ -124,12 +129,12 @@ class StagedCopier:
         return self._last
 
     def _check_range(self, what: str, name: str, idx: torch.Tensor, tier: str, component: str) -> None:
-        """ValueError unless every index of `idx` is a page of pool (`tier`, `component`): checked
-        on the CPU before anything moves (on CUDA a bad index is a device-side assert)."""
+        """`PageIndexError` unless every index of `idx` is a page of pool (`tier`, `component`):
+        checked on the CPU before anything moves (on CUDA a bad index is a device-side assert)."""
         n = self.pools.size(tier, component)
         bad = idx[(idx < 0) | (idx >= n)]
         if bad.numel():
-            raise ValueError(f"{what}: {name} index {int(bad[0])} out of range [0, {n}) of pool {tier} {component}")
+            raise PageIndexError(f"{what}: {name} index {int(bad[0])} out of range [0, {n}) of pool {tier} {component}")
 
     def _on_host(self, src, dst, comp, si, di) -> StagedHandle:
         stage = self.units(self.buffer("host", comp, si.numel()))
@@ -196,4 +201,4 @@ class StagedCopier:
         return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer, None if pinned else scatter)
 
 
-__all__ = ["StagedCopier", "StagedHandle", "as_index", "index_runs"]
+__all__ = ["StagedCopier", "StagedHandle", "PageIndexError", "as_index", "index_runs"]

@@ -93,11 +93,12 @@ def test_a_staged_copy_with_mismatched_indices_is_one_line():
     ("L2", "L1", [-1, 0], [0, 1], "copy full L2 -> L1: source index -1 out of range [0, 12) of pool L2 full"),
     ("L2", "L1", [0, 1], [2, -1], "copy full L2 -> L1: destination index -1 out of range [0, 10) of pool L1 full"),
 ])
-def test_a_staged_copy_out_of_range_is_a_value_error_naming_the_pool(layout, src_tier, dst_tier, src, dst, message):
-    """Checked before anything moves (on CUDA an out-of-range index is a device-side assert)."""
+def test_a_staged_copy_out_of_range_is_an_index_error_naming_the_pool(layout, src_tier, dst_tier, src, dst, message):
+    """Checked before anything moves (on CUDA an out-of-range index is a device-side assert): an
+    IndexError (and a ValueError: bad input)."""
     p = pools(layout)
     before = {t: page_bytes(p, t, "full", range(p.size(t, "full"))) for t in ("L1", "L2")}
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(IndexError) as err:
         StagedCopier(p).copy(src_tier, dst_tier, "full", src, dst)
     assert str(err.value) == message
     assert {t: page_bytes(p, t, "full", range(p.size(t, "full"))) for t in ("L1", "L2")} == before
