@@ -12,8 +12,8 @@
   real pools (a cached prefix first written untimed; a decode step of b requests is one
   batched forward, as the torch executor runs it).
 - `copy_bandwidth(pools, ...)`: bytes per second of batched, scattered page copies between
-  the tiers through the data plane's staging buffers (`gpu_backend.staging.StagedCopier`)
-  against one plain copy of the same bytes (the baseline).
+  the tiers as the data plane makes them (`gpu_backend.staging.StagedCopier`) against one
+  plain copy of the same bytes (the baseline).
 
 Times are CUDA-synchronised on a GPU. Everything is deterministic except the timings.
 """

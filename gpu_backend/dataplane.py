@@ -1,9 +1,9 @@
 """The torch data plane: carries out the core's actions on real pools and a real page store.
 
-- "load" (L2 -> L1) and "backup" (L1 -> L2): through persistent staging buffers
-  (the pools' `gpu_backend.staging.StagedCopier`, `KVPools.staged`: allocated once and reused;
-  on a GPU a side CUDA stream, DMA straight from/to the pinned host pool, an event per layer
-  with ``layer_first`` pools),
+- "load" (L2 -> L1) and "backup" (L1 -> L2): the pools' `gpu_backend.staging.StagedCopier`
+  (`KVPools.staged`): one copy per run of pages, pool to pool (on a GPU a DMA from/to the
+  pinned host pool on one stream per direction, an event per layer with ``layer_first``
+  pools; bounded staging buffers only for a host pool that is not pinned),
   for FULL and SWA pages and MAMBA state slots alike (a handle's `wait_layer(l)` is the
   per-layer wait of a layer-wise load);
 - sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
