@@ -53,9 +53,18 @@ def _pools_for(model, tokens: int) -> tuple:
     return pools, list(range(pages))
 
 
-def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
+def _timed_steps(model, segs, pools, repeats: int, scale: float) -> float:
+    """Median seconds of a step of `segs` as the torch executor times it
+    (`executor.timed_forward`: host time once, the layers' device time times `scale`)."""
+    from .executor import timed_forward
+
+    timed_forward(model, segs, pools)  # warm-up: not timed
+    return statistics.median(timed_forward(model, segs, pools)[1].scaled(scale) for _ in range(repeats))
+
+
+def prefill_seconds(model, new: int, cached: int, repeats: int = 3, scale: float = 1.0) -> float:
     """Median seconds of one forward of `new` tokens after `cached` cached tokens (the logits of
-    the last token only, as the torch executor computes them)."""
+    the last token only, as the torch executor computes them; the layers' time times `scale`)."""
     pools, pages = _pools_for(model, new + cached)
     gen = torch.Generator().manual_seed(new * 1_000_003 + cached)
     toks = torch.randint(0, model.spec.vocab, (new + cached,), generator=gen)
@@ -67,7 +76,7 @@ def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
     with torch.no_grad():  # last-token logits, as the executor computes them
         if cached:
             model.forward_batch(seg(0, cached), pools)
-        return _timed(lambda: model.forward_batch(seg(cached, new + cached), pools), repeats, model.device)
+        return _timed_steps(model, seg(cached, new + cached), pools, repeats, scale)
 
 
 def scenario_model(sc, opts) -> tuple:
@@ -78,8 +87,9 @@ def scenario_model(sc, opts) -> tuple:
     return synthetic_model(sc.model, sc.cache, opts)
 
 
-def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:
-    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`):
+def decode_seconds(model, batch: int, context: int, repeats: int = 3, scale: float = 1.0) -> float:
+    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`, the
+    layers' time times `scale`):
     `batch` requests, one new token each after `context` tokens, each over its own pages and
     state slot. The prefix KV is left as zeros (the time does not depend on its values)."""
     from .model import Segment
@@ -93,16 +103,16 @@ def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:
         pages = list(range(i * per, (i + 1) * per))
         segs.append(Segment(torch.tensor([i % spec.vocab]), start=context, full_pages=pages, swa_pages=pages,
                             state_slot=i))
-    return _timed(lambda: model.forward_batch(segs, pools), repeats, model.device)
+    return _timed_steps(model, segs, pools, repeats, scale)
 
 
 def measure_table(model, *, prefill_tokens=(16, 64, 256, 1024), cached=(0, 256, 1024, 4096),
                   batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3, scale: float = 1.0) -> dict:
-    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, every time
-    multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's, as the
-    torch backend scales its measured step times)."""
-    prefill = [[n, c, scale * prefill_seconds(model, n, c, repeats)] for c in cached for n in prefill_tokens]
-    decode = [[b, c, scale * decode_seconds(model, b, c, repeats)] for c in contexts for b in batches]
+    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, each step's
+    layers' time multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's),
+    its host time not, as the torch backend times its steps (`executor.StepTime`)."""
+    prefill = [[n, c, prefill_seconds(model, n, c, repeats, scale)] for c in cached for n in prefill_tokens]
+    decode = [[b, c, decode_seconds(model, b, c, repeats, scale)] for c in contexts for b in batches]
     return {"prefill": prefill, "decode": decode}
 
 

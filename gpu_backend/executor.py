@@ -84,6 +84,22 @@ class StepTimer:
         return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
+def timed_forward(model, segments, pools, *, wait_layer=None, after=None) -> tuple:
+    """(last-token logits, `StepTime`) of one batched forward timed as the executor times a step:
+    `prepare` (host), then the forward between `StepTimer` marks. `after()` runs once the forward
+    is issued, before the device time is read (the executor waits for the loads left in flight)."""
+    t0 = time.perf_counter()
+    batch = model.prepare(segments, pools)
+    host = time.perf_counter() - t0
+    timer = StepTimer(model.device)
+    with torch.no_grad():
+        logits = model.forward_batch(batch, pools, wait_layer=wait_layer, mark=timer)
+    if after is not None:
+        after()
+    embed, layers, head = timer.spans()
+    return logits, StepTime(host, embed + head, layers)
+
+
 class TorchExecutor:
     def __init__(self, env, model, pools, cache, *, scratch_base: int = 0, swa_scratch_base: int = 0,
                  swa_scratch_pages: int = 0, record_logits: bool = False, pace=None, layer_scale: float = 1.0):
@@ -254,18 +270,13 @@ class TorchExecutor:
         t0 = time.perf_counter()
         work = [(r, ctx, new) for r, new, ctx in step.prefill] + [(r, r.fill_len - 1, 1) for r in step.decode]
         segs = [self._segment(r, start, n) for r, start, n in work]
-        batch = self.model.prepare(segs, self.pools)
-        host = time.perf_counter() - t0
+        pages = time.perf_counter() - t0  # the page tables: host time too
         wait = None if self.loads is None else self.loads.layer_waiter()
-        timer = StepTimer(self.pools.device)
-        with torch.no_grad():
-            logits = self.model.forward_batch(batch, self.pools, wait_layer=wait, mark=timer)
-        if wait is not None:
-            self.loads.finish_loads()
-        embed, layers, head = timer.spans()
+        logits, t = timed_forward(self.model, segs, self.pools, wait_layer=wait,
+                                  after=None if wait is None else self.loads.finish_loads)
+        t = StepTime(pages + t.host, t.ends, t.layers)
         if self.record_logits:
             self._record(work, logits)
-        t = StepTime(host, embed + head, layers)
         self.busy_s += t.scaled(1.0)
         self.times.append(t)
         self.steps += 1
@@ -282,4 +293,4 @@ class TorchExecutor:
                 self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
 
 
-__all__ = ["TorchExecutor", "StepTime", "StepTimer"]
+__all__ = ["TorchExecutor", "StepTime", "StepTimer", "timed_forward"]

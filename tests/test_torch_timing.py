@@ -75,6 +75,31 @@ def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
     assert ex.busy_s == pytest.approx(6 * 0.625, rel=1e-12)  # measured, unscaled
 
 
+def test_the_step_table_is_timed_as_the_executor_times_steps(monkeypatch):
+    """`measure_table` (what `radixsim calibrate --kind steps` writes) times a step as the
+    executor does: host 0.25 s once, 4 layers x 0.125 s times the scale 10: 5.25 s (the whole
+    forward scaled would be 7.5 s)."""
+    from gpu_backend.calibrate import measure_table
+
+    clock = FakeClock()
+    monkeypatch.setattr(executor_mod, "time", clock)
+    batch_init, mlp = model_mod._Batch.__init__, SyntheticHybridModel._mlp
+
+    def host(self, *a, **k):
+        clock.now += 0.25
+        return batch_init(self, *a, **k)
+
+    def layer(self, *a):
+        clock.now += 0.125
+        return mlp(self, *a)
+
+    monkeypatch.setattr(model_mod._Batch, "__init__", host)
+    monkeypatch.setattr(SyntheticHybridModel, "_mlp", layer)
+    model = SyntheticHybridModel(spec(), seed=3)
+    got = measure_table(model, prefill_tokens=(4,), cached=(0, 4), batches=(2,), contexts=(8,), repeats=1, scale=10)
+    assert got == {"prefill": [[4, 0, 5.25], [4, 4, 5.25]], "decode": [[2, 8, 5.25]]}
+
+
 def pools_for(sp, pages=32, slots=4):
     return KVPools(sp, full_pages={"L1": pages}, swa_pages={"L1": pages}, state_slots={"L1": slots})
 
