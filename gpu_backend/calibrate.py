@@ -15,12 +15,12 @@
   the tiers as the data plane makes them (`gpu_backend.staging.StagedCopier`) against one
   plain copy of the same bytes (the baseline).
 
-Times are CUDA-synchronised on a GPU. Everything is deterministic except the timings.
+Times are CUDA-synchronised on a GPU; on CPU with one torch thread they are the thread's CPU
+time (`executor.step_clock`). Everything is deterministic except the timings.
 """
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
@@ -33,14 +33,19 @@ def _sync(device) -> None:
 
 
 def _timed(fn, repeats: int, device) -> float:
+    """Median seconds of `fn` (after one untimed call) by `executor.step_clock`: on CPU with one
+    torch thread the thread's CPU time, else the wall clock."""
+    from .executor import step_clock
+
+    clock = step_clock(device)
     fn()  # warm-up (allocator, kernels, caches): not timed
     out = []
     for _ in range(repeats):
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         _sync(device)
-        out.append(time.perf_counter() - t0)
+        out.append(clock() - t0)
     return statistics.median(out)
 
 

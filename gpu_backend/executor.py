@@ -23,8 +23,8 @@ Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
 A step's time is measured in two parts (`StepTimer`): its host time (page tables, the batch's
 index math and its one index upload: once per step, whatever the layers) by the host clock, and
-its device time by device timers (CUDA events on a GPU; on CPU the forward itself, by the host
-clock): the embedding and the logits once, the layers (`forward_batch` between its marks) times
+its device time by device timers (CUDA events on a GPU; on CPU the forward itself; on CPU
+with one torch thread both by the thread's CPU time, `step_clock`): the embedding and the logits once, the layers (`forward_batch` between its marks) times
 `layer_scale` (the preset's layers over the model's). The engine's clock advances by
 host + embedding and logits + layers x layer_scale (`busy_s` sums the unscaled times), or, with a `pace` (an executor
 such as the simulator's cost model, `torch.clock: modelled`), by the time that executor gives
@@ -60,12 +60,22 @@ class StepTime:
         return self.host + self.ends + self.layers * layer_scale
 
 
+def step_clock(device):
+    """The clock a step's host time (and on CPU its device time) is read with: on CPU with one
+    torch thread, the thread's CPU time (the CPU is then the device, and its busy time does not
+    count the slices other processes of a shared machine took), else the wall clock."""
+    if torch.device(device).type != "cuda" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
 class StepTimer:
     """Marks of one forward (`SyntheticHybridModel.forward_batch`'s ``mark``): CUDA events on a
-    GPU (device time, read after the step synchronised), the host clock on CPU."""
+    GPU (device time, read after the step synchronised), `step_clock` on CPU."""
 
     def __init__(self, device):
         self.cuda = torch.device(device).type == "cuda"
+        self.clock = step_clock(device)
         self.marks: list = []
 
     def __call__(self) -> None:
@@ -74,7 +84,7 @@ class StepTimer:
             ev.record()
             self.marks.append(ev)
         else:
-            self.marks.append(time.perf_counter())
+            self.marks.append(self.clock())
 
     def spans(self) -> list:
         """Seconds between consecutive marks."""
@@ -88,9 +98,10 @@ def timed_forward(model, segments, pools, *, wait_layer=None, after=None) -> tup
     """(last-token logits, `StepTime`) of one batched forward timed as the executor times a step:
     `prepare` (host), then the forward between `StepTimer` marks. `after()` runs once the forward
     is issued, before the device time is read (the executor waits for the loads left in flight)."""
-    t0 = time.perf_counter()
+    clock = step_clock(model.device)
+    t0 = clock()
     batch = model.prepare(segments, pools)
-    host = time.perf_counter() - t0
+    host = clock() - t0
     timer = StepTimer(model.device)
     with torch.no_grad():
         logits = model.forward_batch(batch, pools, wait_layer=wait_layer, mark=timer)
@@ -127,7 +138,7 @@ class TorchExecutor:
         self.loads = None  # the data plane whose loads in flight a forward waits for layer by layer
         self.busy_s = 0.0  # measured seconds of every step (unscaled)
         self.times: list = []  # StepTime of each step
-        self.steps = 0
+        self.steps = 0  # (without a pace the first is preceded by an untimed warm-up forward without pools)
         self.batches: list = []  # (prefill chunks, decodes) of each step, all in one forward
 
     # -- page tables ---------------------------------------------------------------------------
@@ -267,10 +278,14 @@ class TorchExecutor:
     def _run(self, step) -> StepTime:
         """Run the step (its prefill chunks and decodes) as ONE batched forward; returns its
         measured `StepTime` (recording the logits, a check of tests, is not timed)."""
-        t0 = time.perf_counter()
         work = [(r, ctx, new) for r, new, ctx in step.prefill] + [(r, r.fill_len - 1, 1) for r in step.decode]
+        if self.pace is None and not self.steps:  # warm up first, untimed, as a server does before serving
+            with torch.no_grad():
+                self.model.forward_batch([Segment(self._tokens(r, s, s + n)) for r, s, n in work], None)
+        clock = step_clock(self.model.device)
+        t0 = clock()
         segs = [self._segment(r, start, n) for r, start, n in work]
-        pages = time.perf_counter() - t0  # the page tables: host time too
+        pages = clock() - t0  # the page tables: host time too
         wait = None if self.loads is None else self.loads.layer_waiter()
         logits, t = timed_forward(self.model, segs, self.pools, wait_layer=wait,
                                   after=None if wait is None else self.loads.finish_loads)
@@ -293,4 +308,4 @@ class TorchExecutor:
                 self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
 
 
-__all__ = ["TorchExecutor", "StepTime", "StepTimer", "timed_forward"]
+__all__ = ["TorchExecutor", "StepTime", "StepTimer", "step_clock", "timed_forward"]

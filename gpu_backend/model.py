@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.nn.attention.bias import CausalBias, causal_lower_right  # imported once here: seconds, never in a step
 
 from .spec import HybridSpec
 from .staging import PageIndexError
@@ -481,8 +482,6 @@ class _Keys:
 
     def bind(self, up: _Upload) -> None:
         """The index tensors (on the device) and each masked call's mask [G, 1, q, k]."""
-        from torch.nn.attention.bias import causal_lower_right
-
         for s in self.sources.values():
             s.bind(up)
         self.q_dst = up[self._q_dst]
@@ -567,7 +566,6 @@ def sdpa_backend(q, k, v, mask) -> str:
     `torch.nn.attention.bias.CausalBias._dispatch`), e.g. ``FLASH_ATTENTION``,
     ``EFFICIENT_ATTENTION`` or ``MATH``."""
     from torch.nn.attention import SDPBackend
-    from torch.nn.attention.bias import CausalBias
 
     try:
         if isinstance(mask, CausalBias):
@@ -652,7 +650,7 @@ class _Batch:
         for name, pages, used in (("FULL", full, uses_full), ("SWA", swa, spec.n_swa)):
             phys = pages[seg.start // P: need] if used else pages[:0]
             phys = phys[phys >= 0]
-            if len(phys) != len(np.unique(phys)):
+            if (np.diff(np.sort(phys)) == 0).any():  # (np.unique would import numpy.ma within the first step)
                 raise ValueError(f"forward: two page positions of the new tokens share one {name} "
                                  f"page ({phys.tolist()}); pass -1 (SWA) for pages not kept")
         for name, comp, pages, used in (("FULL", "full", full, uses_full), ("SWA", "swa", swa, spec.n_swa)):

@@ -39,12 +39,15 @@ class FakeClock:
     def perf_counter(self):
         return self.now
 
+    thread_time = perf_counter
+
 
 def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
     """A constructed clock: the host part of every step (page tables and the batch's index
     math) takes 0.25 s, each of the 3 layers' MLP 0.125 s, nothing else takes time. With the
     preset's 64 layers (scale 64/3) a step lasts 0.25 + 3 x 0.125 x 64/3 = 8.25 s (scaling the
-    whole step would give 0.625 x 64/3 = 13.33 s)."""
+    whole step would give 0.625 x 64/3 = 13.33 s). The first step is preceded by an untimed
+    warm-up forward without pools."""
     clock = FakeClock()
     monkeypatch.setattr(executor_mod, "time", clock)
     batch_init, mlp = model_mod._Batch.__init__, SyntheticHybridModel._mlp
@@ -59,6 +62,14 @@ def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
 
     monkeypatch.setattr(model_mod._Batch, "__init__", host)
     monkeypatch.setattr(SyntheticHybridModel, "_mlp", layer)
+    forwards = []
+    fb = SyntheticHybridModel.forward_batch
+
+    def forward(self, segs, pools=None, **k):
+        forwards.append(pools is None)
+        return fb(self, segs, pools, **k)
+
+    monkeypatch.setattr(SyntheticHybridModel, "forward_batch", forward)
     sc = resolve({"seed": 5, "model": "qwen3-32b", "hardware": "h200x1",
                   "cache": {"page_size": 16, "l1_tokens": 2048, "mem_fraction_static": 0.9},
                   "engine": {"max_running_requests": 1, "chunked_prefill_tokens": 64},
@@ -73,6 +84,7 @@ def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
     (r,) = eng.finished
     assert r.finish_s == pytest.approx(6 * 8.25, rel=1e-12)
     assert ex.busy_s == pytest.approx(6 * 0.625, rel=1e-12)  # measured, unscaled
+    assert forwards == [True] + [False] * 6  # an untimed warm-up without pools, then the steps
 
 
 def test_the_step_table_is_timed_as_the_executor_times_steps(monkeypatch):
@@ -98,6 +110,21 @@ def test_the_step_table_is_timed_as_the_executor_times_steps(monkeypatch):
     model = SyntheticHybridModel(spec(), seed=3)
     got = measure_table(model, prefill_tokens=(4,), cached=(0, 4), batches=(2,), contexts=(8,), repeats=1, scale=10)
     assert got == {"prefill": [[4, 0, 5.25], [4, 4, 5.25]], "decode": [[2, 8, 5.25]]}
+
+
+def test_a_step_on_one_cpu_thread_is_timed_by_the_thread_s_cpu_time(one_torch_thread):
+    """Other processes' time slices on a shared CPU are not the step's: one torch thread on CPU
+    reads the thread's CPU time, more threads (or CUDA, for host time) the wall clock."""
+    import time
+
+    from gpu_backend.executor import step_clock
+
+    assert step_clock("cpu") is time.thread_time
+    torch.set_num_threads(2)
+    try:
+        assert step_clock("cpu") is time.perf_counter
+    finally:
+        torch.set_num_threads(1)
 
 
 def pools_for(sp, pages=32, slots=4):
