@@ -63,7 +63,7 @@ SIZES = {
             "workload": {"num_clients": 4, "num_rounds": 3, "request_length": 256, "output_length": 4,
                          "max_parallel": 2},
             "steps": {"prefill_tokens": (16, 128, 512), "cached": (0, 256, 1024), "batches": (1, 2, 4),
-                      "contexts": (256, 1024), "repeats": 1}},
+                      "contexts": (256, 1024), "repeats": 5}},
 }
 SCENARIOS = {"dense": "llama-3.1-8b", "hybrid": "qwen3-next-80b"}
 
