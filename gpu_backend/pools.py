@@ -68,6 +68,10 @@ def host_memory_available() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
 def _unregister(ptrs: list) -> None:
     rt = torch.cuda.cudart()
     for ptr in ptrs:
@@ -143,8 +147,8 @@ class KVPools:
         if need:
             have = host_memory_available()
             if need > have:
-                raise HostMemoryError(f"the L2 host pools need {need / 2**30:.2f} GiB, but only {have / 2**30:.2f} GiB "
-                                      "of host memory is available (lower cache.l2_tokens)")
+                raise HostMemoryError(f"the L2 host pools need {_size(need)}, but only {_size(have)} of host memory "
+                                      "is available (lower cache.l2_tokens)")
 
     # -- views -------------------------------------------------------------------------------
     @property

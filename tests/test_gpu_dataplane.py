@@ -202,5 +202,23 @@ def test_a_pool_larger_than_this_machine_s_memory_is_refused_before_allocating()
 
     spec = HybridSpec(kinds=("full",), hidden=16, num_heads=2, head_dim=8, window=None, state_dim=4, vocab=31,
                       page_size=4)
-    with pytest.raises(HostMemoryError, match=r"^the L2 host pools need \d+\.\d\d GiB, but only"):
+    with pytest.raises(HostMemoryError, match=r"^the L2 host pools need \d+\.\d\d [GM]iB, but only"):
         KVPools(spec, full_pages={"L1": 1, "L2": host_memory_available() // 256 + 1})  # 256-byte pages
+
+
+def test_radixsim_run_with_l2_pools_over_host_memory_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from gpu_backend import pools as pools_mod
+    from radixsim.cli import main
+
+    monkeypatch.setattr(pools_mod, "host_memory_available", lambda: 2**18)  # the pools: 256 pages of 4 KiB
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump({"model": "qwen3-32b", "cache": {"page_size": 16, "l1_tokens": 2048, "l2_tokens": 4096},
+                                 "workload": {"num_clients": 1, "num_rounds": 1, "request_length": 32,
+                                              "output_length": 2},
+                                 "torch": {"layers": 2, "hidden": 32, "num_heads": 2, "head_dim": 8, "vocab": 97}}))
+    assert main(["run", str(p), "--backend", "torch", "--out", str(tmp_path / "o"), "--no-plots", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"radixsim run: {p}: the L2 host pools need 1.00 MiB, but only 0.25 MiB of host memory is "
+                   "available (lower cache.l2_tokens)\n")
