@@ -23,12 +23,13 @@ Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
 A step's time is measured in two parts (`StepTimer`): its host time (page tables, the batch's
 index math and its one index upload: once per step, whatever the layers) by the host clock, and
-its device time by device timers (CUDA events on a GPU; on CPU the forward itself; on CPU
-with one torch thread both by the thread's CPU time, `step_clock`): the embedding and the logits once, the layers (`forward_batch` between its marks) times
-`layer_scale` (the preset's layers over the model's). The engine's clock advances by
-host + embedding and logits + layers x layer_scale (`busy_s` sums the unscaled times), or, with a `pace` (an executor
-such as the simulator's cost model, `torch.clock: modelled`), by the time that executor gives
-the same step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
+its device time by device timers (CUDA events on a GPU; on CPU the forward itself; on CPU with
+one torch thread both by the thread's CPU time, `step_clock`): the embedding and the logits
+once, the layers (`forward_batch` between its marks) times `layer_scale` (the preset's layers
+over the model's). The engine's clock advances by host + embedding and logits + layers x
+layer_scale (`busy_s` sums the unscaled times), or, with a `pace` (an executor such as the
+simulator's cost model, `torch.clock: modelled`), by the time that executor gives the same
+step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
 the engine overlapped with it have landed on that clock. On the device those loads may still be
 in flight (`TorchDataPlane` with layerwise overlap): the forward waits for each layer's pages
 just before that layer (`loads.layer_waiter`), then for the rest.

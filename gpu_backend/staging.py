@@ -132,13 +132,9 @@ class StagedCopier:
     def copy(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
         """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer. `PageIndexError` (nothing
         moved) when an index is outside its pool; ValueError when the counts differ."""
-        si, di = as_index(src_idx), as_index(dst_idx)
-        if si.numel() != di.numel():
-            raise ValueError(f"staged copy: {si.numel()} source and {di.numel()} destination indices")
+        si, di = self.check(src_tier, dst_tier, component, src_idx, dst_idx)
         if si.numel() == 0:
             return StagedHandle()
-        for name, idx, tier in (("source", si, src_tier), ("destination", di, dst_tier)):
-            self._check_range(f"copy {component} {src_tier} -> {dst_tier}", name, idx, tier, component)
         src, dst = self.pools.tensor(src_tier, component), self.pools.tensor(dst_tier, component)
         if not self.cuda or (src.device.type == "cpu" and dst.device.type == "cpu"):
             if self.staged:
@@ -151,6 +147,15 @@ class StagedCopier:
         if self.staged or not host_pool.is_pinned():
             return (self._to_device_staged if to_device else self._to_host_staged)(src, dst, component, si, di)
         return self._direct_cuda(src, dst, si, di, "h2d" if to_device else "d2h")
+
+    def check(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> tuple:
+        """(source, destination) indices as CPU tensors, checked as `copy` checks them."""
+        si, di = as_index(src_idx), as_index(dst_idx)
+        if si.numel() != di.numel():
+            raise ValueError(f"staged copy: {si.numel()} source and {di.numel()} destination indices")
+        for name, idx, tier in (("source", si, src_tier), ("destination", di, dst_tier)):
+            self._check_range(f"copy {component} {src_tier} -> {dst_tier}", name, idx, tier, component)
+        return si, di
 
     def _check_range(self, what: str, name: str, idx: torch.Tensor, tier: str, component: str) -> None:
         """`PageIndexError` unless every index of `idx` is a page of pool (`tier`, `component`):
