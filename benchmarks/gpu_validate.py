@@ -2,8 +2,8 @@
 on one H200 (`--device cpu --quick`: CPU sizes, under 3 minutes on a laptop). Prints, and
 writes to OUT/gpu_validate.json (radixsim/outputs.py; OUT: --out, default runs/gpu_validate):
 
-(a) copy bandwidth: batched, scattered KV-page copies device<->host through the data plane's
-    staging buffers (gpu_backend/staging.py; Qwen3-32B-like pages on a GPU: 64 layers x 8 KV
+(a) copy bandwidth: batched, scattered KV-page copies device<->host as the data plane makes
+    them (gpu_backend/staging.py: one copy per run of pages; Qwen3-32B-like pages on a GPU: 64 layers x 8 KV
     heads x 128, bf16, 64 tokens = 16 MiB) against one plain copy of as many bytes; target
     >= 85% of the plain copy;
 (b) prefill time against the cached fraction of one prompt (8K tokens, hidden 4096, bf16 on a
@@ -63,7 +63,7 @@ SIZES = {
             "workload": {"num_clients": 4, "num_rounds": 3, "request_length": 256, "output_length": 4,
                          "max_parallel": 2},
             "steps": {"prefill_tokens": (16, 128, 512), "cached": (0, 256, 1024), "batches": (1, 2, 4),
-                      "contexts": (256, 1024), "repeats": 1}},
+                      "contexts": (256, 1024), "repeats": 5}},
 }
 SCENARIOS = {"dense": "llama-3.1-8b", "hybrid": "qwen3-next-80b"}
 

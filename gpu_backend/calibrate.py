@@ -12,15 +12,15 @@
   real pools (a cached prefix first written untimed; a decode step of b requests is one
   batched forward, as the torch executor runs it).
 - `copy_bandwidth(pools, ...)`: bytes per second of batched, scattered page copies between
-  the tiers through the data plane's staging buffers (`gpu_backend.staging.StagedCopier`)
-  against one plain copy of the same bytes (the baseline).
+  the tiers as the data plane makes them (`gpu_backend.staging.StagedCopier`) against one
+  plain copy of the same bytes (the baseline).
 
-Times are CUDA-synchronised on a GPU. Everything is deterministic except the timings.
+Times are CUDA-synchronised on a GPU; on CPU with one torch thread they are the thread's CPU
+time (`executor.step_clock`). Everything is deterministic except the timings.
 """
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
@@ -33,14 +33,19 @@ def _sync(device) -> None:
 
 
 def _timed(fn, repeats: int, device) -> float:
+    """Median seconds of `fn` (after one untimed call) by `executor.step_clock`: on CPU with one
+    torch thread the thread's CPU time, else the wall clock."""
+    from .executor import step_clock
+
+    clock = step_clock(device)
     fn()  # warm-up (allocator, kernels, caches): not timed
     out = []
     for _ in range(repeats):
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         _sync(device)
-        out.append(time.perf_counter() - t0)
+        out.append(clock() - t0)
     return statistics.median(out)
 
 
@@ -53,16 +58,30 @@ def _pools_for(model, tokens: int) -> tuple:
     return pools, list(range(pages))
 
 
-def prefill_seconds(model, new: int, cached: int, repeats: int = 3) -> float:
-    """Median seconds of one forward of `new` tokens after `cached` cached tokens."""
+def _timed_steps(model, segs, pools, repeats: int, scale: float) -> float:
+    """Median seconds of a step of `segs` as the torch executor times it
+    (`executor.timed_forward`: host time once, the layers' device time times `scale`)."""
+    from .executor import timed_forward
+
+    timed_forward(model, segs, pools)  # warm-up: not timed
+    return statistics.median(timed_forward(model, segs, pools)[1].scaled(scale) for _ in range(repeats))
+
+
+def prefill_seconds(model, new: int, cached: int, repeats: int = 3, scale: float = 1.0) -> float:
+    """Median seconds of one forward of `new` tokens after `cached` cached tokens (the logits of
+    the last token only, as the torch executor computes them; the layers' time times `scale`)."""
     pools, pages = _pools_for(model, new + cached)
     gen = torch.Generator().manual_seed(new * 1_000_003 + cached)
     toks = torch.randint(0, model.spec.vocab, (new + cached,), generator=gen)
-    kw = {"full_pages": pages, "swa_pages": pages, "pools": pools, "state_slot": 0}
-    with torch.no_grad():
+    from .model import Segment
+
+    def seg(a: int, b: int):
+        return [Segment(toks[a:b], a, pages, pages, 0)]
+
+    with torch.no_grad():  # last-token logits, as the executor computes them
         if cached:
-            model.forward(toks[:cached], start=0, **kw)
-        return _timed(lambda: model.forward(toks[cached:], start=cached, **kw), repeats, model.device)
+            model.forward_batch(seg(0, cached), pools)
+        return _timed_steps(model, seg(cached, new + cached), pools, repeats, scale)
 
 
 def scenario_model(sc, opts) -> tuple:
@@ -73,8 +92,9 @@ def scenario_model(sc, opts) -> tuple:
     return synthetic_model(sc.model, sc.cache, opts)
 
 
-def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:
-    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`):
+def decode_seconds(model, batch: int, context: int, repeats: int = 3, scale: float = 1.0) -> float:
+    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`, the
+    layers' time times `scale`):
     `batch` requests, one new token each after `context` tokens, each over its own pages and
     state slot. The prefix KV is left as zeros (the time does not depend on its values)."""
     from .model import Segment
@@ -88,22 +108,25 @@ def decode_seconds(model, batch: int, context: int, repeats: int = 3) -> float:
         pages = list(range(i * per, (i + 1) * per))
         segs.append(Segment(torch.tensor([i % spec.vocab]), start=context, full_pages=pages, swa_pages=pages,
                             state_slot=i))
-    return _timed(lambda: model.forward_batch(segs, pools), repeats, model.device)
+    return _timed_steps(model, segs, pools, repeats, scale)
 
 
 def measure_table(model, *, prefill_tokens=(16, 64, 256, 1024), cached=(0, 256, 1024, 4096),
                   batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3, scale: float = 1.0) -> dict:
-    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, every time
-    multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's, as the
-    torch backend scales its measured step times)."""
-    prefill = [[n, c, scale * prefill_seconds(model, n, c, repeats)] for c in cached for n in prefill_tokens]
-    decode = [[b, c, scale * decode_seconds(model, b, c, repeats)] for c in contexts for b in batches]
+    """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, each step's
+    layers' time multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's),
+    its host time not, as the torch backend times its steps (`executor.StepTime`)."""
+    prefill = [[n, c, prefill_seconds(model, n, c, repeats, scale)] for c in cached for n in prefill_tokens]
+    decode = [[b, c, decode_seconds(model, b, c, repeats, scale)] for c in contexts for b in batches]
     return {"prefill": prefill, "decode": decode}
 
 
 def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int = 5) -> dict:
     """GB/s of batched scattered page copies L1 -> L2 and L2 -> L1 (`pages` pages, random
-    slots), and of one plain copy of as many bytes, with the ratio."""
+    slots), and of one plain copy of as many bytes (between buffers written before: an untouched
+    source reads the zero page), with the ratio; each repeat times the two back to back."""
+    from .executor import step_clock
+
     n1, n2 = pools.size("L1", component), pools.size("L2", component)
     pages = min(pages, n1, n2)
     gen = torch.Generator().manual_seed(7)
@@ -113,15 +136,33 @@ def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int
     dev = pools.device
     out = {"pages": pages, "bytes": nbytes, "page_bytes": pools.page_bytes(component)}
     staged = pools.staged
-    for name, a, b, si, di in (("d2h", "L1", "L2", src, dst), ("h2d", "L2", "L1", dst, src)):
-        t = _timed(lambda: staged.copy(a, b, component, si, di).synchronize(), repeats, dev)
-        out[f"{name}_GBps"] = nbytes / t / 1e9
     flat = nbytes // 4
-    big_dev = torch.empty(flat, dtype=torch.float32, device=dev)
+    big_dev = torch.full((flat,), 1.0, dtype=torch.float32, device=dev)
     pin = dev.type == "cuda"
-    big_host = torch.empty(flat, dtype=torch.float32, pin_memory=pin)
-    out["baseline_d2h_GBps"] = nbytes / _timed(lambda: big_host.copy_(big_dev, non_blocking=pin), repeats, dev) / 1e9
-    out["baseline_h2d_GBps"] = nbytes / _timed(lambda: big_dev.copy_(big_host, non_blocking=pin), repeats, dev) / 1e9
+    big_host = torch.full((flat,), 2.0, dtype=torch.float32).pin_memory() if pin else \
+        torch.full((flat,), 2.0, dtype=torch.float32)
+    clock = step_clock(dev)
+
+    def once(fn) -> float:
+        _sync(dev)
+        t0 = clock()
+        fn()
+        _sync(dev)
+        return clock() - t0
+
+    for name, a, b, si, di, plain in (
+            ("d2h", "L1", "L2", src, dst, lambda: big_host.copy_(big_dev, non_blocking=pin)),
+            ("h2d", "L2", "L1", dst, src, lambda: big_dev.copy_(big_host, non_blocking=pin))):
+        def batched(a=a, b=b, si=si, di=di):
+            staged.copy(a, b, component, si, di).synchronize()
+
+        batched(), plain()  # warm-up: not timed
+        tb, tp = [], []
+        for _ in range(repeats):
+            tb.append(once(batched))
+            tp.append(once(plain))
+        out[f"{name}_GBps"] = nbytes / statistics.median(tb) / 1e9
+        out[f"baseline_{name}_GBps"] = nbytes / statistics.median(tp) / 1e9
     for d in ("d2h", "h2d"):
         out[f"{d}_pct_of_baseline"] = 100 * out[f"{d}_GBps"] / out[f"baseline_{d}_GBps"]
     return out

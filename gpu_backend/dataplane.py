@@ -1,9 +1,9 @@
 """The torch data plane: carries out the core's actions on real pools and a real page store.
 
-- "load" (L2 -> L1) and "backup" (L1 -> L2): through persistent staging buffers
-  (the pools' `gpu_backend.staging.StagedCopier`, `KVPools.staged`: allocated once and reused;
-  on a GPU a side CUDA stream, DMA straight from/to the pinned host pool, an event per layer
-  with ``layer_first`` pools),
+- "load" (L2 -> L1) and "backup" (L1 -> L2): the pools' `gpu_backend.staging.StagedCopier`
+  (`KVPools.staged`): one copy per run of pages, pool to pool (on a GPU a DMA from/to the
+  pinned host pool on one stream per direction, an event per layer with ``layer_first``
+  pools; bounded staging buffers only for a host pool that is not pinned),
   for FULL and SWA pages and MAMBA state slots alike (a handle's `wait_layer(l)` is the
   per-layer wait of a layer-wise load);
 - sidecar pools follow their component's indices: every transfer of FULL (SWA) pages moves
@@ -22,8 +22,9 @@
 Every transfer is carried out at once (on a GPU the copy is waited for) and its duration
 measured (`copy_s`), except, with ``overlap="layerwise"`` (the engine's ``load_overlap``), a
 pace and a FULL-only model (the loads the engine overlaps with compute, `engine_loading.py`), an
-L2 -> L1 load: it is submitted and left in flight (`pending`); the next forward waits for it
-layer by layer (`layer_waiter`: before layer l reads the pools, the unit holding layer l;
+L2 -> L1 load: it is queued, and before the next forward the queued loads' pages of all
+requests move in one copy per pool (`_issue`), left in flight (`pending`); that forward waits
+for them layer by layer (`layer_waiter`: before layer l reads the pools, the unit holding layer l;
 ``page_first`` has one unit, waited for before layer 0), and `finish_loads` (after that forward,
 or before any other transfer or state copy) waits for what is left. With ``overlap="none"``
 every load is waited for when it is submitted. When a transfer is reported done on the engine's clock is the `pace`'s choice:
@@ -70,7 +71,11 @@ class TorchDataPlane:
         self.overlap = overlap == "layerwise" and pace is not None and spec.n_full == spec.num_layers \
             and not spec.sidecars
         self.pending: list = []  # handles of the loads in flight
+        # the deferred loads' pages, (src tier, dst tier, pool) -> (src, dst): the next forward's
+        # loads move together, one copy per pool for all requests (`_issue`)
+        self._queued: dict = {}
         self.overlapped = 0  # loads left in flight for a forward to wait for layer by layer
+        self.load_batches = 0  # copies that moved the deferred loads of a forward together
         self.layer_scale = layer_scale  # without a pace: a copy lasts its measured time x this
         self.pools = pools
         self.store = store
@@ -102,6 +107,9 @@ class TorchDataPlane:
         """The `wait_layer` hook of the next forward: before layer l, wait for the unit of every
         pending load that holds layer l (each unit once: ``page_first`` before layer 0 only);
         None when no load is pending."""
+        t0 = time.perf_counter()
+        self._issue()
+        self.copy_s += time.perf_counter() - t0
         if not self.pending:
             return None
         pending, unit = list(self.pending), self.staged.unit_of_layer
@@ -120,7 +128,16 @@ class TorchDataPlane:
         self._wait_pending()
         self.copy_s += time.perf_counter() - t0
 
+    def _issue(self) -> None:
+        """Start the deferred loads: per pool, the pages of every request in ONE copy (per layer
+        unit, the runs of all of them: HiCache's per-layer batched load)."""
+        for (a, b, comp), (si, di) in self._queued.items():
+            self.pending.append(self.staged.copy(a, b, comp, si, di))
+            self.load_batches += 1
+        self._queued = {}
+
     def _wait_pending(self) -> None:
+        self._issue()
         for h in self.pending:
             h.synchronize()
         self.pending.clear()
@@ -145,12 +162,15 @@ class TorchDataPlane:
             self._wait_pending()
         if t.kind in ("load", "backup"):
             for comp in self._pools_of(t.component):
-                h = self.staged.copy(t.src_tier, t.dst_tier, comp, _idx(t.src), _idx(t.dst))
-                if defer:
-                    self.pending.append(h)
-                    self.overlapped += 1
+                si, di = _idx(t.src), _idx(t.dst)
+                if defer:  # checked now, moved with the step's other loads (`_issue`)
+                    self.staged.check(t.src_tier, t.dst_tier, comp, si, di)
+                    got = self._queued.setdefault((t.src_tier, t.dst_tier, comp), ([], []))
+                    got[0].extend(si)
+                    got[1].extend(di)
                 else:
-                    h.synchronize()
+                    self.staged.copy(t.src_tier, t.dst_tier, comp, si, di).synchronize()
+            self.overlapped += defer
             return True
         if self.store is None:
             raise RuntimeError(f"transfer {t.id} ({t.kind}) needs an L3 page store")

@@ -21,10 +21,15 @@ A step (its prefill entries: request, new tokens, context; and its decode reques
 
 Outputs are the workload's (fixed up front): decode is teacher-forced, so the KV in the cache is
 always the KV of the tokens the tree holds. Token ids are taken modulo the model's vocabulary.
-The step's wall time is measured (CUDA-synchronised, `busy_s`); the engine's clock advances by
-it times `layer_scale` (the preset's layers over the model's), or, with a `pace` (an executor
-such as the simulator's cost model, `torch.clock: modelled`), by the time that executor gives
-the same step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
+A step's time is measured in two parts (`StepTimer`): its host time (page tables, the batch's
+index math and its one index upload: once per step, whatever the layers) by the host clock, and
+its device time by device timers (CUDA events on a GPU; on CPU the forward itself; on CPU with
+one torch thread both by the thread's CPU time, `step_clock`): the embedding and the logits
+once, the layers (`forward_batch` between its marks) times `layer_scale` (the preset's layers
+over the model's). The engine's clock advances by host + embedding and logits + layers x
+layer_scale (`busy_s` sums the unscaled times), or, with a `pace` (an executor such as the
+simulator's cost model, `torch.clock: modelled`), by the time that executor gives the same
+step; then the forward runs in `settle`, at the step's end, after any L2 -> L1 loads
 the engine overlapped with it have landed on that clock. On the device those loads may still be
 in flight (`TorchDataPlane` with layerwise overlap): the forward waits for each layer's pages
 just before that layer (`loads.layer_waiter`), then for the rest.
@@ -32,6 +37,7 @@ just before that layer (`loads.layer_waiter`), then for the rest.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -39,6 +45,71 @@ import torch
 from cache_core.engine_types import DONE
 
 from .model import Segment
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step's measured parts (seconds): host (page tables, index math, the index upload),
+    ends (embedding and logits: once per step) and layers (every layer of the reduced model)."""
+
+    host: float
+    ends: float
+    layers: float
+
+    def scaled(self, layer_scale: float) -> float:
+        """The step's time for a model with `layer_scale` times the layers: only the layers scale."""
+        return self.host + self.ends + self.layers * layer_scale
+
+
+def step_clock(device):
+    """The clock a step's host time (and on CPU its device time) is read with: on CPU with one
+    torch thread, the thread's CPU time (the CPU is then the device, and its busy time does not
+    count the slices other processes of a shared machine took), else the wall clock."""
+    if torch.device(device).type != "cuda" and torch.get_num_threads() == 1:
+        return time.thread_time
+    return time.perf_counter
+
+
+class StepTimer:
+    """Marks of one forward (`SyntheticHybridModel.forward_batch`'s ``mark``): CUDA events on a
+    GPU (device time, read after the step synchronised), `step_clock` on CPU."""
+
+    def __init__(self, device):
+        self.cuda = torch.device(device).type == "cuda"
+        self.clock = step_clock(device)
+        self.marks: list = []
+
+    def __call__(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(self.clock())
+
+    def spans(self) -> list:
+        """Seconds between consecutive marks."""
+        if self.cuda:
+            self.marks[-1].synchronize()
+            return [a.elapsed_time(b) / 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+
+
+def timed_forward(model, segments, pools, *, wait_layer=None, after=None) -> tuple:
+    """(last-token logits, `StepTime`) of one batched forward timed as the executor times a step:
+    `prepare` (host), then the forward between `StepTimer` marks. `after()` runs once the forward
+    is issued, before the device time is read (the executor waits for the loads left in flight)."""
+    clock = step_clock(model.device)
+    t0 = clock()
+    batch = model.prepare(segments, pools)
+    host = clock() - t0
+    timer = StepTimer(model.device)
+    with torch.no_grad():
+        logits = model.forward_batch(batch, pools, wait_layer=wait_layer, mark=timer)
+    if after is not None:
+        after()
+    embed, layers, head = timer.spans()
+    return logits, StepTime(host, embed + head, layers)
 
 
 class TorchExecutor:
@@ -66,8 +137,9 @@ class TorchExecutor:
         self.sequences: dict = {}  # rid -> prompt + output[:-1] (model token ids), with record_logits
         self.snapshots: dict = {}  # snapshot slot -> (position, private slot, request): written in a forward
         self.loads = None  # the data plane whose loads in flight a forward waits for layer by layer
-        self.busy_s = 0.0
-        self.steps = 0
+        self.busy_s = 0.0  # measured seconds of every step (unscaled)
+        self.times: list = []  # StepTime of each step
+        self.steps = 0  # (without a pace the first is preceded by an untimed warm-up forward without pools)
         self.batches: list = []  # (prefill chunks, decodes) of each step, all in one forward
 
     # -- page tables ---------------------------------------------------------------------------
@@ -196,7 +268,7 @@ class TorchExecutor:
         if self.pace is not None:  # the paced time first; the forward runs in settle
             yield from self.pace.execute(step)
             return
-        yield self.env.timeout(self._run(step) * self.layer_scale)
+        yield self.env.timeout(self._run(step).scaled(self.layer_scale))
 
     def settle(self, step) -> None:
         """The step's time has passed and its loads have landed (the engine calls this just
@@ -204,26 +276,28 @@ class TorchExecutor:
         if self.pace is not None:
             self._run(step)
 
-    def _run(self, step) -> float:
-        """Run the step (its prefill chunks and decodes) as ONE batched forward; returns the
-        measured seconds."""
-        t0 = time.perf_counter()
+    def _run(self, step) -> StepTime:
+        """Run the step (its prefill chunks and decodes) as ONE batched forward; returns its
+        measured `StepTime` (recording the logits, a check of tests, is not timed)."""
         work = [(r, ctx, new) for r, new, ctx in step.prefill] + [(r, r.fill_len - 1, 1) for r in step.decode]
+        if self.pace is None and not self.steps:  # warm up first, untimed, as a server does before serving
+            with torch.no_grad():
+                self.model.forward_batch([Segment(self._tokens(r, s, s + n)) for r, s, n in work], None)
+        clock = step_clock(self.model.device)
+        t0 = clock()
         segs = [self._segment(r, start, n) for r, start, n in work]
+        pages = clock() - t0  # the page tables: host time too
         wait = None if self.loads is None else self.loads.layer_waiter()
-        with torch.no_grad():
-            logits = self.model.forward_batch(segs, self.pools, wait_layer=wait)
-        if wait is not None:
-            self.loads.finish_loads()
+        logits, t = timed_forward(self.model, segs, self.pools, wait_layer=wait,
+                                  after=None if wait is None else self.loads.finish_loads)
+        t = StepTime(pages + t.host, t.ends, t.layers)
         if self.record_logits:
             self._record(work, logits)
-        if self.pools.device.type == "cuda":
-            torch.cuda.synchronize(self.pools.device)
-        dt = time.perf_counter() - t0
-        self.busy_s += dt
+        self.busy_s += t.scaled(1.0)
+        self.times.append(t)
         self.steps += 1
         self.batches.append((len(step.prefill), len(step.decode)))
-        return dt
+        return t
 
     def _record(self, work, logits) -> None:
         for (r, start, n), lg in zip(work, logits):
@@ -235,4 +309,4 @@ class TorchExecutor:
                 self.prompts[r.rid] = self._tokens(r, 0, len(r.prompt))
 
 
-__all__ = ["TorchExecutor"]
+__all__ = ["TorchExecutor", "StepTime", "StepTimer", "step_clock", "timed_forward"]

@@ -1,7 +1,9 @@
 """`KVPools`: the torch tensors behind the core's slot indices, per tier and component.
 
-Per tier ("L1" = the model's device, "L2" = host memory: pinned when CUDA is available,
-plain otherwise) three pools:
+Per tier ("L1" = the model's device, "L2" = host memory: pinned when the L1 is on CUDA, sized
+exactly: `host_tensor`, allocated plain and then registered with ``cudaHostRegister``, not
+through the caching host allocator, which rounds each block up to a power of two; the host
+memory is checked first: `HostMemoryError`) three pools:
 
 - ``full``: KV of every full-attention layer, one page = ``page_size`` tokens;
 - ``swa``: KV of every sliding-window layer, same page geometry;
@@ -26,6 +28,9 @@ sidecar pool ``[pages, Ls, 2, page_size / group, D]`` or ``[Ls, pages, ...]``.
 """
 from __future__ import annotations
 
+import os
+import weakref
+
 import torch
 
 from .spec import HybridSpec
@@ -45,6 +50,46 @@ def component_name(component: str, sidecars=()) -> str:
         return component
     raise KeyError(f"no torch pool for component {component!r} (pools: full, swa, state/mamba; "
                    f"sidecars: {', '.join(sidecars) or 'none'})")
+
+
+class HostMemoryError(ValueError):
+    """The host (L2) pools need more memory than the machine has available."""
+
+
+def host_memory_available() -> int:
+    """Bytes of host memory available now (MemAvailable of /proc/meminfo; else free pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.2f} MiB"
+
+
+def _unregister(ptrs: list) -> None:
+    rt = torch.cuda.cudart()
+    for ptr in ptrs:
+        rt.cudaHostUnregister(ptr)
+
+
+def host_tensor(shape, dtype, pin: bool, registered: list | None = None) -> torch.Tensor:
+    """A zeroed host tensor of exactly `shape`; with `pin`, page-locked in place
+    (``cudaHostRegister``: no power-of-two rounding), its address appended to `registered` (to
+    unregister when the pools go)."""
+    t = torch.zeros(shape, dtype=dtype)
+    if pin and t.numel():
+        err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister of a {t.numel() * t.element_size()}-byte host pool failed: {err}")
+        if registered is not None:
+            registered.append(t.data_ptr())
+    return t
 
 
 class KVPools:
@@ -70,6 +115,7 @@ class KVPools:
             geometry[sc.name] = (spec.sidecar_layers(sc), (2, P // sc.group, D))
         self.sidecars = tuple(sc.name for sc in spec.sidecars)
         self._t: dict = {}
+        plan = {}
         for comp, size in sizes.items():
             per_tier = size if isinstance(size, dict) else {t: size for t in TIERS}
             bad = set(per_tier) - set(TIERS)
@@ -82,10 +128,27 @@ class KVPools:
                 if n < 0:
                     raise ValueError(f"{comp} {tier}: size must be >= 0, got {n}")
                 shape = (n, layers) if layout == "page_first" else (layers, n)
-                pin = tier == "L2" and self.pinned and self.device.type == "cuda"
-                self._t[tier, comp] = torch.zeros(shape + inner, dtype=dt, device=self.tier_device[tier],
-                                                  pin_memory=pin)
-        self.staged = StagedCopier(self)  # `copy_pages`'s staging buffers and (CUDA) side stream
+                plan[tier, comp] = (shape + inner, dt)
+        self._check_host_memory(plan)
+        pin = self.pinned and self.device.type == "cuda"
+        registered: list = []
+        for (tier, comp), (shape, dt) in plan.items():
+            self._t[tier, comp] = host_tensor(shape, dt, pin, registered) if tier == "L2" else \
+                torch.zeros(shape, dtype=dt, device=self.tier_device[tier])
+        if registered:
+            weakref.finalize(self, _unregister, registered)
+        self.staged = StagedCopier(self)  # `copy_pages`'s copier: (CUDA) streams, bounded staging buffers
+
+    @staticmethod
+    def _check_host_memory(plan: dict) -> None:
+        """`HostMemoryError` (one line) when the L2 pools need more than the host has available."""
+        need = sum(torch.Size(shape).numel() * torch.empty(0, dtype=dt).element_size()
+                   for (tier, _), (shape, dt) in plan.items() if tier == "L2")
+        if need:
+            have = host_memory_available()
+            if need > have:
+                raise HostMemoryError(f"the L2 host pools need {_size(need)}, but only {_size(have)} of host memory "
+                                      "is available (lower cache.l2_tokens)")
 
     # -- views -------------------------------------------------------------------------------
     @property
@@ -117,7 +180,7 @@ class KVPools:
     # -- copies ------------------------------------------------------------------------------
     def copy_pages(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
         """dst pool[dst_idx[i]] = src pool[src_idx[i]] for every i, all layers: `StagedCopier.copy`
-        through the pools' own staging buffers (`staged`). On CUDA the copy runs on a side stream
+        (the pools' own, `staged`). On CUDA the copy runs on its direction's stream
         (after the work already queued on the current stream) and the handle says when it is done;
         on CPU it is synchronous. Payload validity is the caller's business (the core acknowledges
         a transfer only when its handle is done)."""
@@ -145,4 +208,5 @@ class KVPools:
         t.index_copy_(self.page_dim, as_index(idx).to(t.device), data)
 
 
-__all__ = ["KVPools", "TIERS", "COMPONENTS", "LAYOUTS", "component_name"]
+__all__ = ["KVPools", "TIERS", "COMPONENTS", "LAYOUTS", "component_name", "host_tensor", "host_memory_available",
+           "HostMemoryError"]

@@ -1,33 +1,40 @@
-"""Host <-> device page copies through persistent staging buffers, on a side stream, layer by
-layer where the layout allows (the data plane's path for "load" L2 -> L1 and "backup" L1 -> L2).
+"""Host <-> device page copies (the data plane's path for "load" L2 -> L1 and "backup" L1 -> L2),
+layer by layer where the layout allows, as SGLang HiCache moves pages.
 
-`StagedCopier(pools)` keeps, per component, staging buffers shaped like the pools (same
-layout, ``page_first`` or ``layer_first``): on a GPU one device buffer (the gather before a
-device -> host copy, the scatter after a host -> device copy run there) and, where the host pool
-is not pinned, one pinned host buffer (the CPU gathers into it so that one DMA moves the lot);
-on CPU one host buffer (gather, then scatter: the same steps, synchronous). Every buffer is
-allocated at the first transfer that needs it and reused by every later one (grown, never
-shrunk, when a transfer holds more pages than any before; `allocations` counts them).
+Two ways, chosen per copy:
 
-A transfer runs in units: one per layer with ``layer_first`` pools (a layer's pages are
-contiguous, so layer l can be copied, and waited for, alone: SGLang HiCache's layer-wise load,
-the simulator's ``engine.load_overlap: layerwise``), one for all layers with ``page_first``
-(a page is contiguous across layers; one copy per run of consecutive pages). Per unit:
+- direct (the default wherever both pools are host memory or the host pool is pinned, as
+  `KVPools` makes it on CUDA): every run of pages that is consecutive in both pools is ONE copy
+  from pool to pool, no staging pass, no gather or scatter kernel: ``page_first`` (a page is
+  one block across its layers) moves a run of pages in one block; ``layer_first`` moves a run
+  of pages of every layer in one strided copy (on CUDA one copy per layer and run, so that a
+  layer can be waited for alone). On CUDA the copies are DMAs on their direction's stream (one
+  stream host -> device, one device -> host, after the work already queued on the current
+  stream), an event per unit.
+- staged (a host pool that is not pinned on CUDA; ``StagedCopier.staged = True`` forces it):
+  through staging buffers of at most ``chunk_bytes`` each (`chunk_pages` pages, allocated once
+  and reused, never grown past that): a transfer larger than a chunk moves chunk by chunk. On
+  CPU: gather into the host buffer, scatter from it. On CUDA host -> device: the CPU gathers into
+  the pinned host buffer, one DMA into the device buffer, a scatter into the device pool;
+  device -> host: a gather into the device buffer, one DMA into the pinned host buffer, the CPU
+  scatters (each chunk waited for before the buffers are reused).
 
-- host -> device: copy each run of consecutive source pages from the pinned host pool (or the
-  pinned staging buffer the CPU gathered into) into the device buffer, scatter into the device
-  pool, record an event;
-- device -> host: gather into the device buffer, copy each run of consecutive destination pages
-  into the pinned host pool (or into the pinned staging buffer, scattered on the CPU at
-  `StagedHandle.synchronize`), record an event.
-
-`StagedHandle.wait_layer(l)` makes the current stream wait for the unit holding layer l (a no-op
-on CPU); `synchronize()` waits for the whole transfer.
+A transfer runs in units: one per layer with ``layer_first`` pools on CUDA (the simulator's
+``engine.load_overlap: layerwise``), one for all layers otherwise. `StagedHandle.wait_layer(l)`
+makes the current stream wait for the unit holding layer l (a no-op on CPU); `synchronize()`
+waits for the whole transfer.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+STAGING_CHUNK_BYTES = 64 << 20  # the most one staging buffer holds (per component and side)
+
+
+class PageIndexError(IndexError, ValueError):
+    """A page or state slot outside its pool, found on the host before any kernel reads it (on
+    CUDA a bad index would be a device-side assert). A ValueError too: bad input."""
 
 
 def as_index(idx) -> torch.Tensor:
@@ -48,9 +55,20 @@ def index_runs(idx: torch.Tensor) -> list:
     return [(int(a[s]), int(s), int(e - s)) for s, e in zip(starts, ends)]
 
 
+def pair_runs(si: torch.Tensor, di: torch.Tensor) -> list:
+    """(source start, destination start, length) of each run that is consecutive in both."""
+    a, b = si.numpy(), di.numpy()
+    if len(a) == 0:
+        return []
+    cut = np.flatnonzero((np.diff(a) != 1) | (np.diff(b) != 1)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [len(a)]])
+    return [(int(a[s]), int(b[s]), int(e - s)) for s, e in zip(starts, ends)]
+
+
 class StagedHandle:
-    """One staged transfer: an event per unit (none on CPU), the unit of each layer, and the
-    host-side scatter still to run after a device -> host copy into a staging buffer."""
+    """One transfer: an event per unit (none on CPU), the unit of each layer, and the host-side
+    work still to run when it is waited for."""
 
     def __init__(self, events=(), unit_of_layer=None, finish=None):
         self.events, self.unit_of_layer, self._finish = list(events), unit_of_layer, finish
@@ -69,26 +87,35 @@ class StagedHandle:
 
 
 class StagedCopier:
-    """Page copies between the tiers of `pools` through persistent staging buffers (module
-    docstring)."""
+    """Page copies between the tiers of `pools` (module docstring)."""
 
-    def __init__(self, pools):
+    def __init__(self, pools, chunk_bytes: int = STAGING_CHUNK_BYTES):
         self.pools = pools
         self.cuda = pools.device.type == "cuda"
-        self.stream = torch.cuda.Stream(pools.device) if self.cuda else None
+        # one stream per direction: a load never queues behind a backup
+        self.streams = {"h2d": torch.cuda.Stream(pools.device), "d2h": torch.cuda.Stream(pools.device)} \
+            if self.cuda else {}
+        self.chunk_bytes = chunk_bytes
+        self.staged = False  # True: every copy through the staging buffers
         self.allocations = 0
         self._buf: dict = {}
-        self._last: StagedHandle | None = None  # the transfer still using the buffers
+
+    def chunk_pages(self, component: str) -> int:
+        """Pages of `component` one staging buffer holds (at least one)."""
+        return max(1, self.chunk_bytes // self.pools.page_bytes(component))
 
     def buffer(self, where: str, component: str, pages: int) -> torch.Tensor:
         """The staging buffer ("host": pinned with CUDA, or "device") of `component`, in the
-        pools' layout, narrowed to `pages` pages."""
+        pools' layout, `chunk_pages` pages (allocated once), narrowed to `pages` of them."""
         d = self.pools.page_dim
+        cap = self.chunk_pages(component)
+        if pages > cap:
+            raise ValueError(f"staging buffer of {component}: {pages} pages asked, a chunk holds {cap}")
         buf = self._buf.get((where, component))
-        if buf is None or buf.shape[d] < pages:
+        if buf is None:
             t = self.pools.tensor("L1", component)
             shape = list(t.shape)
-            shape[d] = pages
+            shape[d] = cap
             host = where == "host"
             buf = torch.empty(shape, dtype=t.dtype, device="cpu" if host else t.device, pin_memory=host and self.cuda)
             self._buf[where, component] = buf
@@ -103,97 +130,117 @@ class StagedCopier:
         return 0 if self.pools.page_dim == 0 else layer
 
     def copy(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> StagedHandle:
-        """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer, through the staging buffers.
-        ValueError (nothing moved) when the counts differ or an index is outside its pool."""
+        """dst pool[dst_idx[i]] = src pool[src_idx[i]], every layer. `PageIndexError` (nothing
+        moved) when an index is outside its pool; ValueError when the counts differ."""
+        si, di = self.check(src_tier, dst_tier, component, src_idx, dst_idx)
+        if si.numel() == 0:
+            return StagedHandle()
+        src, dst = self.pools.tensor(src_tier, component), self.pools.tensor(dst_tier, component)
+        if not self.cuda or (src.device.type == "cpu" and dst.device.type == "cpu"):
+            if self.staged:
+                self._on_host_staged(src, dst, component, si, di)
+            else:
+                self._direct_on_host(src, dst, si, di)
+            return StagedHandle()
+        to_device = dst.device.type == "cuda"
+        host_pool = src if to_device else dst
+        if self.staged or not host_pool.is_pinned():
+            return (self._to_device_staged if to_device else self._to_host_staged)(src, dst, component, si, di)
+        return self._direct_cuda(src, dst, si, di, "h2d" if to_device else "d2h")
+
+    def check(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> tuple:
+        """(source, destination) indices as CPU tensors, checked as `copy` checks them."""
         si, di = as_index(src_idx), as_index(dst_idx)
         if si.numel() != di.numel():
             raise ValueError(f"staged copy: {si.numel()} source and {di.numel()} destination indices")
-        if si.numel() == 0:
-            return StagedHandle()
         for name, idx, tier in (("source", si, src_tier), ("destination", di, dst_tier)):
             self._check_range(f"copy {component} {src_tier} -> {dst_tier}", name, idx, tier, component)
-        if self._last is not None:  # the buffers are reused: the previous transfer must be done
-            self._last.synchronize()
-        src, dst = self.pools.tensor(src_tier, component), self.pools.tensor(dst_tier, component)
-        if not self.cuda or (src.device.type == "cpu" and dst.device.type == "cpu"):
-            self._last = self._on_host(src, dst, component, si, di)
-        elif dst.device.type == "cuda":
-            self._last = self._to_device(src, dst, component, si, di)
-        else:
-            self._last = self._to_host(src, dst, component, si, di)
-        return self._last
+        return si, di
 
     def _check_range(self, what: str, name: str, idx: torch.Tensor, tier: str, component: str) -> None:
-        """ValueError unless every index of `idx` is a page of pool (`tier`, `component`): checked
-        on the CPU before anything moves (on CUDA a bad index is a device-side assert)."""
+        """`PageIndexError` unless every index of `idx` is a page of pool (`tier`, `component`):
+        checked on the CPU before anything moves (on CUDA a bad index is a device-side assert)."""
         n = self.pools.size(tier, component)
         bad = idx[(idx < 0) | (idx >= n)]
         if bad.numel():
-            raise ValueError(f"{what}: {name} index {int(bad[0])} out of range [0, {n}) of pool {tier} {component}")
+            raise PageIndexError(f"{what}: {name} index {int(bad[0])} out of range [0, {n}) of pool {tier} {component}")
 
-    def _on_host(self, src, dst, comp, si, di) -> StagedHandle:
-        stage = self.units(self.buffer("host", comp, si.numel()))
-        for s, b, d in zip(self.units(src), stage, self.units(dst)):
-            torch.index_select(s, 0, si, out=b)
-            d.index_copy_(0, di, b)
-        return StagedHandle()
+    # -- direct: one copy per run of pages, pool to pool ---------------------------------------
+    def _direct_on_host(self, src, dst, si, di) -> None:
+        d = self.pools.page_dim
+        for s0, d0, k in pair_runs(si, di):  # layer_first: every layer of the run in one strided copy
+            dst.narrow(d, d0, k).copy_(src.narrow(d, s0, k))
 
-    def _events(self, unit, count: int) -> list:
-        """Run `unit(u)` for u < `count` on the side stream (after the work already queued on
-        the current stream), an event after each."""
+    def _direct_cuda(self, src, dst, si, di, direction: str) -> StagedHandle:
+        runs = pair_runs(si, di)
+        s_units, d_units = self.units(src), self.units(dst)
+
+        def unit(u):
+            for s0, d0, k in runs:
+                d_units[u].narrow(0, d0, k).copy_(s_units[u].narrow(0, s0, k), non_blocking=True)
+
+        return StagedHandle(self._events(unit, len(s_units), self.streams[direction]), self.unit_of_layer)
+
+    def _events(self, unit, count: int, stream) -> list:
+        """Run `unit(u)` for u < `count` on `stream` (after the work already queued on the
+        current stream), an event after each."""
         events = []
-        self.stream.wait_stream(torch.cuda.current_stream(self.pools.device))
-        with torch.cuda.stream(self.stream):
+        stream.wait_stream(torch.cuda.current_stream(self.pools.device))
+        with torch.cuda.stream(stream):
             for u in range(count):
                 unit(u)
                 ev = torch.cuda.Event()
-                ev.record(self.stream)
+                ev.record(stream)
                 events.append(ev)
         return events
 
-    def _plan(self, src, dst, comp, host_pool, idx, device) -> tuple:
-        """A host <-> device transfer's units: the device buffer's, the source's and the
-        destination's; whether `host_pool` (the host side) is pinned, else the host staging
-        buffer's units; and the device side's index `idx` on `device`, recorded on the side
-        stream (not reused before the work queued there is done)."""
-        n = idx.numel()
-        dev, s_units, d_units = self.units(self.buffer("device", comp, n)), self.units(src), self.units(dst)
-        pinned = host_pool.is_pinned()
-        host = None if pinned else self.units(self.buffer("host", comp, n))
-        idx_dev = idx.to(device)
-        idx_dev.record_stream(self.stream)
-        return dev, s_units, d_units, pinned, host, idx_dev
+    # -- staged: bounded chunks through the staging buffers ------------------------------------
+    def _chunks(self, comp, si, di) -> list:
+        m = self.chunk_pages(comp)
+        return [(si[c:c + m], di[c:c + m]) for c in range(0, si.numel(), m)]
 
-    def _to_device(self, src, dst, comp, si, di) -> StagedHandle:
-        dev, s_units, d_units, pinned, host, di_dev = self._plan(src, dst, comp, src, di, dst.device)
+    def _on_host_staged(self, src, dst, comp, si, di) -> None:
+        for cs, cd in self._chunks(comp, si, di):
+            stage = self.units(self.buffer("host", comp, cs.numel()))
+            for s, b, d in zip(self.units(src), stage, self.units(dst)):
+                torch.index_select(s, 0, cs, out=b)
+                d.index_copy_(0, cd, b)
 
-        def unit(u):
-            if pinned:  # DMA straight from the pinned host pool, one copy per run of pages
-                for lo, off, k in index_runs(si):
-                    dev[u].narrow(0, off, k).copy_(s_units[u].narrow(0, lo, k), non_blocking=True)
-            else:
-                torch.index_select(s_units[u], 0, si, out=host[u])
+    def _to_device_staged(self, src, dst, comp, si, di) -> StagedHandle:
+        stream = self.streams["h2d"]
+        for cs, cd in self._chunks(comp, si, di):  # each chunk done before the buffers are reused
+            n = cs.numel()
+            host, dev = self.units(self.buffer("host", comp, n)), self.units(self.buffer("device", comp, n))
+            s_units, d_units = self.units(src), self.units(dst)
+            cd_dev = cd.to(dst.device)
+
+            def unit(u, host=host, dev=dev, cs=cs, cd_dev=cd_dev, s_units=s_units, d_units=d_units):
+                torch.index_select(s_units[u], 0, cs, out=host[u])
                 dev[u].copy_(host[u], non_blocking=True)
-            d_units[u].index_copy_(0, di_dev, dev[u])
+                d_units[u].index_copy_(0, cd_dev, dev[u])
 
-        return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer)
+            for ev in self._events(unit, len(host), stream):
+                ev.synchronize()
+        return StagedHandle()
 
-    def _to_host(self, src, dst, comp, si, di) -> StagedHandle:
-        dev, s_units, d_units, pinned, host, si_dev = self._plan(src, dst, comp, dst, si, src.device)
+    def _to_host_staged(self, src, dst, comp, si, di) -> StagedHandle:
+        stream = self.streams["d2h"]
+        for cs, cd in self._chunks(comp, si, di):
+            n = cs.numel()
+            host, dev = self.units(self.buffer("host", comp, n)), self.units(self.buffer("device", comp, n))
+            s_units, d_units = self.units(src), self.units(dst)
+            cs_dev = cs.to(src.device)
 
-        def unit(u):
-            torch.index_select(s_units[u], 0, si_dev, out=dev[u])
-            if pinned:  # DMA straight into the pinned host pool, one copy per run of pages
-                for lo, off, k in index_runs(di):
-                    d_units[u].narrow(0, lo, k).copy_(dev[u].narrow(0, off, k), non_blocking=True)
-            else:
+            def unit(u, host=host, dev=dev, cs_dev=cs_dev, s_units=s_units):
+                torch.index_select(s_units[u], 0, cs_dev, out=dev[u])
                 host[u].copy_(dev[u], non_blocking=True)
 
-        def scatter():
+            for ev in self._events(unit, len(host), stream):
+                ev.synchronize()
             for d, h in zip(d_units, host):
-                d.index_copy_(0, di, h)
+                d.index_copy_(0, cd, h)
+        return StagedHandle()
 
-        return StagedHandle(self._events(unit, len(dev)), self.unit_of_layer, None if pinned else scatter)
 
-
-__all__ = ["StagedCopier", "StagedHandle", "as_index", "index_runs"]
+__all__ = ["StagedCopier", "StagedHandle", "PageIndexError", "as_index", "index_runs", "pair_runs",
+           "STAGING_CHUNK_BYTES"]

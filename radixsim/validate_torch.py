@@ -57,7 +57,8 @@ def step_errors(steps: list, cost) -> dict:
 
 
 def _torch_run(name: str, sets: list, smoke: bool, device: str | None):
-    """(scenario, request rows, recorded steps) of the torch run on the measured clock."""
+    """(scenario, request rows, recorded steps, attention calls per SDPA backend) of the torch run
+    on the measured clock."""
     from scenarios.scenario import from_file
 
     from .run import request_rows, simulate
@@ -65,7 +66,7 @@ def _torch_run(name: str, sets: list, smoke: bool, device: str | None):
     sc = from_file(name, list(sets) + ["torch.clock=measured"], smoke_run=smoke)
     steps: list = []
     eng, *_ = simulate(sc, backend="torch", device=device, setup=lambda e: record_steps(e.executor, steps))
-    return sc, request_rows(eng), steps
+    return sc, request_rows(eng), steps, dict(sorted(eng.executor.model.sdpa_calls.items()))
 
 
 def compare(name: str, *, sets=(), table: str | None = None, smoke: bool = False, device: str | None = None) -> dict:
@@ -75,7 +76,7 @@ def compare(name: str, *, sets=(), table: str | None = None, smoke: bool = False
     from .results import round_table
     from .run import make_cost, request_rows, simulate
 
-    sc, torch_rows, steps = _torch_run(name, sets, smoke, device)
+    sc, torch_rows, steps, sdpa = _torch_run(name, sets, smoke, device)
     runs = {"torch": torch_rows}
     costs = {"sim": make_cost(from_file(name, list(sets), smoke_run=smoke))}
     runs["sim"] = request_rows(simulate(from_file(name, list(sets), smoke_run=smoke))[0])
@@ -109,7 +110,7 @@ def compare(name: str, *, sets=(), table: str | None = None, smoke: bool = False
         summary[k] = {"cost": _describe(costs[k]), "request_median_rel_err": statistics.median(errs) if errs else None,
                       "same_hits": all(r[f"{k}_cached"] == r["torch_cached"] for r in requests),
                       "step": step_errors(steps, costs[k])}
-    return {"scenario": label, "rounds": rounds, "requests": requests, "summary": summary}
+    return {"scenario": label, "rounds": rounds, "requests": requests, "summary": summary, "sdpa_backends": sdpa}
 
 
 def _describe(cost) -> str:
@@ -135,6 +136,9 @@ def table_text(results: list) -> str:
                          f"{_fmt(s['request_median_rel_err'], '.0%')}, same hits {s['same_hits']}; step time error "
                          f"median {_fmt(st['median_rel_err'], '.0%')}, p90 {_fmt(st['p90_rel_err'], '.0%')} "
                          f"over {st['steps']} steps")
+        if res.get("sdpa_backends"):
+            lines.append("    torch attention calls by SDPA backend: "
+                         + ", ".join(f"{k} {v}" for k, v in res["sdpa_backends"].items()))
     return "\n".join(lines)
 
 

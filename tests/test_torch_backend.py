@@ -152,7 +152,7 @@ def test_sim_and_torch_make_the_same_cache_decisions(tiers):
 def test_measured_clocks_advance_by_the_measured_step_times(clock):
     """One request, no tiers: on the measured and the real-time clock the run ends exactly when
     the sum of the steps' measured durations says (the real-time one on SimPy's real-time
-    environment), scaled by the preset's layers over the reduced model's (64 / 3)."""
+    environment), their layers' time scaled by the preset's layers over the reduced model's (64 / 3)."""
     import simpy.rt
 
     sc = scenario("qwen3-32b", clients=1, rounds=1, length=96, sets=[f"torch.clock={clock}"])
@@ -160,7 +160,9 @@ def test_measured_clocks_advance_by_the_measured_step_times(clock):
     (r,) = eng.finished
     assert isinstance(env, simpy.rt.RealtimeEnvironment) == (clock == "realtime")
     assert eng.executor.steps == 6 and eng.executor.busy_s > 0  # 2 chunks + 4 decode steps
-    assert eng.executor.layer_scale == 64 / 3 and r.finish_s == pytest.approx(eng.executor.busy_s * 64 / 3, rel=1e-9)
+    ex = eng.executor
+    assert ex.layer_scale == 64 / 3 and r.finish_s == pytest.approx(sum(t.scaled(64 / 3) for t in ex.times), rel=1e-9)
+    assert ex.busy_s == pytest.approx(sum(t.host + t.ends + t.layers for t in ex.times), rel=1e-12)
     assert cost == f"torch cpu float32, {clock} clock"
 
 

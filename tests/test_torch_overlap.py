@@ -62,7 +62,8 @@ def test_load_overlap_none_waits_at_submission():
 @pytest.mark.parametrize("layout,calls", [("layer_first", list(range(LAYERS))), ("page_first", [0])])
 def test_the_forward_waits_for_every_pending_load_layer_by_layer_in_order(layout, calls, monkeypatch):
     """Every load left in flight is waited for by exactly one forward: layer_first, each layer
-    once, in order, before that layer; page_first, once before layer 0."""
+    once, in order, before that layer; page_first, once before layer 0. The 44 loads move in 9
+    copies: before each forward, the pages of all its requests' loads in one."""
     log: dict = {}
 
     def wait_layer(self, layer):
@@ -70,8 +71,8 @@ def test_the_forward_waits_for_every_pending_load_layer_by_layer_in_order(layout
 
     monkeypatch.setattr(StagedHandle, "wait_layer", wait_layer)
     eng, *_ = simulate(scenario(layout), backend="torch")
-    assert eng.dataplane.overlapped == 44
-    assert [calls_ for _, calls_ in log.values()] == [calls] * 44
+    assert eng.dataplane.overlapped == 44 and eng.dataplane.load_batches == 9
+    assert [calls_ for _, calls_ in log.values()] == [calls] * 9
 
 
 class _Handle:
@@ -113,3 +114,39 @@ def test_layer_waiter_runs_before_each_layer_reads_the_pools(layout, monkeypatch
         want.append(("attention", layer))
     assert log == want + [("a", "sync"), ("b", "sync")]
     assert plane.pending == [] and plane.layer_waiter() is None
+
+
+def test_the_deferred_loads_of_a_step_move_in_one_copy_per_pool(monkeypatch):
+    """Two requests' loads queued for the next forward: one `StagedCopier.copy` with the pages of
+    both (in submission order), issued when the forward asks for its waiter; an index out of
+    range is refused at submission, before anything is queued."""
+    from types import SimpleNamespace
+
+    from gpu_backend.staging import PageIndexError
+
+    spec = HybridSpec(kinds=("full",) * LAYERS, hidden=16, num_heads=2, head_dim=8, window=None,
+                      state_dim=4, vocab=31, page_size=4)
+    pools = KVPools(spec, full_pages={"L1": 8, "L2": 8})
+    plane = TorchDataPlane(None, pools, pace=SimpleNamespace(submit=lambda t, cb: None), overlap="layerwise")
+    copies = []
+    copy = type(pools.staged).copy
+
+    def spy(self, a, b, c, si, di):
+        copies.append((a, b, c, list(si), list(di)))
+        return copy(self, a, b, c, si, di)
+
+    monkeypatch.setattr(type(pools.staged), "copy", spy)
+
+    def load(tid, src, dst):
+        return SimpleNamespace(id=tid, kind="load", component="full", src_tier="L2", dst_tier="L1", src=src, dst=dst,
+                               bytes=len(src))
+
+    plane.submit(load(1, [5, 6], [0, 1]), None)
+    plane.submit(load(2, [2], [4]), None)
+    with pytest.raises(PageIndexError, match="destination index 8 out of range"):
+        plane.submit(load(3, [3], [8]), None)
+    assert copies == [] and plane.overlapped == 2
+    assert plane.layer_waiter() is not None
+    assert copies == [("L2", "L1", "full", [5, 6, 2], [0, 1, 4])] and plane.load_batches == 1
+    plane.finish_loads()
+    assert plane.pending == [] and plane.layer_waiter() is None and len(copies) == 1

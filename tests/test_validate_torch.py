@@ -48,6 +48,10 @@ def test_rounds_and_requests_of_every_backend_are_written(validated, capsys):
     steps = {k: s["step"]["steps"] for k, s in summary.items()}
     assert steps["sim"] == steps["table"] > 0
     assert all(s["same_hits"] for s in summary.values())
+    sdpa = doc["scenarios"][0]["sdpa_backends"]  # which SDPA kernel the torch run's attention ran on
+    assert sdpa and set(sdpa) <= {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION",
+                                  "FLASH_ATTENTION (mask materialised)", "MATH (mask materialised)"}
+    assert all(isinstance(v, int) and v > 0 and v % 2 == 0 for v in sdpa.values())  # 2 layers: per step, per call
 
 
 def test_validate_torch_without_scenarios_is_one_line(capsys):
