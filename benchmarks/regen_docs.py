@@ -389,6 +389,32 @@ for _i, (_label, (_sc, _sets)) in enumerate(DP_RUNS):
 
 
 # docs/figure4.md ----------------------------------------------------------------------------
+def _resolved(name: str, doc: str, scenario: str, key: str) -> None:
+    """An inline figure of a scenario's resolved cache (config.yaml's `cache.KEY`, e.g. `l1_tokens: auto`)."""
+    def render(ctx):
+        from scenarios.scenario import load, resolve
+
+        return f"{resolve(load(scenario), scenario).doc['cache'][key]:,}"
+    entry(name, doc, cheap=True, seconds=1, block=False,
+          command=f"radixsim run {scenario} (config.yaml: cache.{key})")(render)
+
+
+for _name, _sc, _key in (("figure4-dsv4-l1", "fig4-dsv4-flash-l3", "l1_tokens"),
+                         ("figure4-inkling-l1", "fig4-inkling-small-l3", "l1_tokens"),
+                         ("figure4-dsv4-swa", "fig4-dsv4-flash-l3", "swa_tokens"),
+                         ("figure4-inkling-swa", "fig4-inkling-small-l3", "swa_tokens"),
+                         ("figure4-inkling-mamba", "fig4-inkling-small-l3", "mamba_slots"),
+                         ("figure4-dsv4-l2", "fig4-dsv4-flash-l3", "l2_tokens"),
+                         ("figure4-inkling-l2", "fig4-inkling-small-l3", "l2_tokens")):
+    _resolved(_name, "docs/figure4.md", _sc, _key)
+for _name, _sc, _key in (("figure6-dsv4-pro-l1", "fig6-dsv4-pro-b128-lru", "l1_tokens"),
+                         ("figure6-dsv4-pro-l2", "fig6-dsv4-pro-b128-lru", "l2_tokens"),
+                         ("figure6-qwen-l1", "fig6-qwen3.5-397b-b32-lru", "l1_tokens"),
+                         ("figure6-qwen-l2", "fig6-qwen3.5-397b-b32-lru", "l2_tokens"),
+                         ("figure6-qwen-mamba", "fig6-qwen3.5-397b-b32-lru", "mamba_slots")):
+    _resolved(_name, "docs/figure6.md", _sc, _key)
+
+
 FIG4 = [("DSV4 L1", "fig4-dsv4-flash-l1", 9400, "9.4K"), ("DSV4 L1+L2", "fig4-dsv4-flash-l2", 14300, "14.3K"),
         ("DSV4 L1+L2+L3", "fig4-dsv4-flash-l3", 145500, "145.5K, hit ~98%, TTFT < 9 s"),
         ("Inkling L1", "fig4-inkling-small-l1", 15500, "15.5K"),

@@ -39,7 +39,8 @@ def test_the_cheap_figures_match_a_rerun(capsys):
     rc, out, err = run(capsys, ["--check", "--cheap"])
     cheap = [e for e in regen.REGISTRY.values() if e.cheap]
     assert (rc, out.splitlines()[-1]) == (0, f"{len(cheap)} entries checked: all match"), out
-    assert {e.doc for e in cheap} >= {"README.md", "docs/validation.md", "docs/store_model.md"}
+    assert {e.doc for e in cheap} == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/figure4.md",
+                                      "docs/figure6.md"}
 
 
 def test_every_entry_has_its_marker_and_every_marker_its_entry():
@@ -91,7 +92,10 @@ def test_list_names_the_cost_and_command(capsys):
     names = [ln.split()[0] for ln in out.splitlines()]
     assert rc == 0 and names == ["readme-commands", "readme-trace-requests", "readme-fleet-requests",
                                  "validation-table", "validation-per-round", "store-model-validation",
-                                 "store-model-per-shard"]
+                                 "store-model-per-shard", "figure4-dsv4-l1", "figure4-inkling-l1",
+                                 "figure4-dsv4-swa", "figure4-inkling-swa", "figure4-inkling-mamba", "figure4-dsv4-l2",
+                                 "figure4-inkling-l2", "figure6-dsv4-pro-l1", "figure6-dsv4-pro-l2", "figure6-qwen-l1",
+                                 "figure6-qwen-l2", "figure6-qwen-mamba"]
     assert all(" cheap " in ln for ln in out.splitlines())
     rc, out, _ = run(capsys, ["--list", "--only", "fleet-agentic-table"])
     assert out.split()[:3] == ["fleet-agentic-table", "docs/fleet.md", "expensive"]
