@@ -161,10 +161,10 @@ def _readme_fleet_requests(ctx) -> str:
 
 
 @entry("readme-test-count", "README.md", cheap=False, seconds=60, block=False,
-       command="python -m pytest --collect-only -q (the number of tests collected)")
+       command="python -m pytest -o addopts= --collect-only -q (the number of tests collected)")
 def _readme_tests(ctx) -> str:
-    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                       cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "--collect-only", "-q",
+                        "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
     m = re.search(r"^(\d+) tests? collected", p.stdout, re.M)
     if not m:
         raise SystemExit(f"regen_docs: pytest --collect-only printed no count: {p.stdout[-300:]}{p.stderr[-300:]}")
@@ -366,7 +366,8 @@ def _fleet_pd(ctx) -> str:
 
 DP_RUNS = [("DP1 (one tree)", run_key("fleet-dsv4-flash-dp1")),
            ("DP8, round-robin dispatcher", run_key("fleet-dsv4-flash-dp8")),
-           ("DP8, session-affinity dispatcher", run_key("fleet-dsv4-flash-dp8", "fleet.dp_router.kind=session_affinity"))]
+           ("DP8, session-affinity dispatcher",
+            run_key("fleet-dsv4-flash-dp8", "fleet.dp_router.kind=session_affinity"))]
 
 
 @entry("fleet-dp-table", "docs/fleet.md", cheap=False, seconds=300, runs=[k for _, k in DP_RUNS],
@@ -474,7 +475,7 @@ def _arrow(a: float, b: float) -> str:
 def _ttft_arrow(a: float, b: float) -> str:
     fmt = (lambda v: f"{v:.1f}") if max(a, b) >= 10 else (lambda v: f"{v:.3f}")
     pct = 100 * (b - a) / a
-    p = "0%" if abs(pct) < 0.05 else f"{pct:+.1f}%".replace("+", "+")
+    p = "0%" if abs(pct) < 0.05 else f"{pct:+.1f}%"
     return f"{fmt(a)} -> {fmt(b)} s ({f'**{p}**' if pct <= -10 else p})"
 
 
