@@ -43,6 +43,12 @@ MARK = re.compile(r"<!-- regen: ([A-Za-z0-9_.-]+) -->(.*?)<!-- /regen -->", re.S
 EXIT_DIFF, EXIT_BAD = 1, 2
 
 
+def fail(msg: str):
+    """Stop with one line on stderr and exit status 2 (a run or a check that could not be done)."""
+    print(f"regen_docs: {msg}", file=sys.stderr)
+    raise SystemExit(EXIT_BAD)
+
+
 # -- runs -------------------------------------------------------------------------------------
 Run = tuple  # (scenario, (--set KEY=VALUE, ...))
 
@@ -69,7 +75,7 @@ class Runs:
             print("running: radixsim run " + " ".join([scenario, *[f"--set {s}" for s in sets]]), file=sys.stderr)
         p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if p.returncode != 0:
-            raise SystemExit(f"regen_docs: radixsim run {scenario} {' '.join(sets)} failed: "
+            fail(f"radixsim run {scenario} {' '.join(sets)} failed: "
                              f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
         return json.loads((out / "summary.json").read_text())
 
@@ -167,7 +173,7 @@ def _readme_tests(ctx) -> str:
                         "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True)
     m = re.search(r"^(\d+) tests? collected", p.stdout, re.M)
     if not m:
-        raise SystemExit(f"regen_docs: pytest --collect-only printed no count: {p.stdout[-300:]}{p.stderr[-300:]}")
+        fail("pytest --collect-only printed no count: " + " ".join((p.stdout[-300:] + p.stderr[-300:]).split()))
     return f"{int(m.group(1)):,} tests"
 
 
@@ -267,7 +273,7 @@ def _store_model_validation(ctx) -> str:
     pub = _published(H3)
     both = _case_rounds(H3, {})
     if both != _case_rounds(H3, prefix):
-        raise SystemExit("regen_docs: H3's prefix and mooncake rows differ; the table's 'both' row no longer holds")
+        fail("H3's prefix and mooncake rows differ; the table's 'both' row no longer holds")
     rows += [_pub_row("H3 760 GB pool", pub, 10), _hit_row("both", both, pub, 10)]
     return table(["case", "", *map(str, range(1, 11)), "hit MAE"], rows)
 

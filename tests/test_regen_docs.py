@@ -106,3 +106,13 @@ def test_list_names_the_cost_and_command(capsys):
 def test_an_unknown_entry_is_refused(capsys):
     rc, out, err = run(capsys, ["--check", "--only", "fig9"])
     assert (rc, out, err) == (2, "", "regen_docs: --only fig9: no such entry; expected one of --list\n")
+
+
+def test_a_failed_run_is_one_line_and_exit_2(capsys):
+    runs = regen.Runs(jobs=1, verbose=False)
+    with pytest.raises(SystemExit) as e:
+        runs("no-such-scenario", "seed=1")
+    _, err = capsys.readouterr()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("regen_docs: radixsim run no-such-scenario seed=1 failed: radixsim run: no-such-scenario: "
+                          "no such scenario file")
