@@ -54,7 +54,7 @@ def read_log(path) -> list:
     naming FILE:LINE) for an unreadable line or a record without a 'summary' object."""
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"{p}: no such file; expected a bench_multiturn JSONL log (--log-file)")
+        raise ValueError(f"{p}: {'is a directory' if p.is_dir() else 'no such file'}; expected a bench_multiturn JSONL log (--log-file)")
     records = []
     with open(p, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, 1):

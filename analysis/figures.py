@@ -117,17 +117,35 @@ def _tier_bars(ax, runs, colours) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _ttft_bars(ax, runs, colours, ttft: str, group: int) -> None:
-    t = _nan([(r.summary or {}).get(ttft) for r in runs])
-    ax.bar(np.arange(len(runs)), np.nan_to_num(t), color=colours, edgecolor="black", linewidth=0.5)
-    top = float(np.nanmax(t)) if np.isfinite(t).any() else 1.0
+def _ttft_labels(t, group: int) -> list:
+    """Per run (TTFT array `t`): (index, its baseline's index, the text above its bar):
+    "baseline", the change vs its group's first run, or "" (no baseline TTFT); runs without
+    a TTFT are left out."""
+    out = []
     for i, v in enumerate(t):
         if not np.isfinite(v):
             continue
         b = i // group * group
         base = t[b]
-        text = "baseline" if i == b else (format_change(ttft_change_pct(base, v)) if base > 0 else "")
-        ax.text(i, v + 0.02 * top, text, ha="center", va="bottom", fontsize=9)
+        out.append((i, b, "baseline" if i == b else (format_change(ttft_change_pct(base, v)) if base > 0 else "")))
+    return out
+
+
+def fig6_changes(runs, *, ttft: str = "ttft_mean_s", group: int | None = None) -> list:
+    """The TTFT changes `fig6_figure` prints above its bars, as lines for the terminal: one
+    per run that is not its group's baseline, e.g. 'b128 session: TTFT -0.1% vs b128 LRU
+    (1.491 s vs 1.492 s)'."""
+    t = _nan([(r.summary or {}).get(ttft) for r in runs])
+    return [f"{runs[i].label}: TTFT {text} vs {runs[b].label} ({t[i]:.3f} s vs {t[b]:.3f} s)"
+            for i, b, text in _ttft_labels(t, group or len(runs) or 1) if i != b and text]
+
+
+def _ttft_bars(ax, runs, colours, ttft: str, group: int) -> None:
+    t = _nan([(r.summary or {}).get(ttft) for r in runs])
+    ax.bar(np.arange(len(runs)), np.nan_to_num(t), color=colours, edgecolor="black", linewidth=0.5)
+    top = float(np.nanmax(t)) if np.isfinite(t).any() else 1.0
+    for i, _, text in _ttft_labels(t, group):
+        ax.text(i, t[i] + 0.02 * top, text, ha="center", va="bottom", fontsize=9)
     ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
     stat = {"ttft_mean_s": "mean", "ttft_p50_s": "p50", "ttft_p90_s": "p90", "ttft_p99_s": "p99"}.get(ttft, ttft)
     ax.set_ylabel(f"{stat} TTFT (s)")

@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scenario file, or a catalog name such as fig4-dsv4-flash-l3 (default: quickstart)")
     u.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set cache.l2_tokens=4000000 or --set "
-                        "workload.num_rounds=20 (dotted names of DESIGN.md; repeatable)")
+                        "workload.num_rounds=20 (a dotted key of the scenario file: README.md 'Simulate "
+                        "a scenario', SCHEMA in scenarios/schema.py; repeatable)")
     u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
     u.add_argument("--backend", choices=["sim", "torch"], default="sim",
                    help="sim: the SimPy clock with modelled links and cost (default); torch: the same engine "
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "Run SCENARIO at every point of the cartesian product of the --grid values, each "
                            "point a normal result directory under OUT/points/, plus OUT/sweep.csv (one row per "
                            "point: grid values and summary figures; with --repeat N the mean over N seeds and "
-                           "a 95%% confidence half-width per figure) and OUT/sweep_points.csv (every run). "
+                           "a 95% confidence half-width per figure) and OUT/sweep_points.csv (every run). "
                            "Points already done are skipped, so rerunning an interrupted sweep finishes it."))
     w.add_argument("scenario", help="scenario file or catalog name")
     w.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2,...",
@@ -332,7 +333,7 @@ def _cmd_run(args) -> int:
     except (ValueError, OSError) as e:
         sys.stderr.write(f"radixsim run: {name}: {e}\n")
         return EXIT_BAD_INPUT
-    from .outputs import fmt_or_dash
+    from .outputs import fmt_or_dash, plural
     c = sc.cache
     tiers = "L1" if c.tiers is None else ("L1+L2+L3" if c.tiers.l3 else "L1+L2")
     print(f"{sc.doc['name']}: {sc.model.name} TP{sc.tp}, {tiers}, L1 {c.capacity_tokens:,} tokens"
@@ -345,7 +346,7 @@ def _cmd_run(args) -> int:
           f"effective input throughput {s['effective_input_tps']:,.0f} tok/s; wall {s['_wall_s']:.2f} s -> {out}")
     f = s.get("fleet")
     if f:
-        print(f"fleet: {f['engines']} engines, router {f['router']['kind']}: SLO attainment {f['slo_attainment']:.3f}, "
+        print(f"fleet: {plural(f['engines'], 'engine')}, router {f['router']['kind']}: SLO attainment {f['slo_attainment']:.3f}, "
               f"goodput {f['goodput_rps']:.2f} req/s, requests per engine max/mean "
               f"{f['load_balance']['requests']['max_over_mean']:.2f} (engines.csv, fleet.json)")
     return 0
@@ -363,7 +364,7 @@ def _scenario_and_executor(args):
 def _cmd_sweep(args) -> int:
     from scenarios.scenario import ScenarioError
 
-    from .outputs import OutputError
+    from .outputs import OutputError, fmt_or_dash, plural
     from .sweep import parse_grid, run_sweep
 
     try:
@@ -381,11 +382,11 @@ def _cmd_sweep(args) -> int:
 
         capacity_figure(args.out, keys[0], args.plot, y=keys[1] if len(keys) == 2 else None,
                         out=f"{args.out}/sweep")
-    print(f"{r['points']} runs ({r['ran']} run now, {r['skipped']} already done) in "
+    print(f"{plural(r['points'], 'run')} ({r['ran']} run now, {r['skipped']} already done) in "
           f"{time.perf_counter() - t0:.1f} s -> {args.out}/sweep.csv")
     for row in r["rows"]:
         vals = ", ".join(f"{k}={row[k]}" for k in keys) or "base"
-        print(f"  {vals}: hit rate {row['hit_rate']:.4f}, last 10 {row['hit_rate_last10']}, "
+        print(f"  {vals}: hit rate {row['hit_rate']:.4f}, last 10 {fmt_or_dash(row['hit_rate_last10'], '.4f')}, "
               f"TTFT mean {row['ttft_mean_s']:.3f} s, {row['effective_input_tps']:,.0f} tok/s")
     return 0
 

@@ -96,6 +96,11 @@ def fmt_or_dash(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def plural(n: int, noun: str) -> str:
+    """`n` and `noun`, with an "s" unless n is 1 ("1 engine", "16 engines")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def ruled(head: str) -> list:
     """A printed table's first lines: its header and a rule as wide."""
     return [head, "-" * len(head)]

@@ -110,6 +110,8 @@ def _plot(args) -> list:
             save(figures.rounds_figure(runs), "rounds")
     if kind in ("fig6", "all") and need(bool(runs), "--kind fig6: expected at least one result directory"):
         save(figures.fig6_figure(runs, group=getattr(args, "group", None)), "fig6")
+        for line in figures.fig6_changes(runs, group=getattr(args, "group", None)):
+            print(f"fig6 {line}")
     if kind in ("policy", "all"):
         for i, c in enumerate(comps):
             save(figures.policy_figure(c, metric=args.metric), f"policy-{i + 1}" if len(comps) > 1 else "policy")

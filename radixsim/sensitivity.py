@@ -253,10 +253,12 @@ _FORMATS = {"hit_rate": ("hit", "{:.4f}"), "hit_rate_device": ("L1", "{:.4f}"), 
 
 def format_table(res: dict) -> str:
     """The printed report: one line per run, the band of each figure, the cliff verdict."""
+    from .outputs import plural
+
     def cells(values):
         return "".join(f"{('-' if v is None else _FORMATS[k][1].format(v)):>13}" for k, v in zip(HEADLINE, values))
 
-    lines = [f"sensitivity of {res['scenario']} at +-{res['pct']:g}% ({len(res['runs'])} runs)",
+    lines = [f"sensitivity of {res['scenario']} at +-{res['pct']:g}% ({plural(len(res['runs']), 'run')})",
              f"{'input':<12}{'factor':>7}" + "".join(f"{_FORMATS[k][0]:>13}" for k in HEADLINE)]
     for r in res["runs"]:
         f = "corner" if r["factor"] is None else f"{r['factor']:.2f}"

@@ -68,6 +68,8 @@ def load(path) -> dict:
         raise ScenarioError(f"{path}: no such scenario file (catalog: {', '.join(catalog_names())})") from None
     except ValueError as e:
         raise ScenarioError(str(e)) from None
+    except IsADirectoryError:
+        raise ScenarioError(f"{path}: is a directory; expected a scenario file (YAML) or a catalog name") from None
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
     raw.setdefault("name", p.stem)
@@ -293,7 +295,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     elif not Path(table).is_file():
         beside = Path(where).parent / table
         if not beside.is_file():
-            raise ScenarioError(f"{where}: cost.table: {table}: no such file; expected a file of measured step "
+            raise ScenarioError(f"{where}: cost.table: {table}: {_not_a_file(Path(table))}; expected a file of measured step "
                                 "times (JSON or YAML), relative to the working directory or the scenario file")
         table = str(beside)
     doc["tp"] = tp
@@ -376,15 +378,25 @@ def _workload(w: dict, seed: int, P: int, l1: int, where: str):
     return workload_kind(w["kind"]).build(w, WorkloadContext(seed, P, l1, where))
 
 
+def _a(word: str) -> str:
+    """`word` with its indefinite article ("a trace", "an azure")."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
+
+
+def _not_a_file(path: Path) -> str:
+    """Why `path` is not a readable file, for a one-line error: a directory or missing."""
+    return "is a directory" if path.is_dir() else "no such file"
+
+
 def _file_workload(w: dict, ctx: WorkloadContext) -> TraceSpec:
     kind, where = w["kind"], ctx.where
     if not w["path"]:
-        raise ScenarioError(f"{where}: workload.path: missing; expected a {kind} file")
+        raise ScenarioError(f"{where}: workload.path: missing; expected {_a(kind)} file")
     path = Path(w["path"])
     if not path.is_file() and (Path(where).parent / path).is_file():
         path = Path(where).parent / path
     if not path.is_file():
-        raise ScenarioError(f"{where}: workload.path: {w['path']}: no such file; expected a {kind} file")
+        raise ScenarioError(f"{where}: workload.path: {w['path']}: {_not_a_file(path)}; expected {_a(kind)} file")
     if kind == "trace":
         _check_trace_has_requests(path, w.get("block_size"), where)
     return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])

@@ -224,6 +224,19 @@ def test_fig6_groups_have_their_own_baseline(runs):
     assert texts == ["baseline", f"{100 * (t[1] - t[0]) / t[0]:+.1f}%", "baseline", f"{100 * (t[3] - t[2]) / t[2]:+.1f}%"]
 
 
+def test_plot_fig6_prints_one_ttft_change_per_pair(runs, tmp_path, capsys):
+    a, b = runs["l1"].path, runs["l2"].path
+    t1, t2 = runs["l1"].summary["ttft_mean_s"], runs["l2"].summary["ttft_mean_s"]
+    rc, out, err = run_cmd(capsys, ["plot", str(a), str(b), str(b), str(a), "--kind", "fig6", "--group", "2",
+                                    "--labels", "a", "b", "c", "d", "--out", str(tmp_path)])
+    change = (f"{100 * (t2 - t1) / t1:+.1f}%", f"{100 * (t1 - t2) / t2:+.1f}%")
+    assert (rc, err) == (0, "")
+    assert out.splitlines() == [
+        f"fig6 b: TTFT {change[0]} vs a ({t2:.3f} s vs {t1:.3f} s)",
+        f"fig6 d: TTFT {change[1]} vs c ({t1:.3f} s vs {t2:.3f} s)",
+        str(tmp_path / "fig6.png"), str(tmp_path / "fig6.svg")]
+
+
 def test_policy_figure_draws_opt_dashed(dirs, tmp_path):
     cmp = pd.read_csv(dirs["cmp"] / "comparison.csv")
     fig = figures.policy_figure(dirs["cmp"], tmp_path / "policy")
