@@ -100,7 +100,7 @@ def test_list_names_the_cost_and_command(capsys):
     rc, out, _ = run(capsys, ["--list", "--only", "fleet-agentic-table"])
     assert out.split()[:3] == ["fleet-agentic-table", "docs/fleet.md", "expensive"]
     assert out.rstrip().endswith("radixsim sweep fleet16-agentic --grid fleet.router=round_robin,least_load,"
-                                 "session_affinity,cache_aware,kv_overlap,oracle --out DIR")
+                                 "session_affinity,cache_aware,kv_overlap,cache_aware_exact --out DIR")
 
 
 def test_an_unknown_entry_is_refused(capsys):

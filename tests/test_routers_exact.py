@@ -223,8 +223,9 @@ SMALL = {  # 8 clients x 3 rounds on one H200 per engine (well under a second)
 }
 
 
-def _fleet(fleet, **cache):
+def _fleet(fleet, hardware="h200x1", **cache):
     raw = copy.deepcopy(SMALL)
+    raw["hardware"] = hardware
     raw["cache"].update(cache)
     raw["fleet"] = fleet
     f, env, *_ = simulate_fleet(resolve(raw, "test"))
@@ -234,8 +235,9 @@ def _fleet(fleet, **cache):
 def test_dp_sends_each_request_to_its_engine_and_the_dispatcher_rank():
     """3 engines x 2 ranks, round robin at both levels: request k goes to engine k mod 3 and
     there to rank (k // 3) mod 2 (each dispatcher sees every third request): fleet index
-    engine x 2 + rank; every finish is booked back to the router and dispatcher that sent it."""
-    f, rows = _fleet({"engines": 3, "dp": 2})
+    engine x 2 + rank; every finish is booked back to the router and dispatcher that sent it
+    (TP2 engines: DP attention splits an engine's tp ranks, so dp must divide tp)."""
+    f, rows = _fleet({"engines": 3, "dp": 2}, hardware="h200x2")
     assert len(rows) == 24
     assert [(r["engine"], r["dp_rank"]) for r in rows] == [(k % 3, k // 3 % 2) for k in range(24)]
     assert [f.engine_of[k] for k in range(24)] == [k % 3 * 2 + k // 3 % 2 for k in range(24)]
