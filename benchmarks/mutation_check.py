@@ -9,8 +9,9 @@ Reads benchmarks/mutants_<AREA>.txt, one block per mutant, blocks separated by a
     new: pages
     tests: tests/test_policy_lab.py tests/test_mutants_arc.py::test_x
 
-`old` must occur exactly once in `file` (else the mutant is refused with one line and counts as
-an error, not as killed); `new` replaces it. Lines starting with `#` are comments. For each
+`old` must occur exactly once in `file`, else the mutant is refused (one line on stderr naming
+the mutants file, its line and what was expected) and nothing runs (exit status 2); `new`
+replaces it. Lines starting with `#` are comments. For each
 mutant the script applies the one replacement to a private copy of the tracked source tree
 (`git ls-files`, one copy per job, restored after each mutant), runs the listed tests there with
 pytest (`-x`, a per-test timeout from pytest-timeout) and counts the mutant KILLED when they fail,
@@ -39,7 +40,6 @@ import sys
 import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BENCH = ROOT / "benchmarks"
 FIELDS = ("file", "old", "new", "tests")
 
 
@@ -113,14 +113,14 @@ def check_applies(m: Mutant, root: pathlib.Path) -> str | None:
     return None
 
 
-def copy_tree(dest: pathlib.Path) -> None:
-    """The tracked files (as they are in the work tree) and untracked, unignored ones."""
+def copy_tree(root: pathlib.Path, dest: pathlib.Path) -> None:
+    """The tracked files of `root` (as they are in the work tree) and untracked, unignored ones."""
     files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+                           cwd=root, capture_output=True, check=True).stdout.split(b"\0")
     for f in files:
         if not f:
             continue
-        src = ROOT / f.decode()
+        src = root / f.decode()
         if not src.is_file():  # deleted in the work tree
             continue
         dst = dest / f.decode()
@@ -150,7 +150,8 @@ def run_tests(tree: pathlib.Path, tests: tuple[str, ...], timeout: int) -> tuple
     return "fail", last
 
 
-def main(argv=None) -> int:
+def main(argv=None, root: pathlib.Path = ROOT) -> int:
+    """The command (`root`: the repository whose benchmarks/mutants_*.txt are read and mutated)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--area", action="append", help="only this area (mutants_AREA.txt); repeatable")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
@@ -162,7 +163,7 @@ def main(argv=None) -> int:
     if args.jobs < 1:
         print("mutation_check: option --jobs: expected an integer >= 1", file=sys.stderr)
         return 2
-    files = sorted(BENCH.glob("mutants_*.txt"))
+    files = sorted((root / "benchmarks").glob("mutants_*.txt"))
     if args.area:
         known = {p.stem[len("mutants_"):]: p for p in files}
         for a in args.area:
@@ -183,17 +184,19 @@ def main(argv=None) -> int:
         mutants = [m for m in mutants if k in m.name or k in m.file or k in m.old or k in m.new]
     refused = {}
     for m in mutants:
-        why = check_applies(m, ROOT)
+        why = check_applies(m, root)
         if why:
             refused[m.name] = why
-            print(f"refused: {why}", file=sys.stderr)
-    todo = [m for m in mutants if m.name not in refused]
+            print(f"mutation_check: refused {why}", file=sys.stderr)
+    if refused:  # bad input: nothing runs
+        return 2
+    todo = mutants
 
     with tempfile.TemporaryDirectory(prefix="mutation_check_") as tmp:
         trees: queue.Queue = queue.Queue()
         for j in range(min(args.jobs, max(len(todo), 1))):
             d = pathlib.Path(tmp) / f"tree{j}"
-            copy_tree(d)
+            copy_tree(root, d)
             trees.put(d)
 
         def with_tree(fn, *a):
@@ -232,19 +235,18 @@ def main(argv=None) -> int:
     survived_any = False
     areas = sorted({m.area for m in mutants})
     print()
-    print(f"{'area':<20} {'killed':>7} {'total':>6} {'rate':>6}  timeouts  refused  errors  survivors")
+    print(f"{'area':<20} {'killed':>7} {'total':>6} {'rate':>6}  timeouts  errors  survivors")
     for a in areas:
         ms = [m for m in mutants if m.area == a]
         res = [(m, results.get(m.name)) for m in ms if m.name in results]
         killed = [m for m, r in res if r[0] in ("fail", "timeout")]
         timeouts = [m for m, r in res if r[0] == "timeout"]
-        errors = [m for m, r in res if r[0] == "error"] + [m for m in ms if m.tests in broken and m.name not in refused]
+        errors = [m for m, r in res if r[0] == "error"] + [m for m in ms if m.tests in broken]
         surv = [m for m, r in res if r[0] == "pass"]
         survived_any |= bool(surv)
-        n_ref = sum(1 for m in ms if m.name in refused)
         total = len(res)
         rate = f"{100 * len(killed) / total:.0f}%" if total else "-"
-        print(f"{a:<20} {len(killed):>7} {total:>6} {rate:>6}  {len(timeouts):>8}  {n_ref:>7}  {len(errors):>6}  "
+        print(f"{a:<20} {len(killed):>7} {total:>6} {rate:>6}  {len(timeouts):>8}  {len(errors):>6}  "
               + (", ".join(m.name for m in surv) or "-"))
     for m in mutants:
         r = results.get(m.name)
@@ -252,7 +254,7 @@ def main(argv=None) -> int:
             print(f"SURVIVED {m.name}: {m.file}: {m.old!r} -> {m.new!r} (tests: {' '.join(m.tests)})")
         elif r and r[0] == "error":
             print(f"ERROR {m.name}: {r[1]}")
-    if refused or broken:
+    if broken:
         return 2
     return 1 if survived_any else 0
 
