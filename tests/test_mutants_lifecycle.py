@@ -29,3 +29,24 @@ def test_the_default_min_prefetch_tokens_is_256(run, storage):
     c.hier.evict_l2(run)  # on L3 only
     m = c.match(TokenSeq(tokens + [0]))
     assert (m.device_tokens, m.host_tokens, m.storage_tokens) == (0, 0, storage)
+
+
+def committed(seq: str, prompt_len: int) -> dict:
+    """{edge: priority} after one request of `seq` (prompt `prompt_len` tokens) at priority 3,
+    page size 2."""
+    from cache_core.lifecycle import CommitParams, commit
+    from helpers import edge
+
+    cache = RadixCache(CacheConfig(page_size=2, capacity_tokens=32))
+    s = TokenSeq(toks(seq))
+    a = admit(cache, AdmitParams(seq=s, prompt_len=prompt_len))
+    commit(cache, CommitParams(seq=s, prompt_len=prompt_len, match=a.match, pages=a.pages, slots=a.slots,
+                               priority=3))
+    return {edge(n): n.priority for n in cache.tree.iter_nodes() if n.parent is not None}
+
+
+def test_the_page_aligned_prompt_is_split_off_at_priority_plus_1():
+    # 8 tokens, prompt 5: inserted up to 8 at priority 3, then the prompt's whole pages (4) at 4
+    assert committed("abcdefgh", 5) == {"abcd": 4, "efgh": 3}
+    # 5 tokens, prompt 4: the output adds no whole page (aligned 4 = the prompt's): no split insert
+    assert committed("abcde", 4) == {"abcd": 3}
