@@ -50,3 +50,15 @@ def test_the_page_aligned_prompt_is_split_off_at_priority_plus_1():
     assert committed("abcdefgh", 5) == {"abcd": 4, "efgh": 3}
     # 5 tokens, prompt 4: the output adds no whole page (aligned 4 = the prompt's): no split insert
     assert committed("abcde", 4) == {"abcd": 3}
+
+
+def test_a_commit_with_nothing_to_insert_gives_the_requests_slots_back():
+    from cache_core.lifecycle import CommitParams, commit
+
+    cache = RadixCache(CacheConfig(page_size=2, capacity_tokens=16, mamba=MambaConfig(slots=1)))
+    s = TokenSeq(toks("abcd"))
+    a = admit(cache, AdmitParams(seq=s, prompt_len=4))
+    assert cache.mamba.pool.free_pages == 0
+    cache.free(a.pages)  # the request computed nothing it keeps (CommitParams.pages None)
+    commit(cache, CommitParams(seq=s, prompt_len=4, match=a.match, pages=None, slots=a.slots))
+    assert cache.mamba.pool.free_pages == 1 and cache.free_tokens == 16 and cache.topo.locks == {}
