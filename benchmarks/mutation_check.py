@@ -1,6 +1,6 @@
 """Mutation check: do the tests notice a small, plausible bug?
 
-    python benchmarks/mutation_check.py [--area arc] [--jobs 1] [-k survive] [--timeout 300]
+    python benchmarks/mutation_check.py [--area arc] [--jobs 1] [-k store.py] [--timeout 300]
 
 Reads benchmarks/mutants_<AREA>.txt, one block per mutant, blocks separated by a blank line:
 
@@ -11,14 +11,14 @@ Reads benchmarks/mutants_<AREA>.txt, one block per mutant, blocks separated by a
 
 `old` must occur exactly once in `file`, else the mutant is refused (one line on stderr naming
 the mutants file, its line and what was expected) and nothing runs (exit status 2); `new`
-replaces it. Lines starting with `#` are comments. For each
-mutant the script applies the one replacement to a private copy of the tracked source tree
-(`git ls-files`, one copy per job, restored after each mutant), runs the listed tests there with
-pytest (`-x`, a per-test timeout from pytest-timeout) and counts the mutant KILLED when they fail,
-TIMEOUT (also killed: a hang is a failure) when a test ran past the timeout, SURVIVED when they
-pass. The unmutated tests are run once per distinct test list first: a list that fails unmutated
-is reported and its mutants are not counted. Prints one table per area: killed/total and the
-survivors. Exit status: 0 when every mutant was killed, 1 when one survived, 2 on bad input.
+replaces it. Lines starting with `#` are comments. For each mutant the script applies the one
+replacement to a private copy of the tracked and untracked-unignored files (`git ls-files`, one
+copy per job, restored after each mutant), runs the listed tests there with pytest (`-x`, a
+per-test timeout from pytest-timeout, default 300 s) and reports `fail` (killed), `timeout`
+(killed: a hang is a failure) or `pass` (survived). The unmutated tests run once per distinct
+test list first: a list that fails unmutated is reported and its mutants are not counted (exit
+status 2). Then one row per area: killed/total, rate, timeouts, errors and the survivors, each
+survivor spelled out below. Exit status 0 when every mutant was killed, 1 when one survived.
 
 Why not mutmut: mutmut generates every operator mutation of whole modules and runs the whole
 suite (or its own coverage-picked subset) per mutant; on this project (about 1700 tests, two CPU
