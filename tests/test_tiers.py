@@ -837,7 +837,13 @@ def test_prefetch_below_a_node_without_l2_copy():
     c.evict(4)  # backed up (and stored) at eviction
     c.hier.evict_l2(4)
     request(c, [1, 2], limit=0)  # recomputed: on L1, no L2 copy
-    request(c, [1, 2, 3, 4, 5])  # storage hit [3,4] below [1,2]
+    m = c.match(TokenSeq([1, 2, 3, 4, 5]))
+    assert (m.device_tokens, m.host_tokens, m.storage_tokens, m.cached_tokens) == (2, 0, 2, 4)
+    n = len(c.actions)
+    assert request(c, [1, 2, 3, 4, 5]).cached_tokens == 4  # storage hit [3,4] below [1,2]
+    # [1,2] is backed up (and stored) first so that L2 stays prefix-closed, then [3,4] comes up
+    assert shape(transfers(c, n)) == [("backup", L1, L2, 2), ("store", L2, L3, 2), ("prefetch", L3, L2, 2),
+                                      ("load", L2, L1, 2)]
 
 
 @pytest.mark.parametrize("ok", [False, True])
