@@ -39,8 +39,8 @@ def nonneg_int(text: str, limit: int = MAX_INT_OPTION) -> int:
     return v
 
 
-def pos_int(text: str) -> int:
-    v = nonneg_int(text)
+def pos_int(text: str, limit: int | None = None) -> int:
+    v = nonneg_int(text) if limit is None else nonneg_int(text, limit)
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
     return v
@@ -48,10 +48,7 @@ def pos_int(text: str) -> int:
 
 def page_size(text: str) -> int:
     """Tokens per page: an integer in 1..MAX_PAGE_SIZE."""
-    v = nonneg_int(text, MAX_PAGE_SIZE)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+    return pos_int(text, MAX_PAGE_SIZE)
 
 
 def _finite(text: str) -> float:

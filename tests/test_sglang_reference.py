@@ -107,16 +107,22 @@ def conversation_trace(seed: int, n: int) -> list:
     return out
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """{(seed, page, capacity, policy): [SGLang's cached tokens per request]} and the traces."""
-    d = tmp_path_factory.mktemp("sglang_ref")
+def _write_traces(d):
+    """Each seed's conversation trace, and the harness's JSONL of it in directory `d`."""
     traces, paths = {}, {}
     for seed in SEEDS:
         traces[seed] = conversation_trace(seed, REQUESTS)
         paths[seed] = d / f"trace{seed}.jsonl"
         paths[seed].write_text("".join(json.dumps({"rid": i, "tokens": p, "output_tokens": o}) + "\n"
                                        for i, (p, o) in enumerate(traces[seed])))
+    return traces, paths
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """{(seed, page, capacity, policy): [SGLang's cached tokens per request]} and the traces."""
+    d = tmp_path_factory.mktemp("sglang_ref")
+    traces, paths = _write_traces(d)
     cfg = {"traces": [str(p) for p in paths.values()],
            "runs": [(pg, cap, pol) for pg in PAGES for cap in CAPACITIES for pol in POLICIES]}
     run = subprocess.run([str(PYTHON), "-W", "ignore", "-c", DRIVER, str(HARNESS)], input=json.dumps(cfg),
@@ -168,12 +174,7 @@ json.dump(out, sys.stdout)
 def tlru_reference(tmp_path_factory):
     """{(seed, impl, page, capacity, threshold, estimate): SGLang's cached tokens per request}."""
     d = tmp_path_factory.mktemp("sglang_tlru")
-    traces, paths = {}, {}
-    for seed in SEEDS:
-        traces[seed] = conversation_trace(seed, REQUESTS)
-        paths[seed] = d / f"trace{seed}.jsonl"
-        paths[seed].write_text("".join(json.dumps({"rid": i, "tokens": p, "output_tokens": o}) + "\n"
-                                       for i, (p, o) in enumerate(traces[seed])))
+    traces, paths = _write_traces(d)
     runs = [(impl, pg, cap, t, q) for impl in TLRU_IMPLS for pg in PAGES for cap in CAPACITIES for t, q in TLRU_CONFIGS]
     run = subprocess.run([str(PYTHON), "-W", "ignore", "-c", DRIVER_TLRU, str(HARNESS)],
                          input=json.dumps({"traces": [str(p) for p in paths.values()], "runs": runs}),
