@@ -184,7 +184,8 @@ def part_copy(device: str, size: dict) -> dict:
             rows.append(r)
             log(f"(a) {layout:<11} {r['pages']:>4} pages of {r['page_bytes'] / 2**20:6.3f} MiB: "
                 f"D2H {r['d2h_GBps']:6.2f} GB/s = {r['d2h_pct_of_baseline']:3.0f}% of plain "
-                f"({r['baseline_d2h_GBps']:.2f}), H2D {r['h2d_GBps']:6.2f} GB/s = {r['h2d_pct_of_baseline']:3.0f}% ({r['baseline_h2d_GBps']:.2f}); "
+                f"({r['baseline_d2h_GBps']:.2f}), H2D {r['h2d_GBps']:6.2f} GB/s = {r['h2d_pct_of_baseline']:3.0f}% "
+                f"({r['baseline_h2d_GBps']:.2f}); "
                 f"modelled {hw.name} link {r['modelled_GBps']:.1f} GB/s")
     return {"rows": rows, "failures": failures}
 
