@@ -199,7 +199,7 @@ def test_measured_clock_a_layer_never_reads_a_page_before_its_event(layout, devi
                 want += [("wait", h, layer) for h in pending]
             want.append(("attention", layer))
         assert log[a + 1:b] == want
-    assert with_loads > 0
+    assert with_loads > 0  # (9 here in 4 runs; how many depends on the measured timing)
 
 
 def test_measured_clock_load_acknowledged_early_carries_its_landing_time():
