@@ -89,6 +89,7 @@ class Loader:
         self.inflight = 0  # transfers handed to the data plane, not yet reported done
         self._owner: dict = {}  # transfer id -> request waiting for it
         self._done: dict = {}  # request id(...) -> [(transfer id, ok)] finished, not yet acknowledged
+        self._landing: dict = {}  # request id(...) -> latest clock time its acknowledged loads land (`_on_done`)
         self._kinds: dict = {}  # transfer id -> kind, for the transfers a request waits for
         self.overlapping: list[EngineRequest] = []  # requests of the step in progress whose overlapped loads it waits for
 
@@ -113,6 +114,7 @@ class Loader:
             if r.first_token_s is None:
                 r.load_s += stall
             r.load_start_s = r.load_done_s = None
+            self._landing.pop(id(r), None)
 
     def drain(self, owner: EngineRequest | None = None) -> list:
         """Hand the cache's new transfers to the data plane; `owner` waits for its loads.
@@ -142,11 +144,15 @@ class Loader:
             self.dataplane.submit(t, self._on_done)
         return batch
 
-    def _on_done(self, tid: int, ok: bool = True) -> None:
-        """The data plane finished transfer `tid`."""
+    def _on_done(self, tid: int, ok: bool = True, done_s: float | None = None) -> None:
+        """The data plane finished transfer `tid`. `done_s`: when it lands on the clock, if not
+        now (a measured-clock data plane acknowledges an overlapped load before the forward
+        that waits for it, with the time its copy takes; the overlap model then uses that)."""
         self.inflight -= 1
         self._kinds.pop(tid, None)
         r = self._owner.pop(tid, None)
+        if done_s is not None and r is not None:
+            self._landing[id(r)] = max(self._landing.get(id(r), done_s), done_s)
         if r is None:
             self.cache.ack(tid, ok)
             self.drain()
@@ -308,7 +314,7 @@ class Loader:
             self.q.ready.remove(r)
             self.resolve(r)
             return
-        r.load_done_s = self.clock.now()
+        r.load_done_s = max(self.clock.now(), self._landing.pop(id(r), 0.0))
         if m.cached_tokens != r.prefix_len:
             raise RuntimeError(f"request {r.rid}: overlapped loads left {m.cached_tokens} of its "
                                f"{r.prefix_len} prefix tokens on L1 once it had started (not modelled)")

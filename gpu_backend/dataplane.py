@@ -27,7 +27,12 @@ requests move in one copy per pool (`_issue`), left in flight (`pending`); that 
 for them layer by layer (`layer_waiter`: before layer l reads the pools, the unit holding layer l;
 ``page_first`` has one unit, waited for before layer 0), and `finish_loads` (after that forward,
 or before any other transfer or state copy) waits for what is left. With ``overlap="none"``
-every load is waited for when it is submitted. When a transfer is reported done on the engine's clock is the `pace`'s choice:
+every load is waited for when it is submitted. Without a pace (`torch.clock: measured` or
+`realtime`) an overlapped load is issued at once, left in flight (on CPU the copy is synchronous,
+so it has landed) and waited for by the next forward layer by layer alike; the engine then
+prices the overlap with its layer-wise model over the measured times (`engine_loading.py`:
+`overlap_end_s`; on a GPU the forward's device time also holds any wait for a layer's pages).
+When a transfer is reported done on the engine's clock is the `pace`'s choice:
 without one, its measured duration after it started (`torch.clock: measured` or `realtime`;
 times ``layer_scale``, the preset's layers over the model's when `torch.layers` reduced them:
 KV bytes scale with the layers);
@@ -66,14 +71,16 @@ class TorchDataPlane:
             raise ValueError(f"load overlap {overlap!r}: expected {', '.join(LOAD_OVERLAPS)}")
         self.env = env
         spec = pools.spec
-        # loads left in flight for the next forward: the engine overlaps them (layerwise, paced,
-        # FULL-only: there the model's layer l is FULL layer l, the unit `wait_layer(l)` names)
-        self.overlap = overlap == "layerwise" and pace is not None and spec.n_full == spec.num_layers \
-            and not spec.sidecars
+        # loads left in flight for the next forward: the engine overlaps them (layerwise,
+        # FULL-only: there the model's layer l is FULL layer l, the unit `wait_layer(l)` names);
+        # with a pace they move together before the forward (`_issue`), without one (measured
+        # clock) each is issued at submission and acknowledged after its measured issue time
+        self.overlap = overlap == "layerwise" and spec.n_full == spec.num_layers and not spec.sidecars
         self.pending: list = []  # handles of the loads in flight
         # the deferred loads' pages, (src tier, dst tier, pool) -> (src, dst): the next forward's
         # loads move together, one copy per pool for all requests (`_issue`)
         self._queued: dict = {}
+        self._landing: dict = {}  # measured clock: overlapped load id -> (landing time, on_done, ok)
         self.overlapped = 0  # loads left in flight for a forward to wait for layer by layer
         self.load_batches = 0  # copies that moved the deferred loads of a forward together
         self.layer_scale = layer_scale  # without a pace: a copy lasts its measured time x this
@@ -100,8 +107,27 @@ class TorchDataPlane:
         if self.pace is not None:
             self.pace.submit(t, lambda tid, _ok, ok=ok: on_done(tid, ok))
             return
+        if self.overlap and t.kind == "load":  # in flight: `land` may acknowledge it early
+            self._landing[t.id] = (self.env.now + dt * self.layer_scale, on_done, ok)
+            ev = self.env.timeout(dt * self.layer_scale)
+            ev.callbacks.append(lambda _e, tid=t.id: self.land([tid]))
+            return
         ev = self.env.timeout(dt * self.layer_scale)
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
+
+    def land(self, tids) -> None:
+        """Acknowledge now the overlapped loads `tids` still unacknowledged (measured clock),
+        each with the clock time its copy lands (``done_s``): a forward about to wait for them
+        layer by layer needs the core to have entered their pages; when they land is for the
+        engine's overlap model. Each load is acknowledged once (here or at its landing)."""
+        for tid in tids:
+            got = self._landing.pop(tid, None)
+            if got is not None:
+                due, on_done, ok = got
+                if due > self.env.now:
+                    on_done(tid, ok, due)
+                else:
+                    on_done(tid, ok)
 
     def layer_waiter(self):
         """The `wait_layer` hook of the next forward: before layer l, wait for the unit of every
@@ -163,7 +189,9 @@ class TorchDataPlane:
         if t.kind in ("load", "backup"):
             for comp in self._pools_of(t.component):
                 si, di = _idx(t.src), _idx(t.dst)
-                if defer:  # checked now, moved with the step's other loads (`_issue`)
+                if defer and self.pace is None:  # measured clock: in flight from now on
+                    self.pending.append(self.staged.copy(t.src_tier, t.dst_tier, comp, si, di))
+                elif defer:  # checked now, moved with the step's other loads (`_issue`)
                     self.staged.check(t.src_tier, t.dst_tier, comp, si, di)
                     got = self._queued.setdefault((t.src_tier, t.dst_tier, comp), ([], []))
                     got[0].extend(si)

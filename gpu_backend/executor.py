@@ -260,14 +260,22 @@ class TorchExecutor:
 
     @property
     def layers(self):
-        """The pace's layers (the engine then may overlap loads with a step: the forward runs in
-        `settle`, once the step's loads have landed); None without a pace (no overlap)."""
-        return getattr(self.pace, "layers", None)
+        """The layers the engine's layer-wise overlap model splits a step into (None: no overlap):
+        the pace's (the forward runs in `settle`, once the step's loads have landed); without a
+        pace, when the data plane overlaps loads (a FULL-only model), the preset's layers (the
+        model's times `layer_scale`: what a measured step stands for)."""
+        if self.pace is not None:
+            return getattr(self.pace, "layers", None)
+        if self.loads is None or not self.loads.overlap:
+            return None
+        return max(1, round(self.model.spec.num_layers * self.layer_scale))
 
     def execute(self, step):
         if self.pace is not None:  # the paced time first; the forward runs in settle
             yield from self.pace.execute(step)
             return
+        if self.loads is not None and self.loads.overlap:  # their pages in the page tables now
+            self.loads.land([t for r, _, _ in step.prefill for t in sorted(r.waiting_ids)])
         yield self.env.timeout(self._run(step).scaled(self.layer_scale))
 
     def settle(self, step) -> None:

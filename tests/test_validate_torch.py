@@ -37,17 +37,22 @@ def test_rounds_and_requests_of_every_backend_are_written(validated, capsys):
     assert [(r["scenario"], r["round"], r["requests"]) for r in rounds] == [("s", "1", "2"), ("s", "2", "2"),
                                                                             ("s", "3", "2")]
     assert all(r["torch_ttft_s"] and r["sim_ttft_s"] and r["table_ttft_s"] for r in rounds)
+    for r in rounds:  # the per-round TTFT ratio is simulator / torch
+        for k in ("sim", "table"):
+            assert float(r[f"{k}_ratio"]) == pytest.approx(float(r[f"{k}_ttft_s"]) / float(r["torch_ttft_s"]))
     with open(validated / "validate_torch_requests.csv") as f:
         requests = list(csv.DictReader(f))
     assert len(requests) == 6
-    assert all(r["torch_cached"] == r["sim_cached"] == r["table_cached"] for r in requests)
+    assert all(r["torch_cached"] == r["sim_cached"] == r["table_cached"] == r["sim_paced_cached"]
+               == r["table_paced_cached"] for r in requests)
+    assert [r["sim_cached"] for r in requests] == ["0", "0", "48", "48", "96", "96"]  # round r reuses r - 1 turns
     doc = json.loads((validated / "validate_torch.json").read_text())
     summary = doc["scenarios"][0]["summary"]
     assert sorted(summary) == ["sim", "table"]
     assert summary["table"]["cost"] == f"TableCostModel({str(validated.parent / 't.json')!r})"
     steps = {k: s["step"]["steps"] for k, s in summary.items()}
     assert steps["sim"] == steps["table"] > 0
-    assert all(s["same_hits"] for s in summary.values())
+    assert all(s["same_hits"] and s["differing_rids"] == [] for s in summary.values())
     sdpa = doc["scenarios"][0]["sdpa_backends"]  # which SDPA kernel the torch run's attention ran on
     assert sdpa and set(sdpa) <= {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH", "CUDNN_ATTENTION",
                                   "FLASH_ATTENTION (mask materialised)", "MATH (mask materialised)"}
@@ -89,3 +94,63 @@ def test_validate_torch_on_cuda_without_cuda_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (f"radixsim validate: --device cuda: CUDA is not available on this machine "
                                        f"(torch {torch.__version__}); expected cpu\n")
     assert not (tmp_path / "o").exists()
+
+
+def _small(tmp_path):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    return path
+
+
+def test_cached_tokens_differing_on_the_same_clock_fail_the_command(tmp_path, capsys, monkeypatch):
+    """The simulator against the torch backend paced by the same cost model: a request that
+    reused a different prefix (here: the torch run's request 3 made to recompute) exits 1, names
+    the scenario, the cost model and the request, and still writes every output."""
+    import radixsim.validate_torch as vt
+
+    paced = vt._paced_rows
+
+    def fewer_hits(*a, **k):
+        rows = paced(*a, **k)
+        for r in rows:
+            if r["rid"] == 3:
+                r["cached_tokens"] = 0
+        return rows
+
+    monkeypatch.setattr(vt, "_paced_rows", fewer_hits)
+    assert main(["validate", "--backend", "torch", str(_small(tmp_path)), "--device", "cpu",
+                 "--out", str(tmp_path / "out")]) == 1
+    cap = capsys.readouterr()
+    assert cap.err == ("radixsim validate: --backend torch: cached tokens differ between the simulator and the "
+                       "torch backend on the same clock: s (sim: requests 3)\n")
+    assert "cached tokens identical to the torch backend on this clock: NO, requests 3 " in cap.out
+    doc = json.loads((tmp_path / "out" / "validate_torch.json").read_text())
+    s = doc["scenarios"][0]["summary"]["sim"]
+    assert (s["same_hits"], s["differing_rids"], s["measured_differing"]) == (False, [3], 0)
+    with open(tmp_path / "out" / "validate_torch_requests.csv") as f:
+        requests = list(csv.DictReader(f))
+    assert [(r["rid"], r["sim_paced_cached"]) for r in requests if r["sim_paced_cached"] != r["sim_cached"]] == [
+        ("3", "0")]
+
+
+def test_measured_clock_hits_are_reported_not_failed(tmp_path, capsys, monkeypatch):
+    """Hits on the measured clock follow this machine's timing (a host hit meeting a full L1
+    recomputes), so they are counted beside the same-clock comparison and never fail it."""
+    import radixsim.validate_torch as vt
+
+    run = vt._torch_run
+
+    def other_timing(*a, **k):
+        sc, rows, *rest = run(*a, **k)
+        rows[4]["cached_tokens"] += 16
+        return (sc, rows, *rest)
+
+    monkeypatch.setattr(vt, "_torch_run", other_timing)
+    assert main(["validate", "--backend", "torch", str(_small(tmp_path)), "--device", "cpu",
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert ("cached tokens identical to the torch backend on this clock: yes (on the measured clock 1 of 6 "
+            "requests differ)") in out
+    assert "torch L2 -> L1 loads: 0.00 MiB (the preset's KV bytes), 0 overlapped with compute" in out
