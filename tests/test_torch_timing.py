@@ -41,12 +41,9 @@ class FakeClock:
     thread_time = perf_counter
 
 
-def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
-    """A constructed clock: the host part of every step (page tables and the batch's index
-    math) takes 0.25 s, each of the 3 layers' MLP 0.125 s, nothing else takes time. With the
-    preset's 64 layers (scale 64/3) a step lasts 0.25 + 3 x 0.125 x 64/3 = 8.25 s (scaling the
-    whole step would give 0.625 x 64/3 = 13.33 s). The first step is preceded by an untimed
-    warm-up forward without pools."""
+def constructed_clock(monkeypatch) -> FakeClock:
+    """The executor's clock, advanced 0.25 s by each step's host part (the batch's page tables
+    and index math) and 0.125 s by each layer's MLP; nothing else takes time."""
     clock = FakeClock()
     monkeypatch.setattr(executor_mod, "time", clock)
     batch_init, mlp = model_mod._Batch.__init__, SyntheticHybridModel._mlp
@@ -61,6 +58,16 @@ def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
 
     monkeypatch.setattr(model_mod._Batch, "__init__", host)
     monkeypatch.setattr(SyntheticHybridModel, "_mlp", layer)
+    return clock
+
+
+def test_layer_scaling_leaves_host_time_unscaled(monkeypatch):
+    """A constructed clock: the host part of every step (page tables and the batch's index
+    math) takes 0.25 s, each of the 3 layers' MLP 0.125 s, nothing else takes time. With the
+    preset's 64 layers (scale 64/3) a step lasts 0.25 + 3 x 0.125 x 64/3 = 8.25 s (scaling the
+    whole step would give 0.625 x 64/3 = 13.33 s). The first step is preceded by an untimed
+    warm-up forward without pools."""
+    constructed_clock(monkeypatch)
     forwards = []
     fb = SyntheticHybridModel.forward_batch
 
@@ -92,20 +99,7 @@ def test_the_step_table_is_timed_as_the_executor_times_steps(monkeypatch):
     forward scaled would be 7.5 s)."""
     from gpu_backend.calibrate import measure_table
 
-    clock = FakeClock()
-    monkeypatch.setattr(executor_mod, "time", clock)
-    batch_init, mlp = model_mod._Batch.__init__, SyntheticHybridModel._mlp
-
-    def host(self, *a, **k):
-        clock.now += 0.25
-        return batch_init(self, *a, **k)
-
-    def layer(self, *a):
-        clock.now += 0.125
-        return mlp(self, *a)
-
-    monkeypatch.setattr(model_mod._Batch, "__init__", host)
-    monkeypatch.setattr(SyntheticHybridModel, "_mlp", layer)
+    constructed_clock(monkeypatch)
     model = SyntheticHybridModel(spec(), seed=3)
     got = measure_table(model, prefill_tokens=(4,), cached=(0, 4), batches=(2,), contexts=(8,), repeats=1, scale=10)
     assert got == {"prefill": [[4, 0, 5.25], [4, 4, 5.25]], "decode": [[2, 8, 5.25]]}
