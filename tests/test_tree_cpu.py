@@ -1,0 +1,178 @@
+"""The tree's CPU time (sim/tree_cpu.py, issue 31): operation counts on constructed trees, the
+cost tables, where the time is placed around GPU steps, and that an unset engine.tree_core
+changes nothing."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import simpy
+
+from cache_core import CacheConfig, RadixCache, ReplayStepper
+from cache_core.config import SwaConfig
+from cache_core.engine_types import EngineConfig
+from scenarios.presets import get_hardware
+from scenarios.scenario import ScenarioError, apply_sets, load, resolve, scenario_path
+from sim.simulator import CostExecutor, build
+from sim.tree_cpu import KEYS, KINDS, TABLE, TreeCpuClock, TreeCpuModel, TreeOpCounter
+
+
+def a(xs):
+    return np.array(xs, dtype=np.int64)
+
+
+def test_counts_on_a_constructed_tree_equal_the_hand_counts():
+    c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None))
+    k = TreeOpCounter().attach(c)
+    # [1,2,3,4] into the empty tree: one new leaf of 4 pages
+    c.insert(a([1, 2, 3, 4]), 4, c.alloc(4))
+    assert k.take() == {"insert.calls": 1, "insert.nodes": 1, "insert.pages": 4, "insert.new_pages": 4}
+    # [1,2,5,6]: splits [1,2,3,4] into [1,2] + [3,4], new leaf [5,6]: path root-[1,2]-[5,6]
+    c.insert(a([1, 2, 5, 6]), 4, c.alloc(4))
+    assert k.take() == {"insert.calls": 1, "insert.nodes": 2, "insert.pages": 4, "insert.new_pages": 2,
+                        "insert.splits": 1}
+    s = a([1, 2, 3, 4, 9])
+    m = c.match(s)  # root-[1,2]-[3,4]: 2 nodes, 4 pages
+    assert m.cached_tokens == 4
+    c.match(s)  # the same query again in the same pass (before take): counted once
+    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 4}
+    c.match(s)  # a new pass matches it again
+    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 4}
+    m3 = c.match(a([1, 2, 3]))  # ends inside [3,4]: splits it; root-[1,2]-[3]
+    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 3, "match.splits": 1}
+    c.lock(m3)
+    c.unlock(m3)  # each walks its 2 nodes up to the root
+    assert k.take() == {"lock.calls": 2, "lock.nodes": 4}
+    # tree: root, [1,2], [3], [4], [5,6] = 5 nodes; LRU pops [5,6] (2 tokens)
+    assert c.tree.num_nodes == 5
+    assert c.evict(2) == 2
+    assert k.take() == {"evict.calls": 1, "evict.tree_nodes": 5, "evict.popped": 1}
+    assert k.totals["match.calls"] == 3 and k.totals["insert.pages"] == 8
+
+
+def test_swa_votes_and_tombstones_are_counted():
+    c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None,
+                               swa=SwaConfig(window_tokens=2, capacity_tokens=4)))
+    k = TreeOpCounter().attach(c)
+    st = ReplayStepper(c)
+    st.step(a([1, 2, 3, 4]), a([5, 6]))  # inserts [1..5], split at the prompt: [1,2,3,4] + [5]
+    k.take()
+    r = st.step(a([1, 2, 3, 4, 5, 7]), a([8]))
+    assert r.cached_tokens == 5
+    got = k.take()
+    # the match: root-[1,2,3,4]-[5], one SWA vote per node
+    assert {key: got.get(key, 0) for key in ("match.nodes", "match.pages", "vote.votes")} == {
+        "match.nodes": 2, "match.pages": 5, "vote.votes": 2}
+    st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
+    got = k.take()
+    # the SWA pool (4 tokens) must drop one node's window to take the new request's: one tombstone
+    assert got["vote.tombstones"] == 1
+
+
+def test_an_unchanged_cache_has_nothing_wrapped():
+    c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None))
+    assert "match" not in vars(c) and "insert" not in vars(c)
+    TreeOpCounter().attach(c)
+    assert {"match", "insert", "lock", "unlock", "evict"} <= set(vars(c))
+    other = TreeOpCounter().attach(RadixCache(CacheConfig(page_size=1, capacity_tokens=None)))
+    with pytest.raises(ValueError, match="counts one cache"):
+        other.attach(c)
+
+
+class _Counts:
+    """A counter whose take() returns the next prepared counts."""
+
+    def __init__(self, seq):
+        self.seq = list(seq)
+
+    def take(self):
+        return self.seq.pop(0)
+
+
+def _clock(cpu_us, overlap):
+    model = TreeCpuModel("t", {"match.calls": 1.0})
+    return TreeCpuClock(_Counts({"match.calls": n} for n in cpu_us), model, overlap)
+
+
+def test_overlap_hides_cpu_up_to_the_previous_gpu_step_and_exposes_the_excess():
+    # GPU steps of 0.5 s; tree CPU 0.25 s, 0.25 s, 0.75 s, then 0.25 s after an idle gap
+    cpu = [250_000, 250_000, 750_000, 250_000]
+    ov = _clock(cpu, overlap=True)
+    assert ov.step_time_s(0.5, 0.0) == 0.75  # nothing ran before: all 0.25 s shows
+    assert ov.step_time_s(0.5, 0.75) == 0.5  # 0.25 s hides behind the previous 0.5 s step
+    assert ov.step_time_s(0.5, 1.25) == 0.75  # 0.75 s: 0.5 hidden, the excess 0.25 shows
+    assert ov.step_time_s(0.5, 3.0) == 0.75  # after an idle gap nothing hides it
+    assert (ov.cpu_s, ov.exposed_s) == (1.5, 0.75)
+    serial = _clock(cpu, overlap=False)
+    assert [serial.step_time_s(0.5, t) for t in (0.0, 0.75, 1.5, 3.0)] == [0.75, 0.75, 1.25, 0.75]
+    assert serial.exposed_s == serial.cpu_s == 1.5
+
+
+def test_the_cost_executor_adds_only_the_shown_tree_time():
+    class Cost:
+        def step_time_s(self, prefill, decode):
+            return 0.5
+
+    class Step:
+        prefill_cost = ()
+        decode_contexts = ()
+
+    env = simpy.Environment()
+    ex = CostExecutor(env, Cost())
+    ex.tree_cpu = _clock([250_000, 750_000], overlap=True)
+
+    def run():
+        yield from ex.execute(Step())
+        yield from ex.execute(Step())
+    env.process(run())
+    env.run()
+    assert env.now == 0.75 + 0.75  # step 1: 0.25 + 0.5; step 2: 0.5 + (0.75 - 0.5)
+    assert ex.busy_s == 1.0  # GPU time only
+
+
+def test_tree_core_unset_creates_no_counter_and_wraps_nothing():
+    assert EngineConfig().tree_core is None and EngineConfig().overlap_schedule is True
+    env = simpy.Environment()
+    cache = RadixCache(CacheConfig(page_size=1, capacity_tokens=1000), record_actions="transfers")
+    eng = build(env, cache, EngineConfig(), None, get_hardware("h200x2"))
+    assert eng.executor.tree_cpu is None
+    assert "match" not in vars(cache)
+    cache2 = RadixCache(CacheConfig(page_size=1, capacity_tokens=1000), record_actions="transfers")
+    eng2 = build(simpy.Environment(), cache2, EngineConfig(tree_core="sglang-rust"), None, get_hardware("h200x2"))
+    assert eng2.executor.tree_cpu.model.core == "sglang-rust" and "match" in vars(cache2)
+
+
+def test_tree_core_names_are_checked():
+    raw = apply_sets(load(scenario_path("tree-core-200-qwen3-32b")), ["engine.tree_core=rust"])
+    with pytest.raises(ScenarioError, match="engine.tree_core.*null or one of sglang-python, sglang-rust, radixsim"):
+        resolve(raw, "x.yaml")
+    raw = apply_sets(load(scenario_path("tree-core-200-qwen3-32b")), ["engine.tree_core=sglang-python"])
+    assert resolve(raw, "x.yaml").engine.tree_core == "sglang-python"
+
+
+def test_the_table_names_its_machine_and_every_core_and_feature():
+    doc = json.loads(TABLE.read_text())
+    assert set(doc["cores"]) == {"sglang-python", "sglang-rust", "radixsim"}
+    assert doc["machine"]["cpu"] and doc["machine"]["date"]
+    for core in doc["cores"].values():
+        assert set(core["us_per_unit"]) == set(KEYS)
+        assert all(v >= 0 for v in core["us_per_unit"].values())
+
+
+def test_on_the_calibration_data_the_native_core_is_cheaper_for_every_operation_kind():
+    doc = json.loads(TABLE.read_text())
+    totals = doc["calibration"]["op_totals"]
+    py, rs = (TreeCpuModel.load(c) for c in ("sglang-python", "sglang-rust"))
+    kinds = [k for k in KINDS if any(totals[key] for key in KEYS if key.startswith(k + "."))]
+    assert {"match", "insert", "lock", "evict"} <= set(kinds)  # what the calibration exercised
+    py_us, rs_us = py.by_kind_us(totals), rs.by_kind_us(totals)
+    for kind in kinds:
+        assert rs_us[kind] < py_us[kind], (kind, rs_us[kind], py_us[kind])
+
+
+def test_host_cpu_speed_divides_the_time():
+    m = TreeCpuModel("t", {"match.pages": 2.0}, host_cpu_speed=2.0)
+    assert m.cost_us({"match.pages": 10}) == 10.0
+    with pytest.raises(ValueError, match="unknown operation feature match.bogus"):
+        TreeCpuModel("t", {"match.bogus": 1.0})
