@@ -121,6 +121,8 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
         executor.tree_cpu = make_tree_cpu(cache, engine_config.tree_core, engine_config.overlap_schedule,
                                           hardware.host_cpu_speed)
     eng = Engine(cache, engine_config, sim_clock(env, cache), SimDataPlane(links, shards), executor)
+    if executor.tree_cpu is not None:
+        executor.tree_cpu.install(env, eng)
     eng.links = links
     return eng
 

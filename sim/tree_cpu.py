@@ -8,10 +8,14 @@ Three parts:
   The kinds and their features (`FEATURES`):
 
   ========  ==============================================================================
-  match     calls; nodes on the matched path (root excluded); pages on it (the FULL
-            traversal); splits (a match ending inside an edge splits it)
+  match     calls; key pages (the query's length: a core converts or hashes the whole key);
+            nodes on the matched path (root excluded); pages on it (the FULL
+            traversal); copy pages (the key's pages left after each node on the path, summed:
+            SGLang's Python walk slices the rest of its key at every node, so this grows with
+            nodes x pages); splits (a match ending inside an edge splits it)
   insert    calls; nodes on the inserted path; pages walked (the whole key: SGLang's insert
-            walks from the root); new pages (a new leaf's); splits (during the insert)
+            walks from the root); copy pages (as match's); new pages (a new leaf's); splits
+            (during the insert)
   lock      calls (lock and unlock each one); nodes walked to the root (SGLang's
             inc_lock_ref / dec_lock_ref walk every ancestor)
   evict     calls; tree nodes at the call (SGLang's Python RadixCache collects every leaf
@@ -31,13 +35,20 @@ Three parts:
   ``host_cpu_speed`` (the target host's single-thread speed relative to the calibration
   machine).
 
-- `TreeCpuClock`: where the time goes (used by `sim.simulator.CostExecutor`). The tree work
-  counted since the previous step runs on the scheduler before the next step can start
-  (SGLang's event loop: process the last batch's result, schedule the next). Without the
-  overlap scheduler (``engine.overlap_schedule: false``) the step lasts CPU + GPU. With it
-  (SGLang's default) that CPU work runs while the previous GPU step runs, so only what exceeds
-  that step's GPU time shows; after an idle gap (no GPU step running up to now) there is
-  nothing to hide behind and it all shows.
+- `TreeCpuClock`: where the time goes (installed on an engine by `install`; the step time in
+  `sim.simulator.CostExecutor`). SGLang's scheduler loop, per batch: schedule it (match, lock,
+  evict: the *pre* work), run it on the GPU, process its result (cache_unfinished_req after a
+  prefill, cache_finished_req at a finish: inserts and unlocks, the *post* work), and only then
+  stream its tokens out. So here:
+
+  - the post work counted while the engine completes a step delays that step's outputs: its
+    first tokens (``first_token_s``, so the TTFT) and its finishes (``finish_s``), and the
+    engine's listeners hear of the finished requests (a closed-loop client sends its next
+    round) only after it; the scheduler is busy with it until then;
+  - the next step starts after what is left of that post work plus its own pre work. Without
+    the overlap scheduler (``engine.overlap_schedule: false``) that CPU time adds to the step.
+    With it (SGLang's default) it runs while the previous GPU step runs, so only what exceeds
+    that step's GPU time shows; after an idle gap (no GPU step ran up to now) nothing hides it.
 """
 from __future__ import annotations
 
@@ -49,8 +60,8 @@ from cache_core.records import TokenSeq
 TABLE = Path(__file__).resolve().parent / "opdata" / "tree_cpu.json"
 
 FEATURES = {
-    "match": ("calls", "nodes", "pages", "splits"),
-    "insert": ("calls", "nodes", "pages", "new_pages", "splits"),
+    "match": ("calls", "key_pages", "nodes", "pages", "copy_pages", "splits"),
+    "insert": ("calls", "nodes", "pages", "copy_pages", "new_pages", "splits"),
     "lock": ("calls", "nodes"),
     "evict": ("calls", "tree_nodes", "popped"),
     "vote": ("votes", "tombstones"),
@@ -68,6 +79,17 @@ def _depth(node) -> int:
         d += 1
         node = node.parent
     return d
+
+
+def _walk(node, key_tokens: int) -> tuple[int, int]:
+    """(nodes from `node` up to the root, root excluded; tokens of a `key_tokens` key left after
+    each of them, summed: what a walk that slices the rest of its key at every node copies)."""
+    d = left = 0
+    while node is not None and node.parent is not None:
+        d += 1
+        left += key_tokens - node.end
+        node = node.parent
+    return d, left
 
 
 class TreeOpCounter:
@@ -121,13 +143,18 @@ class TreeOpCounter:
             if key in self._matched:
                 return m  # matched already in this scheduling pass
             self._matched.add(key)
-            nodes = _depth(m.handle.node)
+            n = seq.length if isinstance(seq, TokenSeq) else len(seq)
+            n = n if limit_tokens is None else min(n, limit_tokens)
+            nodes, left = _walk(m.handle.node, n)
             if m.traversed > m.cached_tokens:  # voters walked further, then voted back (SWA, MAMBA)
                 data = seq.data if isinstance(seq, TokenSeq) else TokenSeq(seq).data
-                nodes = len(tree.path_nodes(data, m.traversed))
+                path = tree.path_nodes(data, m.traversed)
+                nodes, left = _walk(path[-1][0], n) if path else (0, 0)
             add("match.calls")
+            add("match.key_pages", n // P)
             add("match.nodes", nodes)
             add("match.pages", m.traversed // P)
+            add("match.copy_pages", left // P)
             add("match.splits", state["splits"] - s0)
             add("vote.votes", nodes * nvoters)
             return m
@@ -135,9 +162,11 @@ class TreeOpCounter:
         def counted_insert(seq, num_tokens, *args, **kw):
             s0 = state["splits"]
             res = insert(seq, num_tokens, *args, **kw)
+            nodes, left = _walk(res.handle.node, num_tokens)
             add("insert.calls")
-            add("insert.nodes", _depth(res.handle.node))
+            add("insert.nodes", nodes)
             add("insert.pages", num_tokens // P)
+            add("insert.copy_pages", left // P)
             add("insert.new_pages", max(num_tokens - res.prefix_tokens, 0) // P)
             add("insert.splits", state["splits"] - s0)
             return res
@@ -221,6 +250,22 @@ class TreeCpuModel:
         return f"TreeCpuModel({self.core}, host_cpu_speed={self.host_cpu_speed:g})"
 
 
+class _Held(list):
+    """An engine's listeners: while `clock.holding`, a call is kept (the step's results go out
+    once their processing is done: `TreeCpuClock.complete`)."""
+
+    def __init__(self, clock: "TreeCpuClock"):
+        super().__init__()
+        self.clock = clock
+
+    def __iter__(self):
+        it = list.__iter__(self)
+        if not self.clock.holding:
+            return it
+        held = self.clock.held
+        return (lambda r, f=f: held.append((f, r)) for f in it)
+
+
 class TreeCpuClock:
     """Turns the counted tree work into scheduler time around GPU steps (module doc).
     `step_time_s(gpu_s, now)`: the step's length with the tree work gathered since the last
@@ -235,21 +280,70 @@ class TreeCpuClock:
         self.exposed_s = 0.0
         self._gpu_end = None  # when the previous GPU step ended
         self._gpu_s = 0.0  # how long it ran
+        self.busy_until = 0.0  # the scheduler processes the last step's results until then
+        self.holding = False
+        self.held: list = []  # (listener, request) calls kept while a step completes
         self.log: list = []
 
     def step_time_s(self, gpu_s: float, now: float) -> float:
-        cpu = self.model.cost_us(self.counter.take()) * 1e-6
+        """The length of a step starting at `now` with `gpu_s` of GPU time: the pre work counted
+        since the last step, plus what is left of the last step's post work, shown as the
+        overlap rule says (module doc)."""
+        pre = self.model.cost_us(self.counter.take()) * 1e-6
+        cpu = pre + max(self.busy_until - now, 0.0)
         if self.overlap:
             hide = self._gpu_s if self._gpu_end is not None and now <= self._gpu_end else 0.0
             shown = max(cpu - hide, 0.0)
         else:
             shown = cpu
-        self.cpu_s += cpu
+        self.cpu_s += pre
         self.exposed_s += shown
-        self.log.append((now, cpu, shown))
+        self.log.append((now, pre, shown))
         self._gpu_end = now + shown + gpu_s
         self._gpu_s = gpu_s
         return shown + gpu_s
+
+    def post_s(self, now: float, first_tokens, finished) -> float:
+        """A step completed at `now`: the post work counted since its start (its results'
+        processing) delays the first tokens of `first_tokens` and the finishes of `finished`
+        (requests: their ``first_token_s`` / ``finish_s`` move) and keeps the scheduler busy;
+        returns its length in seconds."""
+        post = self.model.cost_us(self.counter.take()) * 1e-6
+        self.cpu_s += post
+        self.busy_until = now + post
+        if post:
+            self.log.append((now, post, 0.0))
+            for r in first_tokens:
+                r.first_token_s += post
+            for r in finished:
+                r.finish_s += post
+        return post
+
+    def install(self, env, engine) -> None:
+        """Hold `engine`'s step completions to the post-work rule (module doc)."""
+        loader = engine.loader
+        complete = loader.complete
+        engine.listeners = held = _Held(self)
+        held.extend(engine.listeners)
+
+        def timed_complete(step):
+            self.holding = True
+            try:
+                now = complete(step)
+            finally:
+                self.holding = False
+            calls, self.held = self.held, []
+            first = [r for r, _, _ in step.prefill if r.first_token_s == now]
+            done = [r for _, r in calls if r.finish_s == now]
+            post = self.post_s(now, first, list(dict.fromkeys(done)))
+            if calls and post:
+                env.timeout(post).callbacks.append(lambda _e: [f(r) for f, r in calls])
+            else:
+                for f, r in calls:
+                    f(r)
+            return now
+
+        loader.complete = timed_complete
 
 
 def make_tree_cpu(cache, core: str | None, overlap: bool, host_cpu_speed: float = 1.0,

@@ -28,19 +28,22 @@ def test_counts_on_a_constructed_tree_equal_the_hand_counts():
     # [1,2,3,4] into the empty tree: one new leaf of 4 pages
     c.insert(a([1, 2, 3, 4]), 4, c.alloc(4))
     assert k.take() == {"insert.calls": 1, "insert.nodes": 1, "insert.pages": 4, "insert.new_pages": 4}
-    # [1,2,5,6]: splits [1,2,3,4] into [1,2] + [3,4], new leaf [5,6]: path root-[1,2]-[5,6]
+    # [1,2,5,6]: splits [1,2,3,4] into [1,2] + [3,4], new leaf [5,6]: path root-[1,2]-[5,6];
+    # the key left after [1,2] is 2 tokens, after [5,6] none: 2 copy pages
     c.insert(a([1, 2, 5, 6]), 4, c.alloc(4))
-    assert k.take() == {"insert.calls": 1, "insert.nodes": 2, "insert.pages": 4, "insert.new_pages": 2,
-                        "insert.splits": 1}
+    assert k.take() == {"insert.calls": 1, "insert.nodes": 2, "insert.pages": 4, "insert.copy_pages": 2,
+                        "insert.new_pages": 2, "insert.splits": 1}
     s = a([1, 2, 3, 4, 9])
-    m = c.match(s)  # root-[1,2]-[3,4]: 2 nodes, 4 pages
+    m = c.match(s)  # root-[1,2]-[3,4]: 2 nodes, 4 pages; of the 5-token key 3 + 1 left after them
     assert m.cached_tokens == 4
     c.match(s)  # the same query again in the same pass (before take): counted once
-    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 4}
+    one = {"match.calls": 1, "match.key_pages": 5, "match.nodes": 2, "match.pages": 4, "match.copy_pages": 4}
+    assert k.take() == one
     c.match(s)  # a new pass matches it again
-    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 4}
-    m3 = c.match(a([1, 2, 3]))  # ends inside [3,4]: splits it; root-[1,2]-[3]
-    assert k.take() == {"match.calls": 1, "match.nodes": 2, "match.pages": 3, "match.splits": 1}
+    assert k.take() == one
+    m3 = c.match(a([1, 2, 3]))  # ends inside [3,4]: splits it; root-[1,2]-[3]; 1 + 0 left
+    assert k.take() == {"match.calls": 1, "match.key_pages": 3, "match.nodes": 2, "match.pages": 3,
+                        "match.copy_pages": 1, "match.splits": 1}
     c.lock(m3)
     c.unlock(m3)  # each walks its 2 nodes up to the root
     assert k.take() == {"lock.calls": 2, "lock.nodes": 4}
@@ -176,3 +179,22 @@ def test_host_cpu_speed_divides_the_time():
     assert m.cost_us({"match.pages": 10}) == 10.0
     with pytest.raises(ValueError, match="unknown operation feature match.bogus"):
         TreeCpuModel("t", {"match.bogus": 1.0})
+
+
+def test_post_work_delays_the_step_outputs_and_what_is_left_of_it_the_next_step():
+    class R:
+        first_token_s = finish_s = 2.0
+
+    serial = _clock([250_000, 500_000], overlap=False)
+    r1, r2 = R(), R()
+    assert serial.post_s(2.0, [r1], [r2]) == 0.25  # the step's result processing: 0.25 s
+    assert (r1.first_token_s, r2.finish_s) == (2.25, 2.25)  # its outputs go out after it
+    assert serial.step_time_s(0.5, 2.0) == 1.25  # a step at once waits 0.25 left + 0.5 pre work
+    ov = _clock([0, 250_000, 500_000], overlap=True)
+    assert ov.step_time_s(0.5, 1.5) == 0.5  # a GPU step 1.5 .. 2.0
+    assert ov.post_s(2.0, [], []) == 0.25
+    assert ov.step_time_s(0.5, 2.0) == 0.75  # 0.25 + 0.5 of CPU, 0.5 hidden behind that step
+    late = _clock([250_000, 0], overlap=False)
+    late.post_s(2.0, [], [])
+    assert late.step_time_s(0.5, 3.0) == 0.5  # the post work was over before this step
+    assert (late.cpu_s, late.exposed_s) == (0.25, 0.0)
