@@ -269,8 +269,9 @@ class _Held(list):
 class TreeCpuClock:
     """Turns the counted tree work into scheduler time around GPU steps (module doc).
     `step_time_s(gpu_s, now)`: the step's length with the tree work gathered since the last
-    step; `exposed_s` / `cpu_s` sum the shown and the whole tree CPU time; `log` holds
-    (step start s, tree CPU s, shown s) per step."""
+    step; `cpu_s` sums the whole tree CPU time, `exposed_s` the part that delayed a step's start
+    (post work delays its step's outputs besides: `post_s`); `log` holds (time s, tree CPU s,
+    shown s) per step start and per completion with post work (shown 0 there)."""
 
     def __init__(self, counter: TreeOpCounter, model: TreeCpuModel, overlap: bool):
         self.counter = counter
