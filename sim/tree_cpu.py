@@ -72,26 +72,6 @@ KEYS = tuple(f"{k}.{f}" for k, fs in FEATURES.items() for f in fs)
 TREE_CORES = ("sglang-python", "sglang-rust", "radixsim")
 
 
-def _depth(node) -> int:
-    """Nodes from `node` up to the root, the root excluded."""
-    d = 0
-    while node is not None and node.parent is not None:
-        d += 1
-        node = node.parent
-    return d
-
-
-def _walk(node, key_tokens: int) -> tuple[int, int]:
-    """(nodes from `node` up to the root, root excluded; tokens of a `key_tokens` key left after
-    each of them, summed: what a walk that slices the rest of its key at every node copies)."""
-    d = left = 0
-    while node is not None and node.parent is not None:
-        d += 1
-        left += key_tokens - node.end
-        node = node.parent
-    return d, left
-
-
 class TreeOpCounter:
     """Counts one cache's tree operations (module doc). `take()` returns the counts since the
     last take (a dict of `KEYS`, zeros omitted) and starts again; `totals` keeps them all."""
@@ -128,13 +108,30 @@ class TreeOpCounter:
 
         def split_hook(upper, lower, upper_tokens):
             state["splits"] += 1
+            paths.clear()
             return on_split(upper, lower, upper_tokens)
 
         def remove_hook(node):
             state["removed"] += 1
+            paths.clear()
             return on_remove(node)
 
         tree._on_split, tree._on_remove = split_hook, remove_hook
+        paths: dict = {}  # node id -> (nodes to the root, their ends summed); a split or removal clears it
+
+        def walk(node, key_tokens: int) -> tuple[int, int]:
+            """`_walk`, from the path sums of the nearest node already seen."""
+            if node is None or node.parent is None:
+                return 0, 0
+            climb, n = [], node
+            while n.parent is not None and n.id not in paths:
+                climb.append(n)
+                n = n.parent
+            d, ends = paths.get(n.id, (0, 0))
+            for n in reversed(climb):
+                d, ends = d + 1, ends + n.end
+                paths[n.id] = (d, ends)
+            return d, d * key_tokens - ends
 
         def counted_match(seq, limit_tokens=None):
             s0 = state["splits"]
@@ -145,11 +142,11 @@ class TreeOpCounter:
             self._matched.add(key)
             n = seq.length if isinstance(seq, TokenSeq) else len(seq)
             n = n if limit_tokens is None else min(n, limit_tokens)
-            nodes, left = _walk(m.handle.node, n)
+            nodes, left = walk(m.handle.node, n)
             if m.traversed > m.cached_tokens:  # voters walked further, then voted back (SWA, MAMBA)
                 data = seq.data if isinstance(seq, TokenSeq) else TokenSeq(seq).data
                 path = tree.path_nodes(data, m.traversed)
-                nodes, left = _walk(path[-1][0], n) if path else (0, 0)
+                nodes, left = walk(path[-1][0], n) if path else (0, 0)
             add("match.calls")
             add("match.key_pages", n // P)
             add("match.nodes", nodes)
@@ -162,7 +159,7 @@ class TreeOpCounter:
         def counted_insert(seq, num_tokens, *args, **kw):
             s0 = state["splits"]
             res = insert(seq, num_tokens, *args, **kw)
-            nodes, left = _walk(res.handle.node, num_tokens)
+            nodes, left = walk(res.handle.node, num_tokens)
             add("insert.calls")
             add("insert.nodes", nodes)
             add("insert.pages", num_tokens // P)
@@ -173,12 +170,12 @@ class TreeOpCounter:
 
         def counted_lock(m):
             add("lock.calls")
-            add("lock.nodes", _depth(m.handle.node))
+            add("lock.nodes", walk(m.handle.node, 0)[0])
             return lock(m)
 
         def counted_unlock(m):
             add("lock.calls")
-            add("lock.nodes", _depth(m.handle.node))
+            add("lock.nodes", walk(m.handle.node, 0)[0])
             return unlock(m)
 
         def counted_evict(num_tokens):
