@@ -198,3 +198,19 @@ def test_post_work_delays_the_step_outputs_and_what_is_left_of_it_the_next_step(
     late.post_s(2.0, [], [])
     assert late.step_time_s(0.5, 3.0) == 0.5  # the post work was over before this step
     assert (late.cpu_s, late.exposed_s) == (0.25, 0.0)
+
+
+def test_a_closed_loop_client_hears_of_a_finish_after_the_post_work():
+    from radixsim.run import simulate
+
+    sets = ["engine.tree_core=sglang-python", "workload.num_rounds=2", "workload.num_clients=1",
+            "workload.max_parallel=1"]
+    sc = resolve(apply_sets(load(scenario_path("tree-core-200-qwen3-32b")), sets), "x.yaml")
+    eng, *_ = simulate(sc, progress=False)
+    r1, r2 = sorted(eng.finished, key=lambda r: r.round)
+    posts = [(t, c) for t, c, shown in eng.executor.tree_cpu.log if shown == 0.0 and c > 0]
+    # round 1's prefill completion (cache_unfinished_req) and its finish (cache_finished_req)
+    (t_pre, c_pre), (t_fin, c_fin) = posts[0], [p for p in posts if p[0] < r2.arrival_s][-1]
+    assert r1.first_token_s == t_pre + c_pre
+    assert r1.finish_s == t_fin + c_fin == r2.arrival_s  # round 2 is sent once round 1's result is out
+    assert c_fin > c_pre > 0
