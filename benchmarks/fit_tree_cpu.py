@@ -179,7 +179,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--raw", help="also write the per-request counts and times here (JSON)")
     ap.add_argument("--from-raw", help="refit a --raw file instead of measuring")
-    ap.add_argument("--harness", default=os.environ.get("SGLANG_REF", str(ROOT.parent / "shared" / "tools" / "sglang_ref")))
+    ap.add_argument("--harness", default=os.environ.get("SGLANG_REF",
+                                                        str(ROOT.parent / "shared" / "tools" / "sglang_ref")),
+                    help="the sglang_ref directory (default: $SGLANG_REF, else ../shared/tools/sglang_ref)")
     ap.add_argument("--harness-python", default=str(Path("~/.cache/sglang-ref/bin/python").expanduser()))
     ap.add_argument("-o", "--out", default=str(TABLE))
     a = ap.parse_args(argv)

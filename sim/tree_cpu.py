@@ -55,6 +55,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from cache_core.engine_types import TREE_CORES
 from cache_core.records import TokenSeq
 
 TABLE = Path(__file__).resolve().parent / "opdata" / "tree_cpu.json"
@@ -69,7 +70,6 @@ FEATURES = {
 }
 KINDS = tuple(FEATURES)
 KEYS = tuple(f"{k}.{f}" for k, fs in FEATURES.items() for f in fs)
-TREE_CORES = ("sglang-python", "sglang-rust", "radixsim")
 
 
 class TreeOpCounter:
