@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .records import MatchResult, TokenSeq
 
 LOAD_OVERLAPS = ("layerwise", "none")
+TREE_CORES = ("sglang-python", "sglang-rust", "radixsim")  # cost tables of sim/tree_cpu.py
 
 # request phases (Request.state keeps the scheduler's waiting/running/finished view)
 ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
@@ -75,6 +76,10 @@ class EngineConfig:
       (SGLang HiCache): the request joins a prefill step while its loads are in flight and
       each layer's compute waits only for that layer's KV (engine.py, "Loads overlapped with
       compute"); ``none``: it waits in ``loading`` until every load has finished, then computes.
+    - ``tree_core``: whose radix-tree CPU time the scheduler pays between steps (sim/tree_cpu.py:
+      one of `TREE_CORES`); None (default): none, and nothing is counted.
+    - ``overlap_schedule``: SGLang's overlap scheduler (its default; ``--disable-overlap-schedule``
+      turns it off): the tree's CPU time hides behind the previous GPU step, only the excess shows.
     - ``seed``: for the ``random`` policy.
     """
 
@@ -86,6 +91,8 @@ class EngineConfig:
     mixed_chunk: bool = False
     prefetch_policy: str = "wait_complete"
     load_overlap: str = "layerwise"
+    tree_core: str | None = None
+    overlap_schedule: bool = True
     seed: int = 0
 
     def __post_init__(self):
@@ -102,6 +109,10 @@ class EngineConfig:
         if self.load_overlap not in LOAD_OVERLAPS:
             raise ValueError(f"engine.load_overlap must be one of {', '.join(LOAD_OVERLAPS)}, "
                              f"got {self.load_overlap!r}")
+        if self.tree_core is not None and self.tree_core not in TREE_CORES:
+            raise ValueError(f"engine.tree_core must be null or one of {', '.join(TREE_CORES)}, got {self.tree_core!r}")
+        if not isinstance(self.overlap_schedule, bool):
+            raise ValueError(f"engine.overlap_schedule must be true or false, got {self.overlap_schedule!r}")
         if not isinstance(self.mixed_chunk, bool):
             raise ValueError(f"engine.mixed_chunk must be true or false, got {self.mixed_chunk!r}")
 

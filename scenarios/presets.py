@@ -875,6 +875,7 @@ class HardwarePreset:
     l3_block_overhead_s: float
     ssd_bytes_per_s: float
     ssd_latency_s: float
+    host_cpu_speed: float = 1.0  # the scheduler CPU's single-thread speed / sim/opdata/tree_cpu.json's machine's
     sources: dict = field(default_factory=dict, compare=False)
 
     RATES_IN_USE = ("pcie_bytes_per_s", "l3_bytes_per_s")  # properties, also scenario keys
@@ -978,6 +979,10 @@ _H200_SOURCES = {
     "l3_block_overhead_s": f"{_HW} Mooncake: 64 KB blocks -> 97 GB/s, 1 MB blocks -> 353 GB/s; "
                            "fitting t = c + size/B to both gives c ~0.52 us per block (B ~428 GB/s)",
     **_LINK_SOURCES,
+    "host_cpu_speed": f"assumption: 1.0. {_HS} dgx-h200: 2x Xeon Platinum 8480C (Sapphire Rapids); the "
+                      "calibration machine of sim/opdata/tree_cpu.json reports an unnamed 'Intel(R) Xeon(R) "
+                      "Processor', CPU family 6 model 207 (Emerald Rapids, the next generation of the same core "
+                      "design); no published single-thread score relates the two, so none is applied",
 }
 
 
@@ -1008,6 +1013,8 @@ _DERIVED_FROM_H200 = {
                            "47.5% of line rate) scaled to this node's NICs",
     "l3_tcp_bytes_per_s": _H200_SOURCES["l3_tcp_bytes_per_s"],
     **_LINK_SOURCES,
+    "host_cpu_speed": "assumption: 1.0; no published single-thread score relates this node's host CPU "
+                      "(docs/sources/hardware.md 'Node shapes') to the calibration machine of sim/opdata/tree_cpu.json",
     "num_gpus": "assumption: a slice of the 8-GPU node (docs/sources/hardware.md 'Node shapes': 1/2/4-GPU "
                 "shapes are slices) with this many GPUs in use; node-level fields (DRAM, NICs, L3) stay whole",
 }

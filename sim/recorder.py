@@ -149,6 +149,10 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     s["evictions"] = evictions(cache)
     s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
                    "simulated_end_s": env_now}
+    tc = getattr(eng.executor, "tree_cpu", None)
+    if tc is not None:  # engine.tree_core set (sim/tree_cpu.py); absent otherwise
+        s["tree_cpu"] = {"core": tc.model.core, "cpu_s": tc.cpu_s, "exposed_s": tc.exposed_s,
+                         "ops": dict(sorted(tc.counter.totals.items()))}
     if hier is not None:
         s["tokens_per_link"] = dict(hier.tokens_moved)
     if hier is not None and hier.storage is not None:

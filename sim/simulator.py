@@ -7,7 +7,9 @@
   reported done when its bytes have arrived. Backups (L1->L2) and stores (L2->L3) run in the
   background and compete with loads for the links.
 - `CostExecutor`: a step lasts ``cost.step_time_s(prefill, decode)`` of simulated time
-  (sim/cost.py: roofline, or a fitted table).
+  (sim/cost.py: roofline, or a fitted table); with ``engine.tree_core`` set, plus the part of
+  the radix tree's CPU time since the previous step that the scheduler cannot hide
+  (sim/tree_cpu.py `TreeCpuClock`; ``engine.overlap_schedule``).
 - Clients: `multiturn_clients` (bench_multiturn's closed loop) and `timed_arrivals` (a
   trace's timestamps).
 
@@ -81,6 +83,7 @@ class CostExecutor:
         self.busy_s = 0.0
         self.steps = 0
         self._memo: dict = {}
+        self.tree_cpu = None  # a sim/tree_cpu.py TreeCpuClock when engine.tree_core is set
 
     def execute(self, step):
         key = (step.prefill_cost, step.decode_contexts)
@@ -91,6 +94,8 @@ class CostExecutor:
             t = self._memo[key] = self.cost.step_time_s(step.prefill_cost, step.decode_contexts)
         self.busy_s += t
         self.steps += 1
+        if self.tree_cpu is not None:
+            t = self.tree_cpu.step_time_s(t, self.env.now)
         yield self.env.timeout(t)
 
 
@@ -109,8 +114,15 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
     (`scenarios.presets.transfer_shards`) for the PCIe bytes of one rank; `layers` (the
     model's) for the layerwise load overlap."""
     links = LinkSet.from_hardware(env, hardware)
-    eng = Engine(cache, engine_config, sim_clock(env, cache), SimDataPlane(links, shards),
-                 CostExecutor(env, cost, layers=layers))
+    executor = CostExecutor(env, cost, layers=layers)
+    if engine_config.tree_core is not None:  # unset: nothing is counted, nothing wrapped
+        from .tree_cpu import make_tree_cpu
+
+        executor.tree_cpu = make_tree_cpu(cache, engine_config.tree_core, engine_config.overlap_schedule,
+                                          hardware.host_cpu_speed)
+    eng = Engine(cache, engine_config, sim_clock(env, cache), SimDataPlane(links, shards), executor)
+    if executor.tree_cpu is not None:
+        executor.tree_cpu.install(env, eng)
     eng.links = links
     return eng
 
