@@ -40,14 +40,14 @@ def test_the_cheap_figures_match_a_rerun(capsys):
     cheap = [e for e in regen.REGISTRY.values() if e.cheap]
     assert (rc, out.splitlines()[-1]) == (0, f"{len(cheap)} entries checked: all match"), out
     assert {e.doc for e in cheap} == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/figure4.md",
-                                      "docs/figure6.md"}
+                                      "docs/figure6.md", "docs/policy_lab.md"}
 
 
 def test_every_entry_has_its_marker_and_every_marker_its_entry():
     regen.check_markers(ROOT, list(regen.REGISTRY.values()))  # raises on a mismatch
     docs = {e.doc for e in regen.REGISTRY.values()}
     assert docs == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/fleet.md",
-                    "docs/figure4.md", "docs/figure6.md"}
+                    "docs/figure4.md", "docs/figure6.md", "docs/policy_lab.md"}
 
 
 def test_a_changed_figure_is_a_diff_and_write_restores_it(tree, capsys):
@@ -95,7 +95,7 @@ def test_list_names_the_cost_and_command(capsys):
                                  "store-model-per-shard", "figure4-dsv4-l1", "figure4-inkling-l1",
                                  "figure4-dsv4-swa", "figure4-inkling-swa", "figure4-inkling-mamba", "figure4-dsv4-l2",
                                  "figure4-inkling-l2", "figure6-dsv4-pro-l1", "figure6-dsv4-pro-l2", "figure6-qwen-l1",
-                                 "figure6-qwen-l2", "figure6-qwen-mamba"]
+                                 "figure6-qwen-l2", "figure6-qwen-mamba", "policy-lab-curve-agentic"]
     assert all(" cheap " in ln for ln in out.splitlines())
     rc, out, _ = run(capsys, ["--list", "--only", "fleet-agentic-table"])
     assert out.split()[:3] == ["fleet-agentic-table", "docs/fleet.md", "expensive"]
@@ -116,3 +116,42 @@ def test_a_failed_run_is_one_line_and_exit_2(capsys):
     assert e.value.code == 2 and len(err.splitlines()) == 1
     assert err.startswith("regen_docs: radixsim run no-such-scenario seed=1 failed: radixsim run: no-such-scenario: "
                           "no such scenario file")
+
+
+CONV_MARK = "<!-- regen: policy-lab-curve-conversation -->"
+
+
+def test_an_entry_whose_trace_is_absent_is_skipped_and_its_text_kept(tree, capsys, monkeypatch):
+    monkeypatch.setattr(regen, "CONVERSATION", "scenarios/data/no_such_trace.jsonl")
+    doc = tree / "docs" / "policy_lab.md"
+    original = doc.read_text()
+    assert original.count(CONV_MARK) == 1
+    skip = ("policy-lab-curve-conversation: skipped: scenarios/data/no_such_trace.jsonl not present "
+            "(fetch it: docs/policy_lab.md, Corpus)\n")
+    rc, out, err = run(capsys, ["--check", "--only", "policy-lab-curve-conversation", "--root", str(tree)])
+    assert (rc, out, err) == (0, skip + "0 entries checked (1 skipped): all match\n", "")
+    rc, out, err = run(capsys, ["--write", "--only", "policy-lab-curve-conversation", "--only",
+                                "policy-lab-conversation", "--root", str(tree)])
+    assert (rc, out, err) == (0, skip.replace("-curve-", "-") + skip, "")  # in registry order
+    assert doc.read_text() == original
+
+
+def test_the_leaderboard_table_is_rendered_from_one_run(monkeypatch):
+    """Ties in the best online policy, the old (belady-node) and new (bound) gap, "-" where LRU is at
+    the old bound; one leaderboard run serves both policy-lab entries."""
+    from radixsim.leaderboard import _gaps
+
+    hits = [{"lru": .10, "belady-node": .20, "bound": .30, "fifo": .25, "sieve": .25, "session-next": .10,
+             "filo": .05},
+            {"lru": .50, "belady-node": .50, "bound": .60, "fifo": .40, "sieve": .45, "session-next": .55,
+             "filo": .55}]
+    rows = [{"trace": "t", "capacity_tokens": cap, "policy": p, "hit_rate": h}
+            for cap, hs in zip((1000, 2000), hits) for p, h in sorted(hs.items())]
+    _gaps(rows)
+    monkeypatch.setitem(regen._LEADERBOARDS, "corpus", rows)
+    text = regen.REGISTRY["policy-lab-leaderboard"].render(regen.Ctx(1, verbose=False))
+    assert text.splitlines()[2:] == [
+        "| t | 1,000 | 10.00 | 20.00 | 30.00 | fifo / sieve 25.00 | 150.0 -> 75.0 | 0.0 -> 0.0 |",
+        "| t | 2,000 | 50.00 | 50.00 | 60.00 | filo / session-next 55.00 | - -> 50.0 | - -> 50.0 |"]
+    variants = regen.REGISTRY["policy-lab-variants"].render(regen.Ctx(1, verbose=False))
+    assert variants == "```\n\n```"  # no variant traces in these rows
