@@ -108,8 +108,8 @@ def hybrid_l3_cache(page_size: int, window: int, **tiers) -> RadixCache:
     return RadixCache(cfg, record_actions=True, auto_ack=True)
 
 
-# -- the command line in-process (tests/test_cli_errors.py, tests/test_hostile_inputs.py,
-#    tests/test_messages.py)
+# -- the command line in-process (test_cli_errors, test_hostile_inputs, test_messages,
+#    test_input_checks, test_scenario, test_leaderboard, test_page_bound)
 def run_main(capsys, args) -> tuple:
     """radixsim.cli.main(args) in-process -> (exit status, stdout, stderr); an argparse error
     or --help (SystemExit) gives its code as the exit status."""
