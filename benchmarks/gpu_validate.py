@@ -115,15 +115,11 @@ def need_simpy() -> bool:
 
 
 def host_available_bytes() -> int:
-    """MemAvailable of /proc/meminfo (Linux), else the free physical pages."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    """MemAvailable of /proc/meminfo (Linux), else the free physical pages: the figure the L2 pools
+    check (gpu_backend.pools.host_memory_available)."""
+    from gpu_backend.pools import host_memory_available
+
+    return host_memory_available()
 
 
 def preflight(device: str, size: dict) -> tuple:

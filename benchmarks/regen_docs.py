@@ -308,31 +308,38 @@ def _fleet(ctx, scenario: str, *sets: str) -> dict:
     return ctx.runs(scenario, *sets)["fleet"]
 
 
+FLEET_COLUMNS = {  # a fleet table's column: (its figure in the run's "fleet" result, the format)
+    "hit": (lambda f: f["hit_rate"], ".3f"), "device": (lambda f: f["hit_rate_device"], ".3f"),
+    "storage": (lambda f: f["hit_rate_storage"], ".3f"),
+    "TTFT p50 s": (lambda f: f["ttft_p50_s"], ".3f"), "TTFT p90 s": (lambda f: f["ttft_p90_s"], ".3f"),
+    "TPOT p50 s": (lambda f: f["tpot_p50_s"], ".4f"), "TPOT p90 s": (lambda f: f["tpot_p90_s"], ".4f"),
+    "SLO att.": (lambda f: f["slo_attainment"], ".3f"), "goodput req/s": (lambda f: f["goodput_rps"], ".2f"),
+    "max/mean req": (lambda f: f["load_balance"]["requests"]["max_over_mean"], ".2f"),
+}
+
+
+def _fleet_table(first: str, runs: list, columns: list) -> str:
+    """One row a run: [(its label, its "fleet" result)], the columns named in FLEET_COLUMNS."""
+    return table([first, *columns], [[label, *(format(FLEET_COLUMNS[c][0](f), FLEET_COLUMNS[c][1]) for c in columns)]
+                                     for label, f in runs])
+
+
+def _router_table(ctx, scenario: str, columns: list) -> str:
+    return _fleet_table("router", [(r, _fleet(ctx, scenario, f"fleet.router={r}")) for r in ROUTERS], columns)
+
+
 @entry("fleet-multiturn-table", "docs/fleet.md", cheap=False, seconds=600, runs=_router_runs("fleet16-multiturn"),
        command=SWEEP_CMD.format("fleet16-multiturn"))
 def _fleet_multiturn(ctx) -> str:
-    rows = []
-    for r in ROUTERS:
-        f = _fleet(ctx, "fleet16-multiturn", f"fleet.router={r}")
-        rows.append([r, f"{f['hit_rate']:.3f}", f"{f['ttft_p50_s']:.3f}", f"{f['ttft_p90_s']:.3f}",
-                     f"{f['tpot_p90_s']:.4f}", f"{f['slo_attainment']:.3f}", f"{f['goodput_rps']:.2f}",
-                     f"{f['load_balance']['requests']['max_over_mean']:.2f}"])
-    return table(["router", "hit", "TTFT p50 s", "TTFT p90 s", "TPOT p90 s", "SLO att.", "goodput req/s",
-                  "max/mean req"], rows)
+    return _router_table(ctx, "fleet16-multiturn", ["hit", "TTFT p50 s", "TTFT p90 s", "TPOT p90 s", "SLO att.",
+                                                    "goodput req/s", "max/mean req"])
 
 
 @entry("fleet-agentic-table", "docs/fleet.md", cheap=False, seconds=600, runs=_router_runs("fleet16-agentic"),
        command=SWEEP_CMD.format("fleet16-agentic"))
 def _fleet_agentic(ctx) -> str:
-    rows = []
-    for r in ROUTERS:
-        f = _fleet(ctx, "fleet16-agentic", f"fleet.router={r}")
-        rows.append([r, f"{f['hit_rate']:.3f}", f"{f['hit_rate_device']:.3f}", f"{f['hit_rate_storage']:.3f}",
-                     f"{f['ttft_p50_s']:.3f}", f"{f['ttft_p90_s']:.3f}", f"{f['tpot_p90_s']:.4f}",
-                     f"{f['slo_attainment']:.3f}", f"{f['goodput_rps']:.2f}",
-                     f"{f['load_balance']['requests']['max_over_mean']:.2f}"])
-    return table(["router", "hit", "device", "storage", "TTFT p50 s", "TTFT p90 s", "TPOT p90 s", "SLO att.",
-                  "goodput req/s", "max/mean req"], rows)
+    return _router_table(ctx, "fleet16-agentic", ["hit", "device", "storage", "TTFT p50 s", "TTFT p90 s",
+                                                  "TPOT p90 s", "SLO att.", "goodput req/s", "max/mean req"])
 
 
 def _inline_fleet(name: str, scenario: str, router: str, fmt: Callable) -> None:
@@ -363,14 +370,9 @@ PD_RUNS = [run_key("fleet-agentic-pd-4p4d"), run_key("fleet-agentic-colocated-8"
 @entry("fleet-pd-table", "docs/fleet.md", cheap=False, seconds=300, runs=PD_RUNS,
        command="radixsim run fleet-agentic-pd-4p4d; radixsim run fleet-agentic-colocated-8")
 def _fleet_pd(ctx) -> str:
-    rows = []
-    for label, (sc, sets) in zip(["4P + 4D", "8 colocated"], PD_RUNS):
-        f = _fleet(ctx, sc, *sets)
-        rows.append([label, f"{f['hit_rate']:.3f}", f"{f['ttft_p50_s']:.3f}", f"{f['ttft_p90_s']:.3f}",
-                     f"{f['tpot_p50_s']:.4f}", f"{f['tpot_p90_s']:.4f}", f"{f['slo_attainment']:.3f}",
-                     f"{f['goodput_rps']:.2f}"])
-    return table(["fleet", "hit", "TTFT p50 s", "TTFT p90 s", "TPOT p50 s", "TPOT p90 s", "SLO att.",
-                  "goodput req/s"], rows)
+    return _fleet_table("fleet", [(label, _fleet(ctx, sc, *sets)) for label, (sc, sets) in
+                                  zip(["4P + 4D", "8 colocated"], PD_RUNS)],
+                        ["hit", "TTFT p50 s", "TTFT p90 s", "TPOT p50 s", "TPOT p90 s", "SLO att.", "goodput req/s"])
 
 
 DP_RUNS = [("DP1 (one tree)", run_key("fleet-dsv4-flash-dp1")),

@@ -294,12 +294,12 @@ def _cmd_replay(args) -> int:
         sys.stderr.write(f"radixsim replay: {e}\n")
         return EXIT_BAD_INPUT
     secs = time.perf_counter() - t0
-    hit = summary["hit_rate"]
+    # run_replay refuses a trace with no requests (exit 2), and every request has a token: a hit rate
     print(f"{summary['requests']} requests, {summary['total_prompt_tokens']:,} prompt tokens, "
-          f"{summary['total_cached_tokens']:,} cached (hit rate {hit:.6f}), "
+          f"{summary['total_cached_tokens']:,} cached (hit rate {summary['hit_rate']:.6f}), "
           f"{summary['evicted_tokens']:,} evicted, {summary['rejected']} rejected "
-          f"in {secs:.2f} s -> {args.out}" if hit is not None else "no requests in trace")
-    if hit is not None and "tokens_per_link" in summary:
+          f"in {secs:.2f} s -> {args.out}")
+    if "tokens_per_link" in summary:
         from .outputs import fmt_or_dash
         print(f"hit rate by tier: device {summary['hit_rate_device']:.4f}, host {summary['hit_rate_host']:.4f}, "
               f"storage {summary['hit_rate_storage']:.4f}; "

@@ -19,7 +19,7 @@ import numpy as np
 from cache_core.stack_curve import LruCurve
 
 from .outputs import write
-from .replay import ReplayOptions, request_stream, run_replay
+from .replay import ReplayOptions, no_requests, request_stream, run_replay
 from .workers import process_map
 
 COLUMNS = ["policy", "capacity_tokens", "hit_rate", "method"]
@@ -35,7 +35,7 @@ def lru_curve(opts: ReplayOptions, progress: bool = False) -> LruCurve:
         requests = tqdm(requests, unit="req", desc="stack pass", file=sys.stderr, mininterval=0.5)
     curve = LruCurve(requests, opts.page_size)
     if curve.requests == 0:  # as `run` and `replay`: an empty trace is bad input, not an empty curve
-        raise ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
+        raise no_requests(opts)
     return curve
 
 

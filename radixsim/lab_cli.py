@@ -101,8 +101,11 @@ def _curve(args) -> None:
 def _leaderboard(args) -> None:
     from .leaderboard import corpus, format_table, run_leaderboard, variant_table
 
-    sources = corpus(args.traces, args.page_size)
     policies = args.policy.split(",") if args.policy else None
+    if policies and "lru" not in policies:
+        raise ValueError(f"--policy {args.policy}: no lru; expected lru among the policies (gap % is measured from "
+                         "LRU)")
+    sources = corpus(args.traces, args.page_size)
     rows = run_leaderboard(sources, policies, args.capacities, jobs=args.jobs, out_dir=args.out, progress=True)
     print(format_table(rows))
     variants = variant_table(rows)

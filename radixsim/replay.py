@@ -328,7 +328,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     if bar is not None:
         bar.close()
     if not rows:  # as `run`: nothing to measure is bad input (exit 2), and nothing is written
-        raise ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
+        raise no_requests(opts)
     invariants.check(cache)
 
     req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,
@@ -379,6 +379,11 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
                                                                 config.page_size)}
     results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)
     return summary
+
+
+def no_requests(opts: ReplayOptions) -> ValueError:
+    """The bad-input error of a trace or workload without requests (replay, curve, leaderboard)."""
+    return ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
 
 
 def request_stream(opts: ReplayOptions):

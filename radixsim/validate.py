@@ -227,7 +227,7 @@ def dispatch(args) -> int | None:
     if args.explain:
         from . import validate_explain
 
-        return validate_explain.run(args)
+        return _case_errors(lambda: validate_explain.run(args))
     if args.backend == "torch":
         from . import validate_torch
 
@@ -236,18 +236,27 @@ def dispatch(args) -> int | None:
         sys.stderr.write(f"radixsim validate: error: --set {args.sets[0]}: only with --backend torch; expected no "
                          "--set for the published cases\n")
         return EXIT_BAD_INPUT
-    try:
+
+    def run_published() -> int:
         res = validate(args.cases, smoke=args.smoke, seed=args.seed,
                        progress=sys.stderr.isatty() and not args.no_progress)
         print(table(res))
         print(f"wrote {write_outputs(args.out, res, smoke=args.smoke, seed=args.seed)}/validation.csv, "
               "validation.json, validation.html")
+        return 0
+
+    return _case_errors(run_published)
+
+
+def _case_errors(body) -> int:
+    """body()'s exit status; a CaseError or OSError from it -> one line on stderr, exit 2."""
+    try:
+        return body()
     except BrokenPipeError:  # stdout closed (`| head`): cli.main's quiet exit
         raise
     except (CaseError, OSError) as e:
         sys.stderr.write(f"radixsim validate: error: {e}\n")
         return EXIT_BAD_INPUT
-    return 0
 
 
 __all__ = ["validate", "compare", "table", "write_outputs", "add_parser", "dispatch", "COLUMNS", "SHAPE_HELP"]

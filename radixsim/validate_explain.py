@@ -201,19 +201,14 @@ def _fit_lines(fit: dict, what: str) -> list:
 
 
 def run(args) -> int:
-    """`radixsim validate --explain` (cli): print every case's split and residual fit."""
+    """`radixsim validate --explain` (cli): print every case's split and residual fit (a CaseError
+    or OSError is for the caller, validate.dispatch, to report)."""
     if args.backend != "published":
         sys.stderr.write("radixsim validate: error: --explain: only with --backend published "
                          f"(got --backend {args.backend})\n")
         return EXIT_BAD_INPUT
-    try:
-        for res in explain(args.cases, smoke=args.smoke, seed=args.seed):
-            print("\n".join(format_case(res)))
-    except BrokenPipeError:  # stdout closed (`| head`): cli.main's quiet exit
-        raise
-    except (CaseError, OSError) as e:
-        sys.stderr.write(f"radixsim validate: error: {e}\n")
-        return EXIT_BAD_INPUT
+    for res in explain(args.cases, smoke=args.smoke, seed=args.seed):
+        print("\n".join(format_case(res)))
     return 0
 
 

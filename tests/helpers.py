@@ -106,3 +106,18 @@ def hybrid_l3_cache(page_size: int, window: int, **tiers) -> RadixCache:
     cfg = CacheConfig(page_size=page_size, capacity_tokens=64,
                       swa=SwaConfig(window_tokens=window, capacity_tokens=32), mamba=MambaConfig(slots=4), tiers=tc)
     return RadixCache(cfg, record_actions=True, auto_ack=True)
+
+
+# -- the command line in-process (test_cli_errors, test_hostile_inputs, test_messages,
+#    test_input_checks, test_scenario, test_leaderboard, test_page_bound)
+def run_main(capsys, args) -> tuple:
+    """radixsim.cli.main(args) in-process -> (exit status, stdout, stderr); an argparse error
+    or --help (SystemExit) gives its code as the exit status."""
+    from radixsim import cli
+
+    try:
+        rc = cli.main(args)
+    except SystemExit as e:
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err

@@ -13,23 +13,13 @@ import sys
 
 import pytest
 
-from radixsim.cli import main
+from helpers import run_main
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PREFIX = "radixsim replay: "
 
 
-# -- helpers ---------------------------------------------------------------------------------
-def run_inproc(capsys, args):
-    """main(args) in-process -> (exit status, stdout, stderr). argparse errors raise SystemExit."""
-    try:
-        rc = main(args)
-    except SystemExit as e:  # argparse option errors
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
+# -- helpers (run_main: tests/helpers.py) -------------------------------------------------------
 def run_subproc(args, timeout=120):
     r = subprocess.run([sys.executable, "-m", "radixsim", *args], capture_output=True, text=True,
                        cwd=ROOT, timeout=timeout)
@@ -168,7 +158,7 @@ LINE_CASES = [
                          [c[1:] for c in LINE_CASES], ids=[c[0] for c in LINE_CASES])
 def test_bad_trace_line_inprocess(tmp_path, capsys, text, lineno, extra, needles):
     trace = write(tmp_path, text)
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out", *extra))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out", *extra))
     assert_one_line_error(rc, out, err, f"{trace}:{lineno}", *needles)
 
 
@@ -205,21 +195,21 @@ OPTION_CASES = [
 @pytest.mark.parametrize("extra,option,needle", [c[1:] for c in OPTION_CASES], ids=[c[0] for c in OPTION_CASES])
 def test_bad_option_inprocess(tmp_path, capsys, extra, option, needle):
     trace = write(tmp_path, OK)
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out", *extra))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out", *extra))
     assert_one_line_error(rc, out, err, f"error: argument {option}", needle)
     assert not (tmp_path / "out").exists()
 
 
 def test_policy_error_lists_the_policies(tmp_path, capsys):
     trace = write(tmp_path, OK)
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out", "--policy", "LRU"))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out", "--policy", "LRU"))
     assert_one_line_error(rc, out, err, "error: argument --policy", "unknown policy 'LRU'", "expected one of ",
                           *(f"{p}, " for p in ("belady-node", "fifo", "lfu", "lru", "priority", "session")), "slru")
 
 
 def test_missing_out_option_is_one_line(tmp_path, capsys):
     trace = write(tmp_path, OK)
-    rc, out, err = run_inproc(capsys, ["replay", str(trace)])
+    rc, out, err = run_main(capsys, ["replay", str(trace)])
     assert rc == 2
     assert out == ""
     assert len(err.splitlines()) == 1
@@ -234,7 +224,7 @@ def test_page_size_zero_subprocess(tmp_path):
 
 def test_missing_file_inprocess(tmp_path, capsys):
     trace = tmp_path / "nope.jsonl"
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out"))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out"))
     assert_one_line_error(rc, out, err, str(trace), "no such file")
     assert err == f"{PREFIX}{trace}: no such file\n"
 
@@ -248,7 +238,7 @@ def test_missing_file_subprocess(tmp_path):
 def test_directory_as_trace_inprocess(tmp_path, capsys):
     d = tmp_path / "adir"
     d.mkdir()
-    rc, out, err = run_inproc(capsys, replay_args(d, tmp_path / "out"))
+    rc, out, err = run_main(capsys, replay_args(d, tmp_path / "out"))
     assert_one_line_error(rc, out, err, str(d), "is a directory")
 
 
@@ -263,7 +253,7 @@ def test_out_is_a_file(tmp_path, capsys):
     trace = write(tmp_path, OK)
     blocker = tmp_path / "out"
     blocker.write_text("x")
-    rc, out, err = run_inproc(capsys, replay_args(trace, blocker))
+    rc, out, err = run_main(capsys, replay_args(trace, blocker))
     assert rc == 2
     assert out == ""
     assert "Traceback" not in err
@@ -281,7 +271,7 @@ def test_blank_lines_skipped(tmp_path, capsys):
     text = "\n" + '{"tokens": [1, 2, 3]}\n' + "   \n\t\n" + '{"tokens": [1, 2, 3, 4]}\n' + "\n\n"
     trace = write(tmp_path, text)
     out_dir = tmp_path / "out"
-    rc, out, err = run_inproc(capsys, replay_args(trace, out_dir))
+    rc, out, err = run_main(capsys, replay_args(trace, out_dir))
     assert rc == 0
     assert err == ""
     rows = read_rows(out_dir)
@@ -305,7 +295,7 @@ def test_events_skipped_and_default_rid_counts_requests_only(tmp_path, capsys):
     )
     trace = write(tmp_path, text)
     out_dir = tmp_path / "out"
-    rc, out, err = run_inproc(capsys, replay_args(trace, out_dir))
+    rc, out, err = run_main(capsys, replay_args(trace, out_dir))
     assert rc == 0
     assert err == ""
     assert out.startswith("5 requests, ")
@@ -319,13 +309,13 @@ def test_events_only_trace(tmp_path, capsys):
     """No request to measure: bad input, as `radixsim run` (exit 2, one line, nothing written)."""
     trace = write(tmp_path, '{"event": "close_session", "session_id": 1}\n\n')
     out_dir = tmp_path / "out"
-    rc, out, err = run_inproc(capsys, replay_args(trace, out_dir))
+    rc, out, err = run_main(capsys, replay_args(trace, out_dir))
     assert_one_line_error(rc, out, err, str(trace), "no requests in the trace; expected at least one")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.jsonl"]
 
 
 def test_no_command_exits_2(capsys):
-    rc, out, err = run_inproc(capsys, [])
+    rc, out, err = run_main(capsys, [])
     assert rc == 2
 
 
@@ -347,13 +337,13 @@ def test_huge_integer_literal(tmp_path):
 
 def test_timestamp_nan(tmp_path, capsys):
     trace = write(tmp_path, '{"tokens": [1], "timestamp": NaN}\n')
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out"))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out"))
     assert_one_line_error(rc, out, err, f"{trace}:1", "timestamp")
 
 
 def test_timestamp_infinity(tmp_path, capsys):
     trace = write(tmp_path, '{"tokens": [1], "timestamp": Infinity}\n')
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out"))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out"))
     assert_one_line_error(rc, out, err, f"{trace}:1", "timestamp")
 
 
@@ -380,7 +370,7 @@ def test_huge_block_size(tmp_path):
 ])
 def test_messages_keep_their_quotes(tmp_path, capsys, text, quoted):
     trace = write(tmp_path, text)
-    rc, out, err = run_inproc(capsys, replay_args(trace, tmp_path / "out"))
+    rc, out, err = run_main(capsys, replay_args(trace, tmp_path / "out"))
     assert err == f"{PREFIX}{trace}:1: {quoted}\n"
 
 

@@ -177,6 +177,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def signal_when(p, ready, sig) -> tuple:
+    """Poll (no time limit but the test's) until ready() or until p ends; then, p still running,
+    send it `sig`: its (stdout, stderr). p is killed if anything fails on the way."""
+    try:
+        while p.poll() is None and not ready():
+            time.sleep(0.01)  # polling, not a timed assertion
+        assert p.poll() is None, p.communicate()
+        p.send_signal(sig)
+        return p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _workers_started(pid: int, workers: set, more=lambda: True):
+    """ready() for signal_when: refreshes `workers` (pid's children); both started and more()."""
+    def ready() -> bool:
+        workers.clear()
+        workers.update(_children(pid))
+        return len(workers) >= 2 and more()
+    return ready
+
+
 CTRL_C_COMMANDS = {
     "sweep": ["sweep", "quickstart", "--grid", "workload.num_rounds=10,9,8,7", "--jobs", "2", "--no-progress"],
     "plan": ["plan", "quickstart", "--vary", "cache.l2_tokens", "--range", "0:2000000", "--target",
@@ -195,17 +218,8 @@ def test_ctrl_c_stops_the_command_and_its_workers(tmp_path, name):
     p = subprocess.Popen([sys.executable, "-m", "radixsim", *args, "--out", str(tmp_path / "o")], cwd=ROOT, env=env(),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        workers: set[int] = set()
-        while len(workers) < 2 and p.poll() is None:  # wait (no time limit but the test's) for both workers
-            workers = _children(p.pid)
-            time.sleep(0.01)  # polling, not a timed assertion
-        assert p.poll() is None, p.communicate()
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    workers: set[int] = set()
+    out, err = signal_when(p, _workers_started(p.pid, workers), signal.SIGINT)  # once both workers run
     assert (p.returncode, out, err) == (130, "", f"radixsim {args[0]}: interrupted\n")
     assert [w for w in workers if _alive(w)] == []
     for done in ("sweep.csv", "plan.json", "comparison.csv"):  # nothing presented as complete

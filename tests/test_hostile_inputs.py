@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import radixsim.cli
-from radixsim.cli import main
+from helpers import run_main
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
 from scenarios.schema import INT_CHECKS, NUMBER_CHECKS, SCHEMA, SIZE_CHECKS, WORKLOAD_SCHEMAS, _validate
 
@@ -179,12 +179,7 @@ def run_in(tmp_path, monkeypatch, capsys, args, files):
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    try:
-        rc = main(args)
-    except SystemExit as e:  # argparse option errors
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
+    return run_main(capsys, args)
 
 
 @pytest.mark.parametrize("args,files,status,fragment", [row[1:] for row in CORPUS], ids=[row[0] for row in CORPUS])

@@ -10,19 +10,10 @@ import sys
 import pytest
 import yaml
 
-from radixsim.cli import main
+from helpers import run_main as run_inproc
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def run_inproc(capsys, args):
-    try:
-        rc = main(args)
-    except SystemExit as e:
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def replay(tmp_path, capsys, text, *extra):

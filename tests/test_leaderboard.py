@@ -76,7 +76,7 @@ def test_default_corpus_and_policies(tmp_path, monkeypatch):
     (["leaderboard", "--policy", "nope", "--out", "X"], "argument --policy: unknown policy 'nope'"),
 ])
 def test_lab_commands_bad_input_is_one_line_exit_2(args, needle, capsys, tmp_path, monkeypatch):
-    from test_cli_errors import run_inproc
+    from helpers import run_main as run_inproc
 
     monkeypatch.chdir(tmp_path)
     rc, out, err = run_inproc(capsys, args)
@@ -91,3 +91,14 @@ def test_best_online_leaves_out_lru_and_the_offline_rows():
             for p, h, g in (("lru", 0.1, 0.0), ("bound", 0.5, 1.0), ("belady-node", 0.4, 0.75),
                             ("mru", 0.2, 0.25), ("sieve", 0.15, 0.125))]
     assert [r["policy"] for r in best_online(rows)] == ["mru"]
+
+
+def test_policies_without_lru_are_one_line_naming_the_option(tmp_path, capsys):
+    from helpers import run_main as run_inproc
+
+    rc, out, err = run_inproc(capsys, ["leaderboard", "--policy", "lfu,fifo", "--out", str(tmp_path / "o"),
+                                     str(tmp_path / "t.jsonl")])
+    assert (rc, out) == (2, "")
+    assert err == "radixsim leaderboard: --policy lfu,fifo: no lru; expected lru among the policies (gap % is " \
+                  "measured from LRU)\n"
+    assert not (tmp_path / "o").exists()

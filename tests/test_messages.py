@@ -6,18 +6,9 @@ from __future__ import annotations
 import pytest
 
 from analysis.external import read_log
-from radixsim import cli
+from helpers import run_main as run
 
 TINY = ["--set", "workload.num_rounds=2", "--set", "workload.num_clients=2", "--no-progress"]
-
-
-def run(capsys, argv):
-    try:
-        rc = cli.main(argv)
-    except SystemExit as e:  # --help
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def test_sweep_help_shows_one_percent_sign(capsys):
@@ -49,22 +40,15 @@ def test_sweep_of_one_point_says_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind,article", [("azure", "an azure"), ("trace", "a trace")])
-def test_missing_workload_file_has_its_article(tmp_path, capsys, kind, article):
+@pytest.mark.parametrize("where", ["missing", "directory"])
+def test_workload_path_that_is_no_file_says_so_with_its_article(tmp_path, capsys, kind, article, where):
+    """A missing file is "no such file", a directory "is a directory" (not "no such file")."""
+    path, problem = ("nowhere.csv", "no such file") if where == "missing" else (tmp_path, "is a directory")
     sc = tmp_path / "s.yaml"
-    sc.write_text(f"workload: {{kind: {kind}, path: nowhere.csv}}\n")
+    sc.write_text(f"workload: {{kind: {kind}, path: {path}}}\n")
     rc, out, err = run(capsys, ["run", str(sc), "--no-plots", "--no-progress", "--out", str(tmp_path / "o")])
     assert (rc, out) == (2, "")
-    assert err == f"radixsim run: {sc}: workload.path: nowhere.csv: no such file; expected {article} file\n"
-
-
-@pytest.mark.parametrize("kind,article", [("azure", "an azure"), ("trace", "a trace")])
-def test_workload_path_that_is_a_directory(tmp_path, capsys, kind, article):
-    sc = tmp_path / "s.yaml"
-    sc.write_text(f"workload: {{kind: {kind}, path: {tmp_path}}}\n")
-    rc, out, err = run(capsys, ["run", str(sc), "--no-plots", "--no-progress", "--out", str(tmp_path / "o")])
-    assert (rc, out) == (2, "")
-    assert err == (f"radixsim run: {sc}: workload.path: {tmp_path}: is a directory; "
-                   f"expected {article} file\n")
+    assert err == f"radixsim run: {sc}: workload.path: {path}: {problem}; expected {article} file\n"
 
 
 def test_cost_table_that_is_a_directory(tmp_path, capsys):

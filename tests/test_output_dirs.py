@@ -10,7 +10,6 @@ import pathlib
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,7 +18,7 @@ from radixsim.cli import main
 from radixsim import outputs
 from radixsim.outputs import OutputError, result_dir
 
-from test_error_path import SMALL, _alive, _children, env, run_inproc
+from test_error_path import SMALL, _alive, _workers_started, env, run_inproc, signal_when
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMPARE = ["replay", "--workload", "multiturn", "--set", "workload.num_clients=2", "--set", "workload.num_rounds=2",
@@ -134,17 +133,9 @@ def test_a_signal_stops_a_sweep_its_workers_and_leaves_no_temporary_directory(tm
     p = subprocess.Popen([sys.executable, "-m", "radixsim", *args], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        workers: set[int] = set()
-        while p.poll() is None and (len(workers) < 2 or len(list(out.glob("points/.*.tmp-*"))) < 2):
-            workers = _children(p.pid)  # both workers started, each writing its point
-            time.sleep(0.01)  # polling, not a timed assertion
-        assert p.poll() is None, p.communicate()
-        p.send_signal(sig)
-        stdout, stderr = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    workers: set[int] = set()  # both workers started, each writing its point
+    writing = _workers_started(p.pid, workers, lambda: len(list(out.glob("points/.*.tmp-*"))) >= 2)
+    stdout, stderr = signal_when(p, writing, sig)
     assert (p.returncode, stdout, stderr) == (rc, "", f"radixsim sweep: {word}\n")
     assert [w for w in workers if _alive(w)] == []
     assert _tmp_dirs(tmp_path) == []
@@ -157,15 +148,7 @@ def test_sigterm_on_a_run_removes_its_temporary_directory(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "radixsim", "run", "quickstart", "--no-plots", "--no-progress",
                           "--out", str(out)], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
-    try:
-        while p.poll() is None and not list(tmp_path.glob(".o.tmp-*")):
-            time.sleep(0.01)  # polling, not a timed assertion
-        assert p.poll() is None, p.communicate()
-        p.send_signal(signal.SIGTERM)
-        stdout, stderr = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
+    stdout, stderr = signal_when(p, lambda: bool(list(tmp_path.glob(".o.tmp-*"))), signal.SIGTERM)
     assert (p.returncode, stdout, stderr) == (143, "", "radixsim run: terminated\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 

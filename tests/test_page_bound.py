@@ -117,7 +117,7 @@ def test_belady_is_refused_with_a_pointer():
 
 
 def test_replay_policy_belady_is_one_line_exit_2(capsys, tmp_path):
-    from test_cli_errors import run_inproc
+    from helpers import run_main as run_inproc
 
     rc, out, err = run_inproc(capsys, ["replay", "t.jsonl", "--policy", "lru,belady", "--out", str(tmp_path / "X")])
     assert rc == 2 and out == "" and len(err.splitlines()) == 1, err

@@ -14,8 +14,8 @@ from fractions import Fraction
 import pytest
 import yaml
 
+from helpers import run_main as run_cli
 from radixsim import results
-from radixsim.cli import main
 from scenarios import presets, scenario
 from sim.cost import Efficiency
 
@@ -49,15 +49,6 @@ def valid_with(**sections):
         else:
             doc[k] = v
     return yaml.safe_dump(doc, sort_keys=False)
-
-
-def run_cli(capsys, args):
-    try:
-        rc = main(args)
-    except SystemExit as e:  # argparse errors
-        rc = e.code
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 def run_file(capsys, tmp_path, text=None, path=None, sets=()):

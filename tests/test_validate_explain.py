@@ -110,3 +110,11 @@ def test_explain_with_torch_backend_is_one_line(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     assert err == "radixsim validate: error: --explain: only with --backend published (got --backend torch)\n"
+
+
+def test_explain_of_an_unknown_case_is_one_line(capsys):
+    # the same error path as `radixsim validate` (validate._case_errors)
+    assert main(["validate", "--explain", "no-such-case"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("radixsim validate: error: no-such-case: no such case file or case id")
