@@ -198,7 +198,7 @@ class MooncakeStore(ShardedEviction, StorageIndex):
         super().__init__(None if capacity_pages is None else capacity_pages * per // replicas)
         self.shards = shards
         self.objects_per_page = per
-        self._start = random.Random(0)  # Mooncake's rand() % kNumShards start shard (seeded here)
+        self._start = random.Random(0)  # stand-in for Mooncake's rand() % kNumShards (docs/store_model.md)
         self.evicted_objects = 0
         self.high_watermark = high_watermark
         self.eviction_ratio = eviction_ratio

@@ -28,7 +28,8 @@ class ShardedEviction:
         raise NotImplementedError
 
     def shard(self, obj) -> int:
-        """The metadata shard of an object (Mooncake: std::hash of its key string % shards)."""
+        """The metadata shard of an object (Mooncake: std::hash of SGLang's key string % shards;
+        splitmix64 of the page key is a stand-in: the run's key strings are unknown, docs/store_model.md)."""
         key, half = obj if self.objects_per_page > 1 else (obj, 0)
         salt = 0
         if isinstance(key, tuple):  # (component, key) payloads

@@ -32,7 +32,8 @@ simulator cannot express is said in the case's notes:
   (``cache.l3_objects_per_page`` = 2 x tp or tp); with one pool-wide pass a page's objects share
   their lease and go together, so one object per page is the same model (and cheaper);
 - documented software: a case's ``cache`` mapping (scenario cache keys the published run's
-  software implies, e.g. Mooncake's eviction at the run's date, reasoning in ``cache_source``);
+  software implies, e.g. Mooncake's eviction at the run's date, the commits in ``cache_source``,
+  which a ``cache`` or ``hardware`` mapping must have: no knob without its source);
 - documented hardware: a case's ``hardware`` mapping (hardware fields the published run's text
   states, e.g. its NICs, with the arithmetic and the source line in ``hardware_source``) overrides
   the preset's fields; it is the run's stated setup, never a fitted knob.
@@ -245,10 +246,14 @@ def tiers_of(case: dict, model, tp: int) -> tuple[dict, list]:
 
 
 def _mapping(case: dict, key: str, what: str) -> dict:
-    """A case's optional mapping `key` (documented setup), or a one-line CaseError."""
+    """A case's optional mapping `key` (documented setup), or a one-line CaseError; a non-empty
+    one needs `<key>_source`: the run's text or code at its date it comes from, never a fit."""
     value = case.get(key) or {}
     if not isinstance(value, dict):
         raise CaseError(f"{case['_file']}: {case['id']}: {key}: expected a mapping of {what}")
+    if value and not str(case.get(f"{key}_source") or "").strip():
+        raise CaseError(f"{case['_file']}: {case['id']}: {key}_source: missing; expected the source "
+                        f"(the run's text, or code at its date) of {key} {', '.join(value)}")
     return value
 
 

@@ -33,6 +33,7 @@ def test_l2_is_sglangs_default_ratio_2_unless_a_ratio_is_stated():
 @pytest.mark.parametrize("model,tp,objects", [("qwen3-8b", 1, 2), ("qwen3-8b", 4, 8), ("deepseek-v3", 8, 8)])
 def test_mooncake_objects_per_page_are_k_and_v_per_rank_and_one_latent_for_mla(model, tp, objects):
     flags = "--enable-hierarchical-cache --hicache-storage-backend mooncake"
-    cache, notes = tiers_of(case(flags, cache={"l3_eviction_shards": 1024}), presets.get_model(model), tp)
+    cache, notes = tiers_of(case(flags, cache={"l3_eviction_shards": 1024}, cache_source="Mooncake BatchEvict"),
+                           presets.get_model(model), tp)
     assert cache["l3_objects_per_page"] == objects
     assert notes[-1] == f"L3 objects per page: {objects} (SGLang's K and V per rank)"

@@ -174,6 +174,23 @@ def test_case_hardware_not_a_mapping_is_one_line(tmp_path, capsys):
                                        "expected a mapping of hardware fields\n")
 
 
+@pytest.mark.parametrize("key,keys", [("cache", "l3_eviction_shards"), ("hardware", "nic_bytes_per_s, l3_rdma_bytes_per_s")])
+def test_case_knob_without_its_source_is_one_line(tmp_path, capsys, key, keys):
+    """A case's cache or hardware mapping names its source (issue 29 item 3: no knob chosen by
+    its own error); A3's cache_source is Mooncake's commits at the run's date."""
+    doc = json.loads((CASE_DIR / "mooncake_ssd_offload_a100.json").read_text())
+    a3 = next(c for c in doc["cases"] if c["id"] == "A3-ssdbench-mooncake80g")
+    assert "455e11a1d" in a3["cache_source"] and "738b375" in a3["cache_source"]
+    doc["cases"] = [{k: v for k, v in a3.items() if k != f"{key}_source"}]
+    path = tmp_path / "case.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path), "--smoke", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (f"radixsim validate: error: {path}: A3-ssdbench-mooncake80g: {key}_source: "
+                                       f"missing; expected the source (the run's text, or code at its date) of "
+                                       f"{key} {keys}\n")
+    assert not (tmp_path / "out").exists()
+
+
 def test_unknown_case_and_bad_json_are_one_line(tmp_path, capsys):
     assert main(["validate", "no-such-case", "--out", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err.startswith("radixsim validate: error: no-such-case: no such case file or case id")
