@@ -32,7 +32,7 @@ import yaml
 
 from scenarios.scenario import ScenarioError, apply_sets, resolve
 
-from .outputs import owned_dir, scenario_key, write
+from .outputs import clean_stale, owned_dir, scenario_key, write
 from .workers import process_map
 
 FIGURES = ["hit_rate", "hit_rate_device", "hit_rate_host", "hit_rate_storage", "hit_rate_last10",
@@ -166,8 +166,15 @@ class LocalExecutor:
             for key, raw, where, out in tasks:
                 on_done(key, run_point(raw, where, out))
             return
-        for key, summary in process_map(_run_task, tasks, self.jobs, ordered=False):
-            on_done(key, summary)
+        results = process_map(_run_task, tasks, self.jobs, ordered=False)
+        try:
+            for key, summary in results:
+                on_done(key, summary)
+        except BaseException:  # an interrupt or a failed point: the pool ends, then its leftovers go
+            results.close()  # the workers are terminated and joined (a no-op if the pool already ended)
+            for *_, out in tasks:
+                clean_stale(Path(out))  # the temporary directories of the points killed mid-write
+            raise
 
 
 def _run_task(task) -> tuple:

@@ -2,8 +2,11 @@
 
 Workers ignore SIGINT; the parent owns the interrupt: on Ctrl-C, SIGTERM (`cli.main` turns it
 into an exception) or a failed item, leaving `process_map` terminates the pool (SIGTERM to each
-worker), so running items stop and pending ones never start. A worker leaves on SIGTERM through
-SystemExit, so that its item's temporary result directory is removed (`outputs.result_dir`).
+worker, which ends it at once), so running items stop and pending ones never start. The temporary
+result directories the killed workers were writing are removed by the parent once the pool is
+gone (`outputs.clean_stale`, called by the sweep's executor). A worker must not turn SIGTERM into
+an exception: one raised while the pool's queue lock is contended leaves the pool's terminate
+waiting on that worker for ever (seen: 5 of 12 interrupted comparisons hung).
 """
 from __future__ import annotations
 
@@ -37,15 +40,12 @@ def _signals_held():
 
 
 def _worker_signals() -> None:
-    """A worker (forked with both signals held): ignore SIGINT, leave on SIGTERM via SystemExit."""
+    """A worker (forked with both signals held, and the parent's SIGTERM handler): ignore SIGINT;
+    SIGTERM back to its default (the process ends at once), then let it through."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _leave)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-
-
-def _leave(signum, frame) -> None:
-    raise SystemExit(128 + signum)
 
 
 __all__ = ["process_map"]
