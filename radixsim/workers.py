@@ -6,7 +6,7 @@ worker, which ends it at once), so running items stop and pending ones never sta
 result directories the killed workers were writing are removed by the parent once the pool is
 gone (`outputs.clean_stale`, called by the sweep's executor). A worker must not turn SIGTERM into
 an exception: one raised while the pool's queue lock is contended leaves the pool's terminate
-waiting on that worker for ever (seen: 5 of 12 interrupted comparisons hung).
+waiting on that worker for ever (seen: an interrupted comparison replay that never ended).
 """
 from __future__ import annotations
 
