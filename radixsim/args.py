@@ -126,6 +126,28 @@ class _ReplayWorkloads:
 REPLAY_WORKLOADS = _ReplayWorkloads()  # choices=REPLAY_WORKLOADS, metavar="KIND"
 
 
+class _Policies:
+    """argparse `choices` of --policy, read from the eviction policy registry when an argument is
+    checked or help is shown (so a newly registered policy shows up by itself, and building the
+    parser imports no numpy). A comma-separated list is in it when each name is; `policy` above
+    gives the one-line refusal first."""
+
+    @staticmethod
+    def _names() -> list[str]:
+        from cache_core.eviction import policy_names
+
+        return policy_names()
+
+    def __contains__(self, text) -> bool:
+        return all(name in self._names() for name in str(text).split(","))
+
+    def __iter__(self):
+        return iter(self._names())
+
+
+POLICIES = _Policies()  # choices=POLICIES, metavar="POLICY", help="... %(choices)s ..."
+
+
 def workload_sets(sets) -> tuple:
     import yaml
 

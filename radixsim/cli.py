@@ -15,7 +15,7 @@ import time
 
 from .args import DeviceError, check_device  # noqa: F401  (re-exported)
 from .args import EXIT_BAD_INPUT, Parser as _Parser, nonneg_int as _nonneg_int, policy as _policy, pos_int as _pos_int
-from .args import REPLAY_WORKLOADS, size as _size, sizes as _sizes, workload_sets as _workload_sets
+from .args import POLICIES, REPLAY_WORKLOADS, size as _size, sizes as _sizes, workload_sets as _workload_sets
 from .args import nonneg_float as _nonneg_float, page_size as _page_size, pos_float as _pos_float
 
 
@@ -63,10 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore L3 hits shorter than this (default 256, as SGLang)")
     r.add_argument("--kv-bytes-per-token", type=_nonneg_int, default=0,
                    help="KV bytes per token, to read sizes given in bytes and to report bytes per link")
-    r.add_argument("--policy", type=_policy, default="lru",
-                   help="eviction policy (SGLang's lru, lfu, fifo, mru, filo, priority, slru, tlru; the seed's session; "
-                        "the policy lab's session-next, sieve, s3fifo, gdsf, tier-lru; belady-node: offline heuristic); "
-                        "a comma-separated list with several --capacity-tokens values runs every "
+    r.add_argument("--policy", type=_policy, default="lru", choices=POLICIES, metavar="POLICY",
+                   help="eviction policy, one of the registered %(choices)s (belady-node: an offline heuristic; "
+                        "docs/policy_lab.md); a comma-separated list with several --capacity-tokens values runs every "
                         "combination and prints one table (default lru)")
     r.add_argument("--jobs", type=_pos_int, default=1, help="parallel processes for a comparison run (default 1)")
     r.add_argument("--no-miss-split", action="store_true",

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from . import results
-from .run import (_progress, progress_listener, request_rows, sim_engine, summarise, timeline_rows, workload_source,
-                  write_result_dir)
+from sim.recorder import request_rows, summarise, timeline_rows
+
+from .sim_wiring import progress_bar, progress_listener, sim_engine, workload_source, write_result_dir
 
 ENGINE_COLUMNS = ["engine", "role", "requests", "prompt_tokens", "hit_rate", "hit_rate_device", "hit_rate_host",
                   "hit_rate_storage", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s",
@@ -27,13 +28,13 @@ def simulate_fleet(sc, *, progress: bool = False):
     import simpy
 
     from cache_core import invariants
-    from fleet.fleet import build_fleet
+    from fleet.build import build_fleet
 
     t0 = time.perf_counter()
     env = simpy.Environment()
     fleet, costs, store = build_fleet(env, sc, sim_engine)
     source, total = workload_source(env, fleet, sc)
-    bar = _progress(total, progress, sc.doc.get("name") or "fleet")
+    bar = progress_bar(total, progress, sc.doc.get("name") or "fleet")
     if bar is not None:
         fleet.listeners.append(progress_listener(bar, env))
     env.process(source)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .args import EXIT_BAD_INPUT, REPLAY_WORKLOADS, policy, pos_int, workload_sets
+from .args import EXIT_BAD_INPUT, POLICIES, REPLAY_WORKLOADS, policy, pos_int, workload_sets
 
 
 def add_parsers(subparsers) -> None:
@@ -23,7 +23,8 @@ def add_parsers(subparsers) -> None:
                    help="generate the requests instead: %(choices)s")
     c.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=16 (repeatable)")
-    c.add_argument("--policy", type=policy, default="lru", help="comma-separated policies (default lru)")
+    c.add_argument("--policy", type=policy, default="lru", choices=POLICIES, metavar="POLICY",
+                   help="comma-separated policies among %(choices)s (default lru)")
     c.add_argument("--page-size", type=pos_int, default=1, help="tokens per KV page (default 1)")
     c.add_argument("--points", type=pos_int, default=20,
                    help="capacities, geometric from 1%% of the working set to all of it (default 20)")
@@ -40,7 +41,8 @@ def add_parsers(subparsers) -> None:
     b.add_argument("traces", nargs="*", help="JSONL trace files (default: the built-in corpus)")
     b.add_argument("--capacities", type=_int_list, default=None,
                    help="capacities in tokens (default: 10%%, 25%%, 50%% of each trace's working set)")
-    b.add_argument("--policy", type=policy, default=None, help="comma-separated policies (default: all)")
+    b.add_argument("--policy", type=policy, default=None, choices=POLICIES, metavar="POLICY",
+                   help="comma-separated policies among %(choices)s (default: all)")
     b.add_argument("--page-size", type=pos_int, default=16, help="tokens per KV page (default 16)")
     b.add_argument("--jobs", type=pos_int, default=os.cpu_count() or 1, help="parallel replays (default: all cores)")
     b.add_argument("--out", default="runs/leaderboard", help="output directory (default runs/leaderboard)")

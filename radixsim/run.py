@@ -5,19 +5,16 @@ engine loop) -> sim (links, cost model, clients) -> results files -> analysis (p
 """
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 
 from cache_core import RadixCache, invariants
-from scenarios.workload_kinds import workload_kind
 
 from sim.cost_models import make_cost
 from sim.recorder import TIMELINE_MAX_ROWS, request_rows, summarise, timeline_rows  # noqa: F401
 
 from . import results
-from .outputs import result_dir
+from .sim_wiring import progress_bar, progress_listener, sim_engine, workload_source, write_result_dir  # noqa: F401
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -48,7 +45,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     if setup is not None:
         setup(eng)
     source, total = workload_source(env, eng, sc)
-    bar = _progress(total, progress, sc.doc.get("name") or "run")
+    bar = progress_bar(total, progress, sc.doc.get("name") or "run")
     if bar is not None:
         eng.listeners.append(progress_listener(bar, env))
     env.process(source)
@@ -59,19 +56,6 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     eng.check_finished(total)
     invariants.check(cache)
     return eng, env, cost, time.perf_counter() - t0
-
-
-def sim_engine(env, sc, storage=None):
-    """One engine of scenario `sc` on the simulated plug-ins (links, cost model): (engine, cost).
-    `storage`: a prebuilt L3 store its cache uses (a fleet's shared L3), else one of its own."""
-    from scenarios.presets import transfer_shards
-    from sim.simulator import build
-
-    cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None, storage=storage)
-    cost = make_cost(sc)
-    eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
-                layers=sc.model.num_layers)
-    return eng, cost
 
 
 def _torch_engine(sc, cache, device, record_logits, store=None):
@@ -106,30 +90,6 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
     return env, eng, label
 
 
-def workload_source(env, eng, sc):
-    """The SimPy process that feeds `eng` (an engine or a fleet front) with the scenario's
-    workload, and the request count when known up front: its kind's feed."""
-    return workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
-
-
-def _progress(total, enabled: bool, desc: str):
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="req", desc=desc, file=sys.stderr, mininterval=0.5)
-
-
-def progress_listener(bar, env):
-    """An engine listener that counts a finished request on `bar` (tqdm: requests done / total
-    and the wall time) and shows the simulated time reached beside it."""
-    def done(_request) -> None:
-        bar.set_postfix_str(f"simulated {env.now:,.2f} s", refresh=False)
-        bar.update()
-
-    return done
-
-
 def write_timeline(out: Path, header, rows) -> None:
     results.write(out / "timeline.csv", rows, columns=header)
 
@@ -153,21 +113,6 @@ def run_scenario(sc, out_dir, *, command: str | None = None, progress: bool = Tr
                             progress=progress, plots=plots)
 
 
-def write_result_dir(out_dir, simulate_fn, write_fn, *, progress: bool, plots: bool) -> dict:
-    """Run ``simulate_fn() -> (*state, wall s)`` and ``write_fn(out, *state) -> (summary,
-    rounds)`` into result directory out_dir (`outputs.result_dir`), then the plots; returns the
-    summary with the wall time under "_wall_s" (the single-engine and the fleet run)."""
-    with result_dir(out_dir) as out:
-        *state, wall = simulate_fn()
-        _status(progress, f"writing the results to {out_dir}")
-        summary, rounds = write_fn(out, *state)
-        if plots:
-            _status(progress, "drawing the plots and report.html")
-            _plots(out, Path(os.path.abspath(out_dir)), bool(rounds))
-    summary["_wall_s"] = wall
-    return summary
-
-
 def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) -> tuple[dict, list]:
     """The result files of a finished simulation (each through `results.write`); (summary, rounds)."""
     from cache_core.snapshot import snapshot
@@ -185,26 +130,6 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
     results.write_config(out, doc, seed=sc.seed, command=command)
     results.write(out / "tree.json", snapshot(eng.cache))  # the cache at the end, for `radixsim plot --kind tree`
     return summary, rounds
-
-
-def _plots(out: Path, final: Path, rounds: bool) -> None:
-    """The per-round plots and report.html of the run in `out`, which will be `final`."""
-    import dataclasses
-
-    from analysis.load import load_run
-    from analysis.plots import plot_run
-    from analysis.report import write_report
-
-    if rounds:
-        plot_run(out)
-    run = dataclasses.replace(load_run(out), path=final)  # the report names the final directory
-    write_report([run], out / "report.html")  # one self-contained page: tables and every figure
-
-
-def _status(enabled: bool, text: str) -> None:
-    """What a long command is doing, on a terminal only."""
-    if enabled and sys.stderr.isatty():
-        sys.stderr.write(f"radixsim: {text}\n")
 
 
 __all__ = ["run_scenario", "write_result_dir", "simulate", "sim_engine", "make_cost", "request_rows", "summarise", "DEFAULT_SCENARIO"]

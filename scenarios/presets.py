@@ -55,7 +55,7 @@ GiB = 2**30
 
 ATTENTION_KINDS = ("gqa", "mla", "dsv4")
 _SOURCE_PREFIXES = ("MODELS.md", "HARDWARE.md", "docs/sources/models.md", "docs/sources/hardware.md",
-                    "assumption:")
+                    "sim/opdata/vidur_fit.json", "assumption:")
 
 
 def _is_number(v) -> bool:
@@ -88,7 +88,7 @@ def _check_sources(obj, extra_keys: list[str]) -> None:
     bad = [k for k, v in src.items() if not (isinstance(v, str) and v.startswith(_SOURCE_PREFIXES))]
     if bad:
         raise ValueError(f"{obj.name}: sources {bad} must cite MODELS.md/HARDWARE.md (or docs/sources/models.md, "
-                         "docs/sources/hardware.md) or say 'assumption: ...'")
+                         "docs/sources/hardware.md, sim/opdata/vidur_fit.json) or say 'assumption: ...'")
 
 
 def _nonneg_int(owner: str, name: str, v, lo: int = 0) -> None:
@@ -876,6 +876,7 @@ class HardwarePreset:
     ssd_bytes_per_s: float
     ssd_latency_s: float
     host_cpu_speed: float = 1.0  # the scheduler CPU's single-thread speed / sim/opdata/tree_cpu.json's machine's
+    operator_fit: str | None = None  # the GEMM fit of sim/opdata/vidur_fit.json the operator cost model uses
     sources: dict = field(default_factory=dict, compare=False)
 
     RATES_IN_USE = ("pcie_bytes_per_s", "l3_bytes_per_s")  # properties, also scenario keys
@@ -895,7 +896,9 @@ class HardwarePreset:
                 raise ValueError(f"{self.name}: {key} must be one of {', '.join(choices)}, got {getattr(self, key)!r}")
         if max(self.pcie_kernel_bytes_per_s, self.pcie_direct_bytes_per_s) > self.pcie_peak_bytes_per_s:
             raise ValueError(f"{self.name}: realistic PCIe bandwidth exceeds the peak")
-        _check_sources(self, [])
+        if self.operator_fit is not None and not (isinstance(self.operator_fit, str) and self.operator_fit):
+            raise ValueError(f"{self.name}: operator_fit must be a fit's name or None, got {self.operator_fit!r}")
+        _check_sources(self, [] if self.operator_fit is None else ["operator_fit"])
 
     @property
     def pcie_bytes_per_s(self) -> float:
@@ -983,6 +986,8 @@ _H200_SOURCES = {
                       "calibration machine of sim/opdata/tree_cpu.json reports an unnamed 'Intel(R) Xeon(R) "
                       "Processor', CPU family 6 model 207 (Emerald Rapids, the next generation of the same core "
                       "design); no published single-thread score relates the two, so none is applied",
+    "operator_fit": "assumption: the h100 fit (sim/opdata/vidur_fit.json); Vidur profiled A100 and H100, not "
+                    "H200: Hopper-class kernels, timed at the H200's own peaks",
 }
 
 
@@ -995,7 +1000,8 @@ def _h200(num_gpus: int) -> HardwarePreset:
         pcie_peak_bytes_per_s=64e9, pcie_latency_s=10e-6, host_dram_bytes=32 * 64 * GiB,
         host_dram_bytes_per_s=614e9, nic_bytes_per_s=400e9, l3_rdma_bytes_per_s=190e9,
         l3_tcp_bytes_per_s=190e9 / 4.6, l3_latency_s=100e-6, l3_block_overhead_s=0.52e-6,
-        ssd_bytes_per_s=SSD_BYTES_PER_S, ssd_latency_s=SSD_LATENCY_S, sources=dict(_H200_SOURCES))
+        ssd_bytes_per_s=SSD_BYTES_PER_S, ssd_latency_s=SSD_LATENCY_S, operator_fit="h100",
+        sources=dict(_H200_SOURCES))
 
 
 HARDWARE: dict[str, HardwarePreset] = {f"h200x{n}": _h200(n) for n in (1, 2, 4, 8)}
@@ -1022,6 +1028,8 @@ _A100_NO_CE = (f"{_HS} SGLang HiCache io backends: no published GB/s for --hicac
                "copy-engine H2D figure); assumption: the measured pinned copy rate, pcie_h2d_sm_measured 25.13 GB/s "
                "(nvbandwidth #42), as the kernel's")
 _A100 = {
+    "operator_fit": ("a100", "sim/opdata/vidur_fit.json: the a100 fit, Vidur's A100 profiles (an A100-40GB uses the "
+                             "A100-80GB efficiencies at its own bandwidth, sim/operators.py)"),
     "bf16_flops": (312e12, f"{_HS} A100: bf16_dense_flops 312 T"),
     "fp8_flops": (312e12, "assumption: A100 has no FP8 tensor cores (docs/sources/hardware.md); fp8 "
                           "weights would run as bf16 matmuls, so the bf16 rate"),
@@ -1041,6 +1049,7 @@ _A100 = {
                                        "nearest measured NIC setup (4x200 Gb/s) stands for 8x200 Gb/s"),
 }
 _HOPPER_NODE = {
+    "operator_fit": ("h100", "sim/opdata/vidur_fit.json: the h100 fit, Vidur's H100 profiles (H800: the same die)"),
     "host_dram_bytes": (2 * 2**40, f"{_HS} Node shapes dgx-h100 / hgx-h100: 2 TB DDR5; assumption: DIMM GB "
                                    "are GiB (2 TiB), as the H200 preset"),
     "host_dram_bytes_per_s": (614e9, "assumption: not in the sources; the H200 node's DDR5 figure (HARDWARE.md "
@@ -1092,6 +1101,8 @@ _GPUS = {
                     "is fitted; docs/sources/hardware.md, Conflicts and gaps)"),
         fp8_flops=(4500e12, f"{_HS} B200: fp8_dense_flops 4500 T"),
         nvlink_bytes_per_s=(900e9, f"{_HS} B200: NVLink 5, 1.8 TB/s bidirectional, 900 each way"),
+        operator_fit=("h100", "assumption: no B200 GEMM profile is fitted (sim/opdata/vidur_fit.json): the H100 "
+                              "curves at B200's peaks (docs/sources/hardware.md, Conflicts and gaps)"),
         pcie_kernel_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md); "
                                          "the Hopper SM-kernel figure 35.2 GB/s on the same Gen5 x16 host link"),
         pcie_direct_bytes_per_s=(35.2e9, "assumption: B200 measured H2D is NOT SOURCED (docs/sources/hardware.md) "
@@ -1215,10 +1226,10 @@ def resolve_hardware(spec) -> tuple[HardwarePreset, list]:
     kinds.update(dict.fromkeys(HardwarePreset.RATES_IN_USE, "float"))
     kw = {}
     for key, v in fields.items():
-        v = _number_text(v) if kinds[key] != "str" else v
+        v = _number_text(v) if not kinds[key].startswith("str") else v
         if key in CHOICES:
             ok, expected = v in CHOICES[key], "one of " + ", ".join(CHOICES[key])
-        elif kinds[key] == "str":
+        elif kinds[key].startswith("str"):
             ok, expected = isinstance(v, str) and v, "a name"
         elif kinds[key] == "int":
             ok, expected = _is_number(v) and float(v).is_integer() and v >= 1, "an integer >= 1"

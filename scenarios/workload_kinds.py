@@ -92,27 +92,37 @@ def _resolve(ref, ready):
 _KINDS: dict[str, WorkloadKind] = {}
 
 
+def _registry() -> dict[str, WorkloadKind]:
+    """The registry with the built-in kinds in it, whatever module was imported first (issue 30:
+    `import scenarios.schema` alone left it empty). scenarios/scenario.py registers them when it
+    is imported; this imports it on first use (a lazy import: scenario.py imports this module)."""
+    from . import scenario  # noqa: F401  (registers the built-in kinds)
+
+    return _KINDS
+
+
 def register_workload_kind(name: str, schema: dict, build: Callable, feed, *, smoke: Callable | None = None,
                            replay=None) -> WorkloadKind:
-    if name in _KINDS:
+    kinds = _registry()
+    if name in kinds:
         raise ValueError(f"workload kind {name!r} is already registered")
     kind = WorkloadKind(name, schema, build, feed, smoke, replay)
-    _KINDS[name] = kind
+    kinds[name] = kind
     return kind
 
 
 def unregister_workload_kind(name: str) -> None:
-    del _KINDS[name]
+    del _registry()[name]
 
 
 def workload_kind(name: str) -> WorkloadKind | None:
-    return _KINDS.get(name)
+    return _registry().get(name)
 
 
 def workload_kind_names() -> list[str]:
-    return list(_KINDS)
+    return list(_registry())
 
 
 def replay_kind_names() -> list[str]:
     """The kinds `radixsim replay --workload` accepts (those with a replay hook)."""
-    return [name for name, kind in _KINDS.items() if kind.replay is not None]
+    return [name for name, kind in _registry().items() if kind.replay is not None]

@@ -64,8 +64,8 @@ P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, 
   runs as a CUDA graph, ``L x per_layer_overhead_s`` (launch gaps). A decode-only step of at
   most ``cuda_graph_max_bs`` requests is a graph replay (SGLang captures decode batches).
 
-Device fits: GPUs whose name contains "A100" use the ``a100`` fit, every other GPU (H100,
-H800, H200, B200) the ``h100`` fit (Hopper-class kernels; B200 is an assumption, Vidur did
+Device fits: the hardware preset's ``operator_fit`` names the fit: the A100 presets the ``a100``
+fit, the others (H100, H800, H200, B200) the ``h100`` fit (Hopper-class kernels; B200 is an assumption, Vidur did
 not profile it: B200 times are the H100 curves at B200's peaks, docs/sources/hardware.md). Efficiencies are fractions of the preset's own peak and bandwidth, so an
 A100-40GB uses the A100-80GB efficiencies at its lower bandwidth.
 
@@ -119,8 +119,14 @@ def load_fits(path: str = str(FIT_FILE)) -> dict:
 
 
 def device_fit(hw: HardwarePreset) -> dict:
-    """The Vidur fit a hardware preset uses (see the module docstring)."""
-    return load_fits()["a100" if "A100" in hw.gpu_name else "h100"]
+    """The Vidur fit a hardware preset names in its ``operator_fit`` field (see the module
+    docstring); a preset without one (a new GPU family) is refused, not given another GPU's fit."""
+    fits = load_fits()
+    if hw.operator_fit not in fits:
+        raise ValueError(f"hardware {hw.name}: operator_fit {hw.operator_fit!r}: expected one of "
+                         f"{', '.join(sorted(fits))} (the fits of sim/opdata/vidur_fit.json; a scenario may set "
+                         "hardware.operator_fit), or cost.kind roofline or table")
+    return fits[hw.operator_fit]
 
 
 def gemm_efficiency(fit: dict, m, n, k):

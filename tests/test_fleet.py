@@ -463,7 +463,7 @@ def test_the_fleet_progress_bar_counts_each_user_request_and_shows_the_simulated
     calls = []
     bar = type("Bar", (), {"set_postfix_str": lambda self, text, refresh=True: calls.append(text[:10]),
                            "update": lambda self, n=1: calls.append(n), "close": lambda self: None})()
-    monkeypatch.setattr(fleet_run, "_progress", lambda total, enabled, desc: bar if enabled else None)
+    monkeypatch.setattr(fleet_run, "progress_bar", lambda total, enabled, desc: bar if enabled else None)
     f, env, *_ = fleet_run.simulate_fleet(scenario(PD_1P1D, workload__num_clients=2, workload__num_rounds=2),
                                           progress=True)
     assert f.completed == 4 and calls == ["simulated ", 1] * 4

@@ -335,3 +335,49 @@ def test_token_terms_are_priced_once_per_token_count():
     assert (a.weight_bytes, a.allreduce_s, a.alltoall_s) == (b.weight_bytes, b.allreduce_s, b.alltoall_s)
     fresh = OperatorCostModel("qwen3-8b", get_hardware("a100-40gbx1"), 1)
     assert fresh.cost((), [1, 2, 3, 4]) == b
+
+
+# -- the fit is a preset field (issue 30: a new GPU family silently used the H100 fits) --------
+
+def test_every_preset_names_the_fit_its_gpu_used_before():
+    from scenarios.presets import HARDWARE
+
+    fits = {name: hw.operator_fit for name, hw in HARDWARE.items()}
+    family = {"h200": "h100", "a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100", "h800": "h100", "b200": "h100"}
+    assert fits == {f"{key}x{n}": fit for key, fit in family.items() for n in (1, 2, 4, 8)}
+    assert all("operator_fit" in hw.sources for hw in HARDWARE.values())
+
+
+def test_the_fit_comes_from_the_field_not_the_gpu_name():
+    import dataclasses
+
+    from sim.operators import device_fit
+
+    a100 = get_hardware("a100-80gbx1")
+    assert device_fit(a100) == load_fits()["a100"]
+    assert device_fit(dataclasses.replace(a100, operator_fit="h100")) == load_fits()["h100"]
+
+
+def test_a_preset_without_fits_is_refused_naming_the_preset_and_the_field():
+    import dataclasses
+
+    new = dataclasses.replace(get_hardware("h200x1"), name="x300x1", gpu_name="NVIDIA X300", operator_fit=None)
+    with pytest.raises(ValueError) as e:
+        OperatorCostModel(get_model("qwen3-8b"), new, 1)
+    assert str(e.value) == ("hardware x300x1: operator_fit None: expected one of a100, h100 (the fits of "
+                            "sim/opdata/vidur_fit.json; a scenario may set hardware.operator_fit), "
+                            "or cost.kind roofline or table")
+    RooflineCostModel(get_model("qwen3-8b"), new, 1)  # a model that needs no fit still runs
+
+
+def test_a_scenario_naming_an_unknown_fit_is_refused_in_one_line(tmp_path, capsys):
+    from helpers import run_main
+
+    out = tmp_path / "out"
+    rc, stdout, err = run_main(capsys, ["run", "quickstart", "--smoke", "--no-plots", "--no-progress",
+                                        "--set", "hardware.operator_fit=b200", "--out", str(out)])
+    assert (rc, stdout) == (2, "")
+    assert err == ("radixsim run: quickstart: hardware h200x1: operator_fit 'b200': expected one of a100, h100 "
+                   "(the fits of sim/opdata/vidur_fit.json; a scenario may set hardware.operator_fit), "
+                   "or cost.kind roofline or table\n")
+    assert not out.exists()

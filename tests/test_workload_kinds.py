@@ -145,3 +145,24 @@ def test_a_scenario_that_names_only_the_kind_runs_the_workload_configs_defaults(
     assert mt == replace(MultiTurnConfig(), seed=0, page_size=64)  # the scenario's seed and page size
     ag = resolve({"workload": {"kind": "agentic"}}).workload
     assert ag.config == replace(AgenticConfig(), seed=0)
+
+
+BUILT_IN_KINDS = ["multiturn", "trace", "azure", "agentic", "program"]
+
+
+@pytest.mark.parametrize("first", ["scenarios.schema", "scenarios.workload_kinds", "scenarios.scenario"])
+def test_the_registry_has_every_built_in_kind_whatever_is_imported_first(first):
+    """Issue 30: `import scenarios.schema` alone left the registry empty (the built-in kinds were
+    registered only as a side effect of importing scenario.py). In a fresh interpreter."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = (f"import {first}\nimport json\nfrom scenarios import schema, workload_kinds as w\n"
+            "print(json.dumps([w.workload_kind_names(), w.replay_kind_names(), w.workload_kind('trace').name]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert json.loads(out.stdout) == [BUILT_IN_KINDS, ["multiturn", "agentic"], "trace"]
