@@ -24,12 +24,14 @@ def _help(capsys, monkeypatch, command: str) -> str:
 def toy(monkeypatch):
     """A policy registered from this file, removed again afterwards."""
     monkeypatch.setattr(eviction._REGISTRY, "_classes", dict(eviction._REGISTRY._classes))
+    before = policy_names()  # what is registered now (other test files may have added their own)
 
     @eviction.register_policy("toy-cli-policy")
     class Toy(Policy):
         def key(self, node):
             return 0
 
+    assert "toy-cli-policy" not in before and policy_names() == sorted([*before, "toy-cli-policy"])
     return "toy-cli-policy"
 
 
@@ -40,7 +42,7 @@ def test_the_registry_has_the_policies_the_old_list_missed():
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])
 def test_every_registered_policy_is_accepted_and_in_help(capsys, monkeypatch, toy, args):
     names = policy_names()
-    assert toy in names and len(names) == 18
+    assert toy in names and {"arc", "tail-lru", "tlru", "lru"} <= set(names)
     for name in names:
         assert build_parser().parse_args([*args, "--policy", name]).policy == name
     assert build_parser().parse_args([*args, "--policy", ",".join(names)]).policy == ",".join(names)
