@@ -37,6 +37,24 @@ class PageIndexError(IndexError, ValueError):
     CUDA a bad index would be a device-side assert). A ValueError too: bad input."""
 
 
+def check_in_range(what: str, idx: np.ndarray, size: int, allow_minus_one: bool = False) -> None:
+    """`PageIndexError` unless every index is in [0, size) (-1 allowed with `allow_minus_one`)."""
+    idx = np.asarray(idx, dtype=np.int64)
+    bad = idx[(idx >= size) | (idx < (-1 if allow_minus_one else 0))]
+    if bad.size:
+        raise PageIndexError(f"{what} {int(bad[0])} is out of range [0, {size})")
+
+
+def pages_array(pages) -> np.ndarray:
+    """A page table as an int64 numpy array (the batch's index math runs on the host; the
+    device gets each finished index tensor in one copy)."""
+    if pages is None:
+        return np.empty(0, dtype=np.int64)
+    if isinstance(pages, torch.Tensor):
+        pages = pages.cpu().numpy()
+    return np.asarray(pages, dtype=np.int64).reshape(-1)
+
+
 def as_index(idx) -> torch.Tensor:
     """`idx` (a tensor, an array, a sequence or one int) as a flat int64 CPU tensor."""
     if isinstance(idx, torch.Tensor):
@@ -243,4 +261,4 @@ class StagedCopier:
 
 
 __all__ = ["StagedCopier", "StagedHandle", "PageIndexError", "as_index", "index_runs", "pair_runs",
-           "STAGING_CHUNK_BYTES"]
+           "STAGING_CHUNK_BYTES", "check_in_range", "pages_array"]

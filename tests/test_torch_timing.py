@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpu_backend.executor as executor_mod  # noqa: E402
-from gpu_backend import model as model_mod  # noqa: E402
+from gpu_backend import batch as batch_mod  # noqa: E402
 from gpu_backend.model import PageIndexError, Segment, SyntheticHybridModel  # noqa: E402
 from gpu_backend.pools import KVPools  # noqa: E402
 from gpu_backend.spec import HybridSpec  # noqa: E402
@@ -46,7 +46,7 @@ def constructed_clock(monkeypatch) -> FakeClock:
     and index math) and 0.125 s by each layer's MLP; nothing else takes time."""
     clock = FakeClock()
     monkeypatch.setattr(executor_mod, "time", clock)
-    batch_init, mlp = model_mod._Batch.__init__, SyntheticHybridModel._mlp
+    batch_init, mlp = batch_mod.Batch.__init__, SyntheticHybridModel._mlp
 
     def host(self, *a, **k):
         clock.now += 0.25
@@ -56,7 +56,7 @@ def constructed_clock(monkeypatch) -> FakeClock:
         clock.now += 0.125
         return mlp(self, *a)
 
-    monkeypatch.setattr(model_mod._Batch, "__init__", host)
+    monkeypatch.setattr(batch_mod.Batch, "__init__", host)
     monkeypatch.setattr(SyntheticHybridModel, "_mlp", layer)
     return clock
 
