@@ -45,9 +45,10 @@ import re
 from pathlib import Path
 
 CASE_DIR = Path(__file__).resolve().parent.parent / "validation"
-# GPU names as cases write them -> hardware preset family (longest name first wins)
+# GPU names as cases write them -> hardware preset family (longest name first wins; a whole name only)
 GPU_PRESETS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb", "A100-40GB": "a100-40gb",
-               "A100-80GB": "a100-80gb", "H100": "h100", "H800": "h800", "H200": "h200", "B200": "b200"}
+               "A100-80GB": "a100-80gb", "H100": "h100", "H800": "h800", "H200": "h200", "B200": "b200",
+               "H20": "h20"}
 REQUIRED = ("model", "gpu", "tp", "page_size", "workload", "tiers", "published")
 WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length", "max_parallel",
                  "request_rate", "round_barrier", "ready_queue_policy")
@@ -159,7 +160,8 @@ def hardware_for(text: str):
     if not m:
         return None
     for name in sorted(GPU_PRESETS, key=len, reverse=True):
-        if name.lower() in m.group(2).lower():
+        # a whole name: "B200" is not a "GB200", nor "H20" an "H200" (other parts, no preset)
+        if re.search(rf"(?<![a-z0-9]){re.escape(name.lower())}(?![a-z0-9])", m.group(2).lower()):
             try:
                 return presets.get_hardware(f"{GPU_PRESETS[name]}x{m.group(1)}")
             except ValueError:

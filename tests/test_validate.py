@@ -204,17 +204,17 @@ def test_outputs_csv_json_and_html_name_every_case(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["validate", "--smoke", "--out", str(out)]) == 0
     ids = [c["id"] for _, c in case_files()]
-    assert len(ids) == 13
+    assert len(ids) == 14
     with open(out / "validation.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["case"] for r in rows] == ids
-    assert sum(r["status"] == "ok" for r in rows) == 7 and sum(r["status"] == "skipped" for r in rows) == 6
+    assert sum(r["status"] == "ok" for r in rows) == 8 and sum(r["status"] == "skipped" for r in rows) == 6
     doc = json.loads((out / "validation.json").read_text())
     assert doc["smoke"] is True and [c["row"]["case"] for c in doc["cases"]] == ids
     page = (out / "validation.html").read_text()
     for cid in ids:
         assert f"<h2 id='{cid}'>" in page
-    assert page.count("data:image/png;base64,") == 7
+    assert page.count("data:image/png;base64,") == 8
     printed = capsys.readouterr().out
     assert all(cid in printed for cid in ids)
 
