@@ -224,6 +224,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         fs["pd"] = pd_breakdown(rows)
     results.write(out / "fleet.json", fs)
     summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
+    results.write_stages(out, sc.workload, rows, summary)
     results.write_summary(out, summary)
     doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(costs[0])}}
     results.write_config(out, doc, seed=sc.seed, command=command)

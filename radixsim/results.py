@@ -90,3 +90,15 @@ ROUND_COLUMNS = ["round", "requests", "prompt_tokens", "cached_tokens", "hit_rat
 
 def write_rounds(out: Path, rounds) -> None:
     write(out / "rounds.csv", rounds, columns=ROUND_COLUMNS)
+
+
+def write_stages(out: Path, workload, rows, summary: dict) -> None:
+    """stages.csv (and summary["stages"]) of a staged workload (one with a `stage_list`: the
+    shared_prefix kind); nothing for any other."""
+    if getattr(workload, "stage_list", None) is None:
+        return
+    from sim.staged import STAGE_COLUMNS, stage_table
+
+    table = stage_table(workload, rows)
+    write(out / "stages.csv", table, columns=STAGE_COLUMNS)
+    summary["stages"] = table

@@ -125,6 +125,7 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
     summary = summarise(eng, rows, rounds, env.now)
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
     write_timeline(out, header, trows)
+    results.write_stages(out, sc.workload, rows, summary)
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)

@@ -175,6 +175,8 @@ def _cost_model_names() -> list[str]:
 def _ok(check, v) -> bool:
     if isinstance(check, tuple):
         return v in check[1]
+    if callable(check):  # a kind's own check (scenarios/shared_prefix.py: stages)
+        return bool(check(v))
     num = isinstance(v, numbers.Real) and not isinstance(v, bool)
     integer = isinstance(v, numbers.Integral) and not isinstance(v, bool)
     return {
@@ -234,7 +236,8 @@ LIMITS = {
     "workload.num_clients": 10**5, "workload.num_rounds": 10**5, "workload.request_length": 2**28,
     "workload.output_length": 2**28, "workload.max_parallel": 10**5, "workload.vocab_size": 2**40,
     "workload.num_sessions": 10**5, "workload.concurrency": 10**5, "workload.system_prompt_tokens": 2**28,
-    "workload.block_size": 2**28,
+    "workload.block_size": 2**28, "workload.num_groups": 10**5, "workload.num_prompts_per_group": 10**5,
+    "workload.system_prompt_len": 2**28, "workload.question_len": 2**28, "workload.output_len": 2**28,
     "torch.layers": 1024, "torch.hidden": 2**17, "torch.num_heads": 1024, "torch.head_dim": 2**14,
     "torch.state_dim": 2**17, "torch.vocab": 2**24,
 }
