@@ -40,6 +40,10 @@ def simulate_fleet(sc, *, progress: bool = False):
     env.process(source)
     for e in fleet.engines:
         env.process(e.loop())
+    if sc.events:
+        from sim.events import start_events
+
+        start_events(env, fleet.engines, sc.events)
     env.run()
     if bar is not None:
         bar.close()
@@ -222,6 +226,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
     if pd:
         fs["pd"] = pd_breakdown(rows)
+    results.write_events(sc.events, rows, summary, sc.fleet.slo_ttft_s, fs)
     results.write(out / "fleet.json", fs)
     summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
     results.write_stages(out, sc.workload, rows, summary)

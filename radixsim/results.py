@@ -102,3 +102,18 @@ def write_stages(out: Path, workload, rows, summary: dict) -> None:
     table = stage_table(workload, rows)
     write(out / "stages.csv", table, columns=STAGE_COLUMNS)
     summary["stages"] = table
+
+
+def write_events(events, rows, summary: dict, slo_ttft_s: float | None = None, fleet: dict | None = None) -> None:
+    """summary["events"] (and fleet.json's) of a run with fault events (scenarios/events.py):
+    each event's window and the requests before, during and after it; nothing without events.
+    ValueError (one line) for an event outside the run, before anything is written."""
+    if not events:
+        return
+    from sim.events import check_within_run, event_table
+
+    check_within_run(events, rows)
+    table = event_table(events, rows, slo_ttft_s)
+    summary["events"] = table
+    if fleet is not None:
+        fleet["events"] = table

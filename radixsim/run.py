@@ -50,6 +50,10 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         eng.listeners.append(progress_listener(bar, env))
     env.process(source)
     env.process(eng.loop())
+    if sc.events:
+        from sim.events import start_events
+
+        start_events(env, [eng], sc.events)
     env.run()
     if bar is not None:
         bar.close()
@@ -126,6 +130,7 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
     write_timeline(out, header, trows)
     results.write_stages(out, sc.workload, rows, summary)
+    results.write_events(sc.events, rows, summary)
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)

@@ -138,6 +138,7 @@ class Scenario:
     warnings: tuple = ()  # legal but odd settings (tier sizes), one line each, for the command to show once
     fleet: object = None  # scenarios.fleet.FleetSpec of a `fleet:` section (None: one engine)
     workload_kind: str = "multiturn"  # scenarios/workload_kinds.py
+    events: tuple = ()  # scenarios.events.Event of the `events:` timeline (fault what-ifs)
 
     @property
     def seed(self) -> int:
@@ -306,9 +307,14 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
 
         spec = resolve_fleet(raw, fleet, where, resolve)
         doc["fleet"] = spec.doc
+    from .events import parse_events
+
+    events = parse_events(doc["events"], where, len(spec.engines) if spec is not None else 1)
+    if not events:
+        doc.pop("events")  # config.yaml as before for a run without events
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec,
-                    workload_kind=w["kind"])
+                    workload_kind=w["kind"], events=events)
 
 
 def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:

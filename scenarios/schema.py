@@ -127,6 +127,8 @@ SCHEMA = {
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
     "fleet": (None, "fleet", "null or a mapping: engines, groups, router, ... (scenarios/fleet.py, docs/fleet.md)"),
+    "events": ([], lambda v: v is None or isinstance(v, list),
+               "a list of fault events {at_s, kind, ...} (scenarios/events.py)"),
 }
 
 

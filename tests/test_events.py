@@ -1,0 +1,119 @@
+"""Fault what-ifs (issue 32 item 5, the part built): the `events:` timeline with `link_slow`,
+its one-line refusals, a slowed link priced exactly, and the before/during/after table."""
+import json
+import types
+
+import pytest
+import simpy
+
+from helpers import run_main
+from scenarios.events import Event, parse_events
+from scenarios.scenario import ScenarioError, resolve
+from sim.events import _links, check_within_run, event_table, start_events
+from sim.links import Link, LinkSet
+
+
+def test_a_slowed_link_finishes_a_transfer_exactly_when_hand_computed():
+    env = simpy.Environment()
+    ln = Link(env, "L3->L2", 100.0, 0.0)
+    done = ln.transfer(1000)
+
+    def slow():
+        yield env.timeout(4.0)  # 400 bytes moved at 100 B/s; the other 600 at 25 B/s: 24 s more
+        ln.set_bandwidth(25.0)
+        yield env.timeout(8.0)  # 200 more at 25 B/s; the last 400 at 100 B/s: 4 s more
+        ln.set_bandwidth(100.0)
+
+    env.process(slow())
+    env.run()
+    assert done.value == pytest.approx(4.0 + 8.0 + 4.0)
+    assert ln.bytes_done == 1000
+
+
+def test_shared_links_are_slowed_once():
+    env = simpy.Environment()
+    shared = Link(env, "L3->L2", 100.0, 0.0)
+    own = [LinkSet({("L2", "L1"): Link(env, "L2->L1", 50.0, 0.0), ("L3", "L2"): shared}) for _ in range(2)]
+    engines = [types.SimpleNamespace(links=ls) for ls in own]
+    ev = Event(1.0, "link_slow", "L3->L2", 4.0, 2.0, None)
+    assert _links(engines, ev) == [shared]
+    assert [ln.name for ln in _links(engines, Event(1.0, "link_slow", "L2->L1", 4.0, 2.0, 1))] == ["L2->L1"]
+    assert _links(engines, Event(1.0, "link_slow", "L2->L1", 4.0, 2.0, 1))[0] is own[1].links[("L2", "L1")]
+    log = start_events(env, engines, [ev])
+    env.run(until=2.0)
+    assert shared.bandwidth_Bps == 25.0
+    env.run()
+    assert shared.bandwidth_Bps == 100.0 and log == [(1.0, 0, "start"), (3.0, 0, "end")]
+
+
+BASE = {"model": "qwen3-32b", "hardware": "h200x1", "cache": {"page_size": 64, "l1_tokens": 60000, "hicache_ratio": 2},
+        "workload": {"num_clients": 2, "num_rounds": 2, "request_length": 256, "output_length": 8}}
+OK = {"at_s": 1, "kind": "link_slow", "link": "L2->L1", "factor": 4}
+
+
+@pytest.mark.parametrize("event, message", [
+    ({**OK, "kind": "engine_down"}, "events[0].kind: engine_down is not modelled yet; expected one of link_slow"),
+    ({**OK, "kind": "meteor"}, "events[0].kind: got 'meteor'; expected one of link_slow"),
+    ({**OK, "at_s": -1}, "events[0].at_s: got -1; expected seconds >= 0"),
+    ({**OK, "link": "PCIe"}, "events[0].link: got 'PCIe'; expected one of L2->L1, L1->L2, L3->L2, L2->L3, SSD->L3"),
+    ({**OK, "factor": 0}, "events[0].factor: got 0; expected a number > 0"),
+    ({**OK, "duration_s": -2}, "events[0].duration_s: got -2; expected seconds > 0 or null"),
+    ({**OK, "engine": 1}, "events[0].engine: 1 names no engine; the run has 1 (expected 0..0 or null)"),
+    ({**OK, "when": 3}, "events[0].when: unknown key of link_slow"),
+])
+def test_bad_events_are_refused_in_one_line(event, message):
+    with pytest.raises(ScenarioError) as e:
+        resolve({**BASE, "events": [OK, event][1:]}, "s.yaml")
+    assert str(e.value).startswith("s.yaml: " + message)
+
+
+def test_a_fleet_checks_the_engine_index_against_its_engines():
+    raw = {**BASE, "fleet": {"engines": 2, "router": "round_robin"}}
+    assert resolve({**raw, "events": [{**OK, "engine": 1}]}, "f.yaml").events[0].engine == 1
+    with pytest.raises(ScenarioError, match=r"^f.yaml: events\[0\].engine: 2 names no engine; the run has 2"):
+        resolve({**raw, "events": [{**OK, "engine": 2}]}, "f.yaml")
+
+
+def test_no_events_leaves_config_and_summary_as_before():
+    sc = resolve(dict(BASE), "s.yaml")
+    assert sc.events == () and "events" not in sc.doc
+
+
+def test_event_outside_the_run_is_refused_and_nothing_is_written(tmp_path, capsys):
+    import yaml
+
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**BASE, "events": [{**OK, "at_s": 5000}]}))
+    rc, out, err = run_main(capsys, ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--no-progress",
+                                     "--no-plots"])
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "events[0].at_s: 5000 s is after the run (its last request finished at" in err
+    assert not (tmp_path / "o").exists() and [p.name for p in tmp_path.iterdir()] == ["s.yaml"]
+
+
+def test_check_within_run_and_the_table_hand_computed():
+    rows = [{"arrival_s": a, "ttft_s": t, "finish_s": f} for a, t, f in
+            [(0.0, 1.0, 2.0), (2.0, 3.0, 6.0), (3.0, 5.0, 9.0), (6.0, 1.0, 10.0)]]
+    ev = Event(2.0, "link_slow", "L2->L1", 4.0, 3.0, None)
+    check_within_run([ev], rows)
+    with pytest.raises(ValueError, match=r"events\[0\].duration_s: the window 2-12 s ends after the run"):
+        check_within_run([Event(2.0, "link_slow", "L2->L1", 4.0, 10.0, None)], rows)
+    t = event_table([ev], rows, slo_ttft_s=2.0)[0]
+    assert (t["before_requests"], t["during_requests"], t["after_requests"]) == (1, 2, 1)
+    assert t["during_ttft_mean_s"] == 4.0 and t["during_slo_ttft"] == 0.0 and t["after_slo_ttft"] == 1.0
+    assert t["end_s"] == 5.0 and t["label"] == "link_slow L2->L1 x4 on every engine, 2 s to 5 s"
+
+
+def test_a_slowed_pcie_link_lengthens_the_loads_of_the_run(tmp_path, capsys):
+    import yaml
+
+    raw = {**BASE, "workload": {"num_clients": 16, "num_rounds": 6, "request_length": 2000, "output_length": 50,
+                                "max_parallel": 8}}
+    for name, extra in (("a", {}), ("b", {"events": [{**OK, "at_s": 5, "factor": 20, "duration_s": 10}]})):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**raw, **extra}))
+        assert run_main(capsys, ["run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name),
+                                 "--no-progress", "--no-plots"])[0] == 0
+    a, b = (json.loads((tmp_path / n / "summary.json").read_text()) for n in "ab")
+    assert "events" not in a and len(b["events"]) == 1
+    assert b["load_mean_s"] > 10 * a["load_mean_s"]
+    ev = b["events"][0]
+    assert ev["before_requests"] + ev["during_requests"] + ev["after_requests"] == b["requests"] == 96
