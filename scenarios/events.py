@@ -7,20 +7,23 @@ Each event is a mapping with ``at_s`` (seconds of simulated time) and ``kind``:
   ``SSD->L3``) moves bytes ``factor`` times slower from ``at_s`` for ``duration_s`` seconds
   (null: to the end of the run), on engine ``engine`` (an index of the fleet's engines; null:
   every engine; a fleet's shared L3 links are slowed once).
+- ``engine_down``: fleet engine ``engine`` goes down at ``at_s`` (caches lost, its unfinished
+  requests routed again) and comes back empty ``duration_s`` later (null: never); a fleet
+  without P/D or DP attention, and never every engine at once (fleet/faults.py).
 
-Not modelled yet, and refused by name: ``engine_down`` (caches lost, in-flight requests retried
-through the router), ``l3_outage`` (reads fail and are recomputed, writes dropped, index
-rebuilt) and ``store_restart`` (the store master's index lost)."""
+Not modelled yet, and refused by name: ``l3_outage`` (reads fail and are recomputed, writes
+dropped, index rebuilt) and ``store_restart`` (the store master's index lost)."""
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
 
-KINDS = ("link_slow",)
-NOT_MODELLED = ("engine_down", "l3_outage", "store_restart")
+KINDS = ("link_slow", "engine_down")
+NOT_MODELLED = ("l3_outage", "store_restart")
 LINKS = ("L2->L1", "L1->L2", "L3->L2", "L2->L3", "SSD->L3")
-_KEYS = {"link_slow": ("at_s", "kind", "link", "factor", "duration_s", "engine")}
+_KEYS = {"link_slow": ("at_s", "kind", "link", "factor", "duration_s", "engine"),
+         "engine_down": ("at_s", "kind", "engine", "duration_s")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,8 @@ class Event:
     def label(self) -> str:
         on = "every engine" if self.engine is None else f"engine {self.engine}"
         until = "the end" if self.duration_s is None else f"{self.end_s:g} s"
+        if self.kind == "engine_down":
+            return f"engine_down {on}, {self.at_s:g} s to {until}"
         return f"{self.kind} {self.link} x{self.factor:g} on {on}, {self.at_s:g} s to {until}"
 
 
@@ -49,10 +54,11 @@ def _num(v):
     return v if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def parse_events(raw, where: str, engines: int | None = None) -> tuple:
+def parse_events(raw, where: str, engines: int | None = None, fleet: str | None = None) -> tuple:
     """The events of a scenario's `events` list (ScenarioError, one line naming the file and
     ``events[i].FIELD``, for anything else). `engines`: how many engines the run has (a fleet's
-    count, 1 for one engine); None skips the engine check (a fleet's engine scenarios)."""
+    count, 1 for one engine); None skips the engine check (a fleet's engine scenarios).
+    `fleet`: None (one engine), "plain", "pd" or "dp" (what engine_down may apply to)."""
     from .schema import ScenarioError
 
     if raw is None:
@@ -75,25 +81,68 @@ def parse_events(raw, where: str, engines: int | None = None) -> tuple:
         t = _num(ev.get("at_s"))
         if t is None or t < 0:
             raise ScenarioError(f"{at}.at_s: got {ev.get('at_s')!r}; expected seconds >= 0")
+        if kind == "engine_down":
+            out.append(_engine_down(ev, at, float(t), engines, fleet))
+            continue
         if ev.get("link") not in LINKS:
             raise ScenarioError(f"{at}.link: got {ev.get('link')!r}; expected one of {', '.join(LINKS)}")
         factor = _num(ev.get("factor"))
         if factor is None or factor <= 0:
             raise ScenarioError(f"{at}.factor: got {ev.get('factor')!r}; expected a number > 0 (bandwidth / factor)")
-        dur = ev.get("duration_s")
-        if dur is not None:
-            dur = _num(dur)
-            if dur is None or dur <= 0:
-                raise ScenarioError(f"{at}.duration_s: got {ev.get('duration_s')!r}; expected seconds > 0 or null "
-                                    "(to the end of the run)")
+        dur = _duration(ev, at)
         eng = ev.get("engine")
         if eng is not None and (isinstance(eng, bool) or not isinstance(eng, int) or eng < 0):
             raise ScenarioError(f"{at}.engine: got {eng!r}; expected an engine index >= 0 or null (every engine)")
         if eng is not None and engines is not None and eng >= engines:
             raise ScenarioError(f"{at}.engine: {eng} names no engine; the run has {engines} "
                                 f"(expected 0..{engines - 1} or null)")
-        out.append(Event(float(t), kind, ev["link"], float(factor), None if dur is None else float(dur), eng))
+        out.append(Event(float(t), kind, ev["link"], float(factor), dur, eng))
+    _check_someone_up(out, where, engines)
     return tuple(out)
+
+
+def _duration(ev: dict, at: str):
+    from .schema import ScenarioError
+
+    dur = ev.get("duration_s")
+    if dur is None:
+        return None
+    dur = _num(dur)
+    if dur is None or dur <= 0:
+        raise ScenarioError(f"{at}.duration_s: got {ev.get('duration_s')!r}; expected seconds > 0 or null "
+                            "(to the end of the run)")
+    return float(dur)
+
+
+def _engine_down(ev: dict, at: str, t: float, engines: int | None, fleet: str | None) -> Event:
+    from .schema import ScenarioError
+
+    if fleet is None and engines is not None:
+        raise ScenarioError(f"{at}.kind: engine_down needs a fleet (a run of one engine has nowhere to "
+                            "send its requests); expected a scenario with a fleet: section")
+    if fleet in ("pd", "dp"):
+        raise ScenarioError(f"{at}.kind: engine_down in a {'P/D' if fleet == 'pd' else 'DP-attention'} fleet is "
+                            "not modelled; expected a fleet of plain engines")
+    eng = ev.get("engine")
+    if isinstance(eng, bool) or not isinstance(eng, int) or eng < 0:
+        raise ScenarioError(f"{at}.engine: got {eng!r}; expected the index of the engine that goes down")
+    if engines is not None and eng >= engines:
+        raise ScenarioError(f"{at}.engine: {eng} names no engine; the run has {engines} (expected 0..{engines - 1})")
+    return Event(t, "engine_down", None, 1.0, _duration(ev, at), eng)
+
+
+def _check_someone_up(events, where: str, engines: int | None) -> None:
+    """ScenarioError when engine_down windows leave no engine up at some moment."""
+    from .schema import ScenarioError
+
+    downs = [(i, e) for i, e in enumerate(events) if e.kind == "engine_down"]
+    if engines is None or not downs:
+        return
+    for i, e in downs:
+        at = {o.engine for _, o in downs if o.at_s <= e.at_s < o.end_s}
+        if len(at) >= engines:
+            raise ScenarioError(f"{where}: events[{i}]: at {e.at_s:g} s every engine would be down; expected at "
+                                "least one engine up")
 
 
 __all__ = ["Event", "KINDS", "LINKS", "parse_events"]

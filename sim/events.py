@@ -20,13 +20,28 @@ def _links(engines: list, ev) -> list:
     return out
 
 
-def start_events(env, engines: list, events) -> list:
+def start_events(env, engines: list, events, faults=None) -> list:
     """Schedule every event on `env`; returns the log that fills as they happen:
-    [(t_s, event index, "start" | "end")]."""
+    [(t_s, event index, "start" | "end")]. `faults`: a fleet's `fleet.faults.FaultController`
+    (engine_down events)."""
     log: list = []
     for i, ev in enumerate(events):
-        env.process(_link_slow(env, _links(engines, ev), ev, i, log))
+        if ev.kind == "engine_down":
+            env.process(_engine_down(env, faults, ev, i, log))
+        else:
+            env.process(_link_slow(env, _links(engines, ev), ev, i, log))
     return log
+
+
+def _engine_down(env, faults, ev, i, log):
+    yield env.timeout(ev.at_s)
+    faults.down(ev.engine, i)
+    log.append((env.now, i, "start"))
+    if ev.duration_s is None:
+        return
+    yield env.timeout(ev.duration_s)
+    faults.up(ev.engine)
+    log.append((env.now, i, "end"))
 
 
 def _link_slow(env, links, ev, i, log):
@@ -57,13 +72,18 @@ def check_within_run(events, rows) -> None:
                              "null (to the end)")
 
 
-def event_table(events, rows, slo_ttft_s: float | None = None) -> list:
+def event_table(events, rows, slo_ttft_s: float | None = None, faults=None) -> list:
     """Per event: its window and, for the requests that arrived before, during and after it,
-    the count, TTFT mean and p90, and (with an SLO) the fraction within the TTFT target."""
+    the count, TTFT mean and p90, and (with an SLO) the fraction within the TTFT target; an
+    engine_down also what it cost (`faults`, a `fleet.faults.FaultLog`): requests retried, the
+    KV tokens they had on the dead engine (recomputed), the cache tokens lost."""
     out = []
-    for ev in events:
+    for k, ev in enumerate(events):
         row = {"at_s": ev.at_s, "end_s": None if ev.end_s == math.inf else ev.end_s, "kind": ev.kind,
                "link": ev.link, "factor": ev.factor, "engine": ev.engine, "label": ev.label()}
+        if ev.kind == "engine_down" and faults is not None:
+            row.update(requests_retried=faults.retried.get(k, 0), tokens_recomputed=faults.lost_tokens.get(k, 0),
+                       cache_tokens_lost=faults.cache_lost_tokens.get(k, 0))
         parts = {"before": [r for r in rows if r["arrival_s"] < ev.at_s],
                  "during": [r for r in rows if ev.at_s <= r["arrival_s"] < ev.end_s],
                  "after": [r for r in rows if r["arrival_s"] >= ev.end_s]}

@@ -52,8 +52,8 @@ OK = {"at_s": 1, "kind": "link_slow", "link": "L2->L1", "factor": 4}
 
 
 @pytest.mark.parametrize("event, message", [
-    ({**OK, "kind": "engine_down"}, "events[0].kind: engine_down is not modelled yet; expected one of link_slow"),
-    ({**OK, "kind": "meteor"}, "events[0].kind: got 'meteor'; expected one of link_slow"),
+    ({**OK, "kind": "store_restart"}, "events[0].kind: store_restart is not modelled yet; expected one of link_slow, engine_down"),
+    ({**OK, "kind": "meteor"}, "events[0].kind: got 'meteor'; expected one of link_slow, engine_down"),
     ({**OK, "at_s": -1}, "events[0].at_s: got -1; expected seconds >= 0"),
     ({**OK, "link": "PCIe"}, "events[0].link: got 'PCIe'; expected one of L2->L1, L1->L2, L3->L2, L2->L3, SSD->L3"),
     ({**OK, "factor": 0}, "events[0].factor: got 0; expected a number > 0"),
@@ -117,3 +117,129 @@ def test_a_slowed_pcie_link_lengthens_the_loads_of_the_run(tmp_path, capsys):
     assert b["load_mean_s"] > 10 * a["load_mean_s"]
     ev = b["events"][0]
     assert ev["before_requests"] + ev["during_requests"] + ev["after_requests"] == b["requests"] == 96
+
+
+# -- engine_down ---------------------------------------------------------------------------------
+DOWN = """\
+model: qwen3-32b
+hardware: h200x1
+cache: {page_size: 16, l1_tokens: 200000%s}
+workload:
+  kind: shared_prefix
+  num_groups: 8
+  num_prompts_per_group: 10
+  system_prompt_len: 2000
+  question_len: 200
+  output_len: 100
+  stages: [{rate: 8, duration: 30}]
+fleet: {engines: 4, router: %s, slo_ttft_s: 0.5, slo_tpot_s: 0.1%s}
+events:
+  - {at_s: 10, kind: engine_down, engine: 1, duration_s: 8}
+"""
+
+
+@pytest.mark.parametrize("router, tiers, shared", [("round_robin", "", ""), ("cache_aware", "", ""),
+                                                   ("least_load", ", l2_tokens: 400000, l3_tokens: 4000000",
+                                                    ", shared_l3: true")])
+def test_engine_down_retries_its_requests_and_comes_back_empty(tmp_path, capsys, router, tiers, shared):
+    import csv
+
+    (tmp_path / "s.yaml").write_text(DOWN % (tiers, router, shared))
+    rc, _, err = run_main(capsys, ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--no-progress",
+                                   "--no-plots"])
+    assert rc == 0, err  # every request ended (check_finished) and invariants held on every engine
+    rows = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
+    assert len(rows) == 240 and sorted(int(r["rid"]) for r in rows) == list(range(240))
+    ev = json.loads((tmp_path / "o" / "fleet.json").read_text())["events"][0]
+    retried = [r for r in rows if r["retries"] != "0"]
+    assert ev["requests_retried"] == len(retried) > 0
+    for r in retried:  # lost on engine 1 at 10 s: they arrived before, finished elsewhere after
+        assert r["engine"] != "1" and float(r["arrival_s"]) < 10 < float(r["finish_s"])
+    on1 = [r for r in rows if r["engine"] == "1"]
+    # nothing finishes on engine 1 while it is down; after it is back only new arrivals reach it
+    assert all(float(r["finish_s"]) <= 10 or float(r["arrival_s"]) >= 18 for r in on1)
+    back = sorted((r for r in on1 if float(r["arrival_s"]) >= 18), key=lambda r: float(r["arrival_s"]))
+    if router == "round_robin":
+        assert back and int(back[0]["cached_device"]) == 0 and int(back[0]["cached_host"]) == 0  # empty caches
+    assert ev["before_requests"] + ev["during_requests"] + ev["after_requests"] == 240
+    assert ev["tokens_recomputed"] > 0 and ev["cache_tokens_lost"] > 0
+
+
+def test_routers_never_pick_a_down_engine_and_forget_it_when_back():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from cache_core.records import TokenSeq
+    from fleet.routers import make_router
+
+    def req(rid, tokens):
+        p = np.arange(tokens, dtype=np.int64)
+        return SimpleNamespace(rid=rid, session_id=rid, prompt_tokens=tokens, output_length=4, seq=TokenSeq(p),
+                               limit=None)
+
+    for kind in ("round_robin", "least_load", "cache_aware", "kv_overlap", "session_affinity"):
+        r = make_router({"kind": kind}, 3, page_size=4)
+        if hasattr(r, "capacity_pages"):
+            r.capacity_pages = [100] * 3
+        r.down = {1}
+        picks = []
+        for k in range(12):
+            q = req(k, 16 + k)
+            i = r.pick(q, float(k))
+            r.routed(q, i, float(k))
+            picks.append(i)
+        assert 1 not in picks, kind
+        if kind == "cache_aware":
+            assert len(r.trees[0]) + len(r.trees[2]) > 0 and len(r.trees[1]) == 0
+            r.trees[1].touch([1, 2])
+            r.forget(1)
+            assert len(r.trees[1]) == 0
+    rr = make_router({"kind": "round_robin"}, 3, page_size=4)
+    rr.down = {1}
+    assert [rr.pick(None, 0.0) for _ in range(4)] == [0, 2, 0, 2]
+    ll = make_router({"kind": "least_load"}, 3, page_size=4)
+    q = req(0, 10)
+    ll.routed(q, 2, 0.0)
+    ll.failed(q, 2, 0.0)
+    assert ll.outstanding == [0, 0, 0] and ll.outstanding_tokens == [0, 0, 0]
+
+
+@pytest.mark.parametrize("fleet, events, message", [
+    (None, [{"at_s": 1, "kind": "engine_down", "engine": 0}], "events[0].kind: engine_down needs a fleet"),
+    ({"engines": 2, "router": "round_robin"}, [{"at_s": 1, "kind": "engine_down"}],
+     "events[0].engine: got None; expected the index of the engine that goes down"),
+    ({"engines": 2, "router": "round_robin"},
+     [{"at_s": 1, "kind": "engine_down", "engine": 0, "duration_s": 5}, {"at_s": 3, "kind": "engine_down", "engine": 1}],
+     "events[1]: at 3 s every engine would be down; expected at least one engine up"),
+    ({"engines": 2, "router": "round_robin"}, [{"at_s": 1, "kind": "engine_down", "engine": 0, "factor": 2}],
+     "events[0].factor: unknown key of engine_down"),
+])
+def test_bad_engine_down_events_are_refused(fleet, events, message):
+    raw = {**BASE, "events": events, **({"fleet": fleet} if fleet else {})}
+    with pytest.raises(ScenarioError) as e:
+        resolve(raw, "s.yaml")
+    assert str(e.value).startswith("s.yaml: " + message)
+
+
+def test_engine_down_tells_the_router_each_lost_request_and_the_restart(tmp_path, capsys, monkeypatch):
+    import csv
+
+    from fleet.routers.base import Router
+    from fleet.routers.cache_aware import CacheAware
+
+    calls = []
+    monkeypatch.setattr(Router, "failed", lambda self, req, i, now: calls.append(("failed", req.rid, i, now))
+                        or Router.finished(self, req, i, now))
+    forget = CacheAware.forget
+    monkeypatch.setattr(CacheAware, "forget", lambda self, i: calls.append(("forget", i, len(self.trees[i])))
+                        or forget(self, i))
+    (tmp_path / "s.yaml").write_text(DOWN % ("", "cache_aware", ""))
+    assert run_main(capsys, ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--no-progress",
+                             "--no-plots"])[0] == 0
+    rows = list(csv.DictReader(open(tmp_path / "o" / "requests.csv")))
+    lost = sorted(int(r["rid"]) for r in rows if r["retries"] != "0")
+    assert sorted(c[1] for c in calls if c[0] == "failed") == lost
+    assert {(c[2], c[3]) for c in calls if c[0] == "failed"} == {(1, 10.0)}
+    forgets = [c for c in calls if c[0] == "forget"]
+    assert len(forgets) == 1 and forgets[0][1] == 1 and forgets[0][2] > 0  # it had learnt engine 1's prompts
