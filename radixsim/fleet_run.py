@@ -52,7 +52,7 @@ def simulate_fleet(sc, *, progress: bool = False):
     if sc.events:
         from sim.events import start_events
 
-        start_events(env, fleet.engines, sc.events, faults)
+        fleet.event_stats = start_events(env, fleet.engines, sc.events, faults)
     env.run()
     if bar is not None:
         bar.close()
@@ -240,7 +240,8 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
     if pd:
         fs["pd"] = pd_breakdown(rows)
-    results.write_events(sc.events, rows, summary, sc.fleet.slo_ttft_s, fs, getattr(fleet, "fault_log", None))
+    results.write_events(sc.events, rows, summary, sc.fleet.slo_ttft_s, fs, getattr(fleet, "fault_log", None),
+                         getattr(fleet, "event_stats", None))
     results.write(out / "fleet.json", fs)
     summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
     results.write_stages(out, sc.workload, rows, summary)

@@ -105,7 +105,7 @@ def write_stages(out: Path, workload, rows, summary: dict) -> None:
 
 
 def write_events(events, rows, summary: dict, slo_ttft_s: float | None = None, fleet: dict | None = None,
-                 faults=None) -> None:
+                 faults=None, stats=None) -> None:
     """summary["events"] (and fleet.json's) of a run with fault events (scenarios/events.py):
     each event's window and the requests before, during and after it; nothing without events.
     ValueError (one line) for an event outside the run, before anything is written."""
@@ -114,7 +114,7 @@ def write_events(events, rows, summary: dict, slo_ttft_s: float | None = None, f
     from sim.events import check_within_run, event_table
 
     check_within_run(events, rows)
-    table = event_table(events, rows, slo_ttft_s, faults)
+    table = event_table(events, rows, slo_ttft_s, faults, stats)
     summary["events"] = table
     if fleet is not None:
         fleet["events"] = table

@@ -33,6 +33,8 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     import simpy
 
     t0 = time.perf_counter()
+    if sc.events and backend != "sim":
+        raise ValueError(f"events: fault what-ifs run on the sim backend only, not {backend!r}")
     if backend == "torch":
         cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None)
         env, eng, cost = _torch_engine(sc, cache, device, record_logits, store)
@@ -53,7 +55,7 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     if sc.events:
         from sim.events import start_events
 
-        start_events(env, [eng], sc.events)
+        eng.event_stats = start_events(env, [eng], sc.events)
     env.run()
     if bar is not None:
         bar.close()
@@ -130,7 +132,7 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
     write_timeline(out, header, trows)
     results.write_stages(out, sc.workload, rows, summary)
-    results.write_events(sc.events, rows, summary)
+    results.write_events(sc.events, rows, summary, stats=getattr(eng, "event_stats", None))
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)

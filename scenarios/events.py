@@ -11,19 +11,27 @@ Each event is a mapping with ``at_s`` (seconds of simulated time) and ``kind``:
   requests routed again) and comes back empty ``duration_s`` later (null: never); a fleet
   without P/D or DP attention, and never every engine at once (fleet/faults.py).
 
-Not modelled yet, and refused by name: ``l3_outage`` (reads fail and are recomputed, writes
-dropped, index rebuilt) and ``store_restart`` (the store master's index lost)."""
+- ``l3_outage``: every L3 store of the run is unreachable from ``at_s`` for ``duration_s``
+  seconds (required): each L3 read (prefetch) and write (store) issued then fails at once (a
+  read's pages are forgotten by the reader and recomputed, as a failed read always is; a write
+  is dropped); in-flight transfers finish. When it ends the store's index is rebuilt from what
+  the store still holds: the pages forgotten only because their reads failed during the outage
+  are found again (nothing else left it: no write, so no eviction, happened meanwhile).
+- ``store_restart``: the L3 store's master restarts at ``at_s``: its index is lost, so every
+  page it held is gone for the run's requests (in-flight transfers finish).
+
+Both need an L3 tier (cache.l3_tokens)."""
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
 
-KINDS = ("link_slow", "engine_down")
-NOT_MODELLED = ("l3_outage", "store_restart")
+KINDS = ("link_slow", "engine_down", "l3_outage", "store_restart")
 LINKS = ("L2->L1", "L1->L2", "L3->L2", "L2->L3", "SSD->L3")
 _KEYS = {"link_slow": ("at_s", "kind", "link", "factor", "duration_s", "engine"),
-         "engine_down": ("at_s", "kind", "engine", "duration_s")}
+         "engine_down": ("at_s", "kind", "engine", "duration_s"),
+         "l3_outage": ("at_s", "kind", "duration_s"), "store_restart": ("at_s", "kind")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,10 @@ class Event:
         until = "the end" if self.duration_s is None else f"{self.end_s:g} s"
         if self.kind == "engine_down":
             return f"engine_down {on}, {self.at_s:g} s to {until}"
+        if self.kind == "store_restart":
+            return f"store_restart at {self.at_s:g} s"
+        if self.kind == "l3_outage":
+            return f"l3_outage {self.at_s:g} s to {until}"
         return f"{self.kind} {self.link} x{self.factor:g} on {on}, {self.at_s:g} s to {until}"
 
 
@@ -54,11 +66,13 @@ def _num(v):
     return v if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def parse_events(raw, where: str, engines: int | None = None, fleet: str | None = None) -> tuple:
+def parse_events(raw, where: str, engines: int | None = None, fleet: str | None = None,
+                 l3: bool | None = None) -> tuple:
     """The events of a scenario's `events` list (ScenarioError, one line naming the file and
     ``events[i].FIELD``, for anything else). `engines`: how many engines the run has (a fleet's
     count, 1 for one engine); None skips the engine check (a fleet's engine scenarios).
-    `fleet`: None (one engine), "plain", "pd" or "dp" (what engine_down may apply to)."""
+    `fleet`: None (one engine), "plain", "pd" or "dp" (what engine_down may apply to). `l3`:
+    whether the run has an L3 tier (None: not checked)."""
     from .schema import ScenarioError
 
     if raw is None:
@@ -68,37 +82,55 @@ def parse_events(raw, where: str, engines: int | None = None, fleet: str | None 
     out = []
     for i, ev in enumerate(raw):
         at = f"{where}: events[{i}]"
-        if not isinstance(ev, dict):
-            raise ScenarioError(f"{at}: got {ev!r}; expected a mapping with at_s and kind")
-        kind = ev.get("kind")
-        if kind in NOT_MODELLED:
-            raise ScenarioError(f"{at}.kind: {kind} is not modelled yet; expected one of {', '.join(KINDS)}")
-        if kind not in KINDS:
-            raise ScenarioError(f"{at}.kind: got {kind!r}; expected one of {', '.join(KINDS)}")
-        for k in ev:
-            if k not in _KEYS[kind]:
-                raise ScenarioError(f"{at}.{k}: unknown key of {kind}; expected {', '.join(_KEYS[kind])}")
-        t = _num(ev.get("at_s"))
-        if t is None or t < 0:
-            raise ScenarioError(f"{at}.at_s: got {ev.get('at_s')!r}; expected seconds >= 0")
+        t, kind = _head(ev, at)
         if kind == "engine_down":
-            out.append(_engine_down(ev, at, float(t), engines, fleet))
-            continue
-        if ev.get("link") not in LINKS:
-            raise ScenarioError(f"{at}.link: got {ev.get('link')!r}; expected one of {', '.join(LINKS)}")
-        factor = _num(ev.get("factor"))
-        if factor is None or factor <= 0:
-            raise ScenarioError(f"{at}.factor: got {ev.get('factor')!r}; expected a number > 0 (bandwidth / factor)")
-        dur = _duration(ev, at)
-        eng = ev.get("engine")
-        if eng is not None and (isinstance(eng, bool) or not isinstance(eng, int) or eng < 0):
-            raise ScenarioError(f"{at}.engine: got {eng!r}; expected an engine index >= 0 or null (every engine)")
-        if eng is not None and engines is not None and eng >= engines:
-            raise ScenarioError(f"{at}.engine: {eng} names no engine; the run has {engines} "
-                                f"(expected 0..{engines - 1} or null)")
-        out.append(Event(float(t), kind, ev["link"], float(factor), dur, eng))
+            out.append(_engine_down(ev, at, t, engines, fleet))
+        elif kind == "link_slow":
+            out.append(_link_slow(ev, at, t, engines))
+        else:
+            if l3 is False:
+                raise ScenarioError(f"{at}.kind: {kind} needs an L3 tier; expected a scenario with cache.l3_tokens")
+            dur = _duration(ev, at)
+            if kind == "l3_outage" and dur is None:
+                raise ScenarioError(f"{at}.duration_s: missing; expected the outage's seconds > 0")
+            out.append(Event(t, kind, None, 1.0, dur, None))
     _check_someone_up(out, where, engines)
     return tuple(out)
+
+
+def _head(ev, at: str) -> tuple:
+    """(at_s, kind) of event mapping `ev`, its keys checked against its kind's."""
+    from .schema import ScenarioError
+
+    if not isinstance(ev, dict):
+        raise ScenarioError(f"{at}: got {ev!r}; expected a mapping with at_s and kind")
+    kind = ev.get("kind")
+    if kind not in KINDS:
+        raise ScenarioError(f"{at}.kind: got {kind!r}; expected one of {', '.join(KINDS)}")
+    for k in ev:
+        if k not in _KEYS[kind]:
+            raise ScenarioError(f"{at}.{k}: unknown key of {kind}; expected {', '.join(_KEYS[kind])}")
+    t = _num(ev.get("at_s"))
+    if t is None or t < 0:
+        raise ScenarioError(f"{at}.at_s: got {ev.get('at_s')!r}; expected seconds >= 0")
+    return float(t), kind
+
+
+def _link_slow(ev: dict, at: str, t: float, engines: int | None) -> Event:
+    from .schema import ScenarioError
+
+    if ev.get("link") not in LINKS:
+        raise ScenarioError(f"{at}.link: got {ev.get('link')!r}; expected one of {', '.join(LINKS)}")
+    factor = _num(ev.get("factor"))
+    if factor is None or factor <= 0:
+        raise ScenarioError(f"{at}.factor: got {ev.get('factor')!r}; expected a number > 0 (bandwidth / factor)")
+    eng = ev.get("engine")
+    if eng is not None and (isinstance(eng, bool) or not isinstance(eng, int) or eng < 0):
+        raise ScenarioError(f"{at}.engine: got {eng!r}; expected an engine index >= 0 or null (every engine)")
+    if eng is not None and engines is not None and eng >= engines:
+        raise ScenarioError(f"{at}.engine: {eng} names no engine; the run has {engines} "
+                            f"(expected 0..{engines - 1} or null)")
+    return Event(t, "link_slow", ev["link"], float(factor), _duration(ev, at), eng)
 
 
 def _duration(ev: dict, at: str):

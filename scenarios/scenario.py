@@ -310,7 +310,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     from .events import parse_events
 
     kind = None if spec is None else "pd" if spec.pd is not None else "dp" if spec.dp > 1 else "plain"
-    events = parse_events(doc["events"], where, len(spec.engines) if spec is not None else 1, kind)
+    events = parse_events(doc["events"], where, len(spec.engines) if spec is not None else 1, kind,
+                          l3=tiers is not None and tiers.l3)
     if not events:
         doc.pop("events")  # config.yaml as before for a run without events
     return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,

@@ -20,42 +20,92 @@ def _links(engines: list, ev) -> list:
     return out
 
 
-def start_events(env, engines: list, events, faults=None) -> list:
-    """Schedule every event on `env`; returns the log that fills as they happen:
-    [(t_s, event index, "start" | "end")]. `faults`: a fleet's `fleet.faults.FaultController`
-    (engine_down events)."""
-    log: list = []
+def start_events(env, engines: list, events, faults=None) -> dict:
+    """Schedule every event on `env`; returns what they did as they happen: event index ->
+    {figure: value} (the L3 events' counts; `event_table` adds them to its rows). `faults`: a
+    fleet's `fleet.faults.FaultController` (engine_down events)."""
+    stats: dict = {i: {} for i in range(len(events))}
     for i, ev in enumerate(events):
         if ev.kind == "engine_down":
-            env.process(_engine_down(env, faults, ev, i, log))
+            env.process(_engine_down(env, faults, ev, i, stats[i]))
+        elif ev.kind == "l3_outage":
+            env.process(_l3_outage(env, engines, ev, stats[i]))
+        elif ev.kind == "store_restart":
+            env.process(_store_restart(env, engines, ev, stats[i]))
         else:
-            env.process(_link_slow(env, _links(engines, ev), ev, i, log))
-    return log
+            env.process(_link_slow(env, _links(engines, ev), ev, stats[i]))
+    return stats
 
 
-def _engine_down(env, faults, ev, i, log):
+def _stores(engines: list) -> list:
+    """The distinct L3 stores of `engines` (a fleet's shared one once)."""
+    out: dict = {}
+    for e in engines:
+        hier = e.cache.hier
+        if hier is not None and hier.storage is not None:
+            out.setdefault(id(hier.storage), hier.storage)
+    return list(out.values())
+
+
+def _l3_outage(env, engines, ev, stats):
+    """Every L3 transfer issued in the window fails at once; then the index is rebuilt from
+    what the store holds (the pages forgotten only because their reads failed come back)."""
+    yield env.timeout(ev.at_s)
+    stats["started_s"] = env.now
+    planes = [e.dataplane for e in engines]
+    before = [dict(p.l3_failed) for p in planes]
+    held = [(s, s.pages()) for s in _stores(engines)]
+    for p in planes:
+        p.l3_down = True
+    yield env.timeout(ev.duration_s)
+    stats["ended_s"] = env.now
+    for p in planes:
+        p.l3_down = False
+    stats["l3_reads_failed"] = sum(p.l3_failed["read"] - b["read"] for p, b in zip(planes, before))
+    stats["l3_writes_dropped"] = sum(p.l3_failed["write"] - b["write"] for p, b in zip(planes, before))
+    restored = 0
+    for store, pages in held:
+        now = set(store.pages())
+        missing = [k for k in pages if k not in now]
+        if missing:
+            store.put_many(missing)
+        restored += len(missing)
+    stats["l3_pages_restored"] = restored
+
+
+def _store_restart(env, engines, ev, stats):
+    yield env.timeout(ev.at_s)
+    stats["started_s"] = env.now
+    lost = 0
+    for store in _stores(engines):
+        lost += len(store.pages())
+        store.clear()
+    stats["l3_pages_lost"] = lost
+
+
+def _engine_down(env, faults, ev, i, stats):
     yield env.timeout(ev.at_s)
     faults.down(ev.engine, i)
-    log.append((env.now, i, "start"))
+    stats["started_s"] = env.now
     if ev.duration_s is None:
         return
     yield env.timeout(ev.duration_s)
     faults.up(ev.engine)
-    log.append((env.now, i, "end"))
+    stats["ended_s"] = env.now
 
 
-def _link_slow(env, links, ev, i, log):
+def _link_slow(env, links, ev, stats):
     yield env.timeout(ev.at_s)
     base = [ln.bandwidth_Bps for ln in links]
     for ln, bw in zip(links, base):
         ln.set_bandwidth(bw / ev.factor)
-    log.append((env.now, i, "start"))
+    stats["started_s"], stats["links_slowed"] = env.now, len(links)
     if ev.duration_s is None:
         return
     yield env.timeout(ev.duration_s)
     for ln, bw in zip(links, base):
         ln.set_bandwidth(bw)
-    log.append((env.now, i, "end"))
+    stats["ended_s"] = env.now
 
 
 def check_within_run(events, rows) -> None:
@@ -72,7 +122,7 @@ def check_within_run(events, rows) -> None:
                              "null (to the end)")
 
 
-def event_table(events, rows, slo_ttft_s: float | None = None, faults=None) -> list:
+def event_table(events, rows, slo_ttft_s: float | None = None, faults=None, stats=None) -> list:
     """Per event: its window and, for the requests that arrived before, during and after it,
     the count, TTFT mean and p90, and (with an SLO) the fraction within the TTFT target; an
     engine_down also what it cost (`faults`, a `fleet.faults.FaultLog`): requests retried, the
@@ -84,6 +134,7 @@ def event_table(events, rows, slo_ttft_s: float | None = None, faults=None) -> l
         if ev.kind == "engine_down" and faults is not None:
             row.update(requests_retried=faults.retried.get(k, 0), tokens_recomputed=faults.lost_tokens.get(k, 0),
                        cache_tokens_lost=faults.cache_lost_tokens.get(k, 0))
+        row.update((stats or {}).get(k, {}))
         parts = {"before": [r for r in rows if r["arrival_s"] < ev.at_s],
                  "during": [r for r in rows if ev.at_s <= r["arrival_s"] < ev.end_s],
                  "after": [r for r in rows if r["arrival_s"] >= ev.end_s]}

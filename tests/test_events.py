@@ -1,8 +1,10 @@
-"""Fault what-ifs (issue 32 item 5, the part built): the `events:` timeline with `link_slow`,
-its one-line refusals, a slowed link priced exactly, and the before/during/after table."""
+"""Fault what-ifs (issue 32 item 5): the `events:` timeline (link_slow, engine_down, l3_outage,
+store_restart), its one-line refusals, each event's effect computed exactly on constructed
+cases, and on runs: every request ends, invariants hold, no hit from a dead engine or store."""
 import json
 import types
 
+import numpy as np
 import pytest
 import simpy
 
@@ -39,11 +41,11 @@ def test_shared_links_are_slowed_once():
     assert _links(engines, ev) == [shared]
     assert [ln.name for ln in _links(engines, Event(1.0, "link_slow", "L2->L1", 4.0, 2.0, 1))] == ["L2->L1"]
     assert _links(engines, Event(1.0, "link_slow", "L2->L1", 4.0, 2.0, 1))[0] is own[1].links[("L2", "L1")]
-    log = start_events(env, engines, [ev])
+    stats = start_events(env, engines, [ev])
     env.run(until=2.0)
     assert shared.bandwidth_Bps == 25.0
     env.run()
-    assert shared.bandwidth_Bps == 100.0 and log == [(1.0, 0, "start"), (3.0, 0, "end")]
+    assert shared.bandwidth_Bps == 100.0 and stats == {0: {"started_s": 1.0, "links_slowed": 1, "ended_s": 3.0}}
 
 
 BASE = {"model": "qwen3-32b", "hardware": "h200x1", "cache": {"page_size": 64, "l1_tokens": 60000, "hicache_ratio": 2},
@@ -52,8 +54,8 @@ OK = {"at_s": 1, "kind": "link_slow", "link": "L2->L1", "factor": 4}
 
 
 @pytest.mark.parametrize("event, message", [
-    ({**OK, "kind": "store_restart"}, "events[0].kind: store_restart is not modelled yet; expected one of link_slow, engine_down"),
-    ({**OK, "kind": "meteor"}, "events[0].kind: got 'meteor'; expected one of link_slow, engine_down"),
+    ({**OK, "kind": "store_restart"}, "events[0].link: unknown key of store_restart; expected at_s, kind"),
+    ({**OK, "kind": "meteor"}, "events[0].kind: got 'meteor'; expected one of link_slow, engine_down, l3_outage, store_restart"),
     ({**OK, "at_s": -1}, "events[0].at_s: got -1; expected seconds >= 0"),
     ({**OK, "link": "PCIe"}, "events[0].link: got 'PCIe'; expected one of L2->L1, L1->L2, L3->L2, L2->L3, SSD->L3"),
     ({**OK, "factor": 0}, "events[0].factor: got 0; expected a number > 0"),
@@ -243,3 +245,96 @@ def test_engine_down_tells_the_router_each_lost_request_and_the_restart(tmp_path
     assert {(c[2], c[3]) for c in calls if c[0] == "failed"} == {(1, 10.0)}
     forgets = [c for c in calls if c[0] == "forget"]
     assert len(forgets) == 1 and forgets[0][1] == 1 and forgets[0][2] > 0  # it had learnt engine 1's prompts
+
+
+# -- l3_outage and store_restart -----------------------------------------------------------------
+def test_an_l3_transfer_fails_at_once_during_an_outage_and_moves_nothing():
+    from cache_core.actions import Transfer
+    from sim.simulator import SimDataPlane
+
+    env = simpy.Environment()
+    hw = types.SimpleNamespace(pcie_bytes_per_s=1e9, pcie_latency_s=0.0, l3_bytes_per_s=1e8, l3_latency_s=0.0,
+                               l3_block_overhead_s=0.0, ssd_bytes_per_s=1e8, ssd_latency_s=0.0)
+    plane = SimDataPlane(LinkSet.from_hardware(env, hw))
+    acks = []
+    read = Transfer(id=1, kind="prefetch", component="full", src_tier="L3", dst_tier="L2", tokens=64, bytes=1000,
+                    src=None, dst=[0],
+                    keys=np.array([5], dtype=np.int64))
+    load = Transfer(id=2, kind="load", component="full", src_tier="L2", dst_tier="L1", tokens=64, bytes=1000,
+                    src=[0], dst=[0])
+    plane.l3_down = True
+    plane.submit(read, lambda tid, ok: acks.append((env.now, tid, ok)))
+    plane.submit(load, lambda tid, ok: acks.append((env.now, tid, ok)))
+    env.run()
+    assert acks == [(0.0, 1, False), (pytest.approx(1e-6), 2, True)]
+    assert plane.l3_failed == {"read": 1, "write": 0}
+    assert plane.links.links[("L3", "L2")].bytes_done == 0
+
+
+def test_the_outage_rebuilds_the_index_and_a_restart_loses_it():
+    from cache_core.store import MooncakeStore, StorageIndex
+    from sim.events import _l3_outage, _store_restart
+
+    env = simpy.Environment()
+    store = StorageIndex(None)
+    store.put_many([1, 2, 3, 4])
+    eng = types.SimpleNamespace(cache=types.SimpleNamespace(hier=types.SimpleNamespace(storage=store)),
+                                dataplane=types.SimpleNamespace(l3_down=False, l3_failed={"read": 0, "write": 0}))
+    stats = {}
+    env.process(_l3_outage(env, [eng, eng], Event(1.0, "l3_outage", None, 1.0, 2.0, None), stats))
+
+    def fail_reads():
+        yield env.timeout(2.0)
+        assert eng.dataplane.l3_down
+        store.discard([2, 3])  # two pages whose reads failed in the outage
+        eng.dataplane.l3_failed["read"] += 1
+
+    env.process(fail_reads())
+    env.run()
+    assert not eng.dataplane.l3_down and sorted(store.pages()) == [1, 2, 3, 4]
+    assert stats == {"started_s": 1.0, "ended_s": 3.0, "l3_reads_failed": 2, "l3_writes_dropped": 0,
+                     "l3_pages_restored": 2}  # one plane, listed twice: counted twice
+    env.process(_store_restart(env, [eng], Event(4.0, "store_restart", None, 1.0, None, None), stats))
+    env.run()
+    assert len(store) == 0 and stats["l3_pages_lost"] == 4
+    mc = MooncakeStore(100, objects_per_page=2)
+    mc.put_many([7, 8])
+    assert sorted(mc.pages()) == [7, 8]
+    mc.clear()
+    assert len(mc) == 0 and 7 not in mc
+
+
+L3 = {**BASE, "cache": {"page_size": 64, "l1_tokens": 60000, "l2_tokens": 120000, "l3_tokens": 4000000},
+      "workload": {"num_clients": 24, "num_rounds": 6, "request_length": 2000, "output_length": 50,
+                   "max_parallel": 8}}
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({**BASE, "events": [{"at_s": 1, "kind": "l3_outage", "duration_s": 3}]},
+     "events[0].kind: l3_outage needs an L3 tier; expected a scenario with cache.l3_tokens"),
+    ({**L3, "events": [{"at_s": 1, "kind": "l3_outage"}]}, "events[0].duration_s: missing; expected the outage's"),
+    ({**L3, "events": [{"at_s": 1, "kind": "store_restart", "duration_s": 2}]},
+     "events[0].duration_s: unknown key of store_restart"),
+])
+def test_bad_l3_events_are_refused(raw, message):
+    with pytest.raises(ScenarioError) as e:
+        resolve(raw, "s.yaml")
+    assert str(e.value).startswith("s.yaml: " + message)
+
+
+def test_l3_outage_and_restart_cost_storage_hits_and_every_request_ends(tmp_path, capsys):
+    import yaml
+
+    runs = {}
+    for name, events in (("none", []), ("outage", [{"at_s": 20, "kind": "l3_outage", "duration_s": 15}]),
+                         ("restart", [{"at_s": 20, "kind": "store_restart"}])):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**L3, **({"events": events} if events else {})}))
+        assert run_main(capsys, ["run", str(tmp_path / f"{name}.yaml"), "--out", str(tmp_path / name),
+                                 "--no-progress", "--no-plots"])[0] == 0  # every request ended, invariants held
+        runs[name] = json.loads((tmp_path / name / "summary.json").read_text())
+    assert all(s["requests"] == 144 for s in runs.values())
+    assert runs["outage"]["hit_rate_storage"] < runs["none"]["hit_rate_storage"]
+    assert runs["restart"]["hit_rate_storage"] < runs["none"]["hit_rate_storage"]
+    out = runs["outage"]["events"][0]
+    assert out["l3_reads_failed"] > 0 and out["l3_writes_dropped"] > 0 and out["l3_pages_restored"] > 0
+    assert runs["restart"]["events"][0]["l3_pages_lost"] > 0
