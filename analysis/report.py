@@ -67,6 +67,11 @@ def key_table(runs) -> tuple[list, list]:
     return head, rows
 
 
+PARTS = ("before", "during", "after")
+EVENT_EFFECTS = ("requests_retried", "tokens_recomputed", "cache_tokens_lost", "l3_reads_failed",
+                 "l3_writes_dropped", "l3_pages_restored", "l3_pages_lost", "links_slowed")
+
+
 def detail_tables(runs) -> list:
     """[(title, header, rows)]: the TTFT split, evictions and bytes per link (those that
     apply to at least one run)."""
@@ -85,6 +90,14 @@ def detail_tables(runs) -> list:
         out.append(("Load stages (stages.csv)", ["run", "stage", "rate (req/s)", "duration (s)", "requests",
                                                  "output (tok/s)", "req/s", "mean TTFT (s)", "p50 TTFT (s)",
                                                  "p90 TTFT (s)", "mean ITL (s)", "hit rate"], rows))
+    rows = [[r.label, ev["label"]] + [_fmt(ev.get(f"{p}_requests")) for p in PARTS]
+            + [fmt_s(ev.get(f"{p}_ttft_p90_s")) for p in PARTS] + [fmt_rate(ev.get(f"{p}_slo_ttft")) for p in PARTS]
+            + [", ".join(f"{k} {_fmt(v)}" for k, v in ev.items() if k in EVENT_EFFECTS)]
+            for r in runs for ev in (r.summary or {}).get("events") or []]
+    if rows:
+        out.append(("Fault events (before / during / after each window, by arrival)",
+                    ["run", "event"] + [f"requests {p}" for p in PARTS] + [f"p90 TTFT {p} (s)" for p in PARTS]
+                    + [f"SLO TTFT {p}" for p in PARTS] + ["what it did"], rows))
     rows = [[r.label, e.component, e.tier, f"{int(e.amount):,}", e.unit]
             for r in runs for e in evictions(r).itertuples()]
     if rows:

@@ -233,6 +233,10 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         h, tr = timeline_rows(e, summary["duration_s"] + start if rows else 0.0)
         header = h + ["engine"]
         trows += [row + [i] for row in tr]
+    if sc.events:
+        from sim.events import timeline_events
+
+        header, trows = timeline_events(sc.events, header, trows)
     results.write(out / "timeline.csv", trows, columns=header)
     engines = engine_table(fleet, per_engine, per, sc.fleet, summary["duration_s"])
     results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS[:1] + (["dp_rank"] if fleet.dp > 1 else [])

@@ -130,6 +130,10 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
         results.write_rounds(out, rounds)
     summary = summarise(eng, rows, rounds, env.now)
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
+    if sc.events:
+        from sim.events import timeline_events
+
+        header, trows = timeline_events(sc.events, header, trows)
     write_timeline(out, header, trows)
     results.write_stages(out, sc.workload, rows, summary)
     results.write_events(sc.events, rows, summary, stats=getattr(eng, "event_stats", None))

@@ -108,6 +108,17 @@ def _link_slow(env, links, ev, stats):
     stats["ended_s"] = env.now
 
 
+def timeline_events(events, header: list, rows: list) -> tuple:
+    """timeline.csv with an ``events`` column: per row, the indices (``;``-joined) of the events
+    whose window holds its time (a store_restart: the instant it happened and after)."""
+    t = header.index("t_s")
+    out = []
+    for row in rows:
+        active = [str(i) for i, ev in enumerate(events) if ev.at_s <= row[t] < ev.end_s]
+        out.append(list(row) + [";".join(active)])
+    return header + ["events"], out
+
+
 def check_within_run(events, rows) -> None:
     """ValueError (one line, ``events[i].at_s``) for an event that starts after the run's last
     request finished, or a window that ends after it: it could have changed nothing."""

@@ -338,3 +338,20 @@ def test_l3_outage_and_restart_cost_storage_hits_and_every_request_ends(tmp_path
     out = runs["outage"]["events"][0]
     assert out["l3_reads_failed"] > 0 and out["l3_writes_dropped"] > 0 and out["l3_pages_restored"] > 0
     assert runs["restart"]["events"][0]["l3_pages_lost"] > 0
+
+
+def test_timeline_and_report_show_each_event(tmp_path, capsys):
+    import csv
+
+    (tmp_path / "s.yaml").write_text(DOWN % ("", "round_robin", "") + "  - {at_s: 5, kind: link_slow, link: \"L2->L1\", "
+                                     "factor: 2, duration_s: 10}\n")
+    assert run_main(capsys, ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--no-progress"])[0] == 0
+    rows = list(csv.DictReader(open(tmp_path / "o" / "timeline.csv")))
+    for r in rows:
+        t = float(r["t_s"])
+        want = [str(i) for i, (a, b) in enumerate(((10, 18), (5, 15))) if a <= t < b]
+        assert r["events"] == ";".join(want), t
+    assert {r["events"] for r in rows} >= {"", "1", "0;1", "0"}
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "Fault events (before / during / after each window, by arrival)" in html
+    assert "engine_down engine 1, 10 s to 18 s" in html and "link_slow L2-&gt;L1 x2 on every engine, 5 s to 15 s" in html
