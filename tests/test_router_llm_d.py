@@ -62,8 +62,9 @@ class Eng:
     def __init__(self, device=0, host=0, pool=1000, free=1000, evictable=0, waiting=0, prefetching=0):
         m = _Match(device, host)
         full = type("F", (), {"evictable_tokens": evictable, "pool": type("Pool", (), {"unbounded": False})()})()
-        self.cache = type("C", (), {"hier": object(), "match": lambda self, seq, limit: m, "full": full,
-                                    "free_tokens": free})()
+        matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: m})()
+        self.cache = type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None,
+                                    "full": full, "free_tokens": free})()
         self.max_total_tokens = pool
         self.queues = type("Q", (), {"waiting": [None] * waiting, "prefetching": [None] * prefetching})()
 
@@ -267,3 +268,56 @@ def test_the_cli_names_the_file_and_field_and_writes_nothing(tmp_path):
         f"radixsim run: {sc}: fleet.router.scorers[0].weight: got -2; expected a number >= 0"]
     assert not out.exists()
 
+
+
+# -- on a real fleet -----------------------------------------------------------------------------
+
+def _run_fleet(router: dict):
+    import copy
+
+    from radixsim.fleet_run import fleet_rows, simulate_fleet
+    from scenarios.scenario import resolve
+
+    raw = {"name": "llm-d", "seed": 3, "model": "qwen3-32b", "hardware": "h200x1",
+           "cache": {"page_size": 64, "l1_tokens": 200_000, "hicache_ratio": 2},
+           "engine": {"max_running_requests": 8},
+           "workload": {"kind": "multiturn", "num_clients": 8, "num_rounds": 3, "request_length": 1024,
+                        "output_length": 16, "max_parallel": 8, "request_rate": 32, "round_barrier": False},
+           "fleet": {"engines": 3, "router": copy.deepcopy(router)}}
+    f, *_ = simulate_fleet(resolve(raw, "test"))
+    return f, fleet_rows(f)
+
+
+def test_the_precise_scorer_reads_the_caches_without_touching_them(monkeypatch):
+    """On 3 engines (L1 + L2), at every pick: the precise scorer's blocks are what the cache's
+    match would give (device + host), and scoring leaves every tree's LRU clock where it was."""
+    from fleet.routers.llm_d import PrecisePrefix
+
+    seen = []
+
+    def checked(self, router, req):
+        clocks = [e.cache.tree.now for ranks in router.engines for e in ranks]
+        got = [self.blocks(ranks[0], req, P) for ranks in router.engines]
+        out = PrecisePrefix.score.__wrapped__(self, router, req)
+        assert [e.cache.tree.now for ranks in router.engines for e in ranks] == clocks  # read only
+        want = [(m.device + m.host_tokens) // P for m in (ranks[0].cache.match(req.seq, req.limit)
+                                                          for ranks in router.engines)]
+        assert got == want
+        seen.append(max(got))
+        return out
+
+    checked.__wrapped__ = PrecisePrefix.score
+    monkeypatch.setattr(PrecisePrefix, "score", checked)
+    f, rows = _run_fleet({"kind": "llm_d", "scorers": [{"type": "precise-prefix-cache-scorer"}]})
+    assert len(rows) == len(seen) == 24 and max(seen) > 0
+
+
+def test_an_llm_d_fleet_run_is_deterministic_for_a_seed_and_books_every_request():
+    prof = {"kind": "llm_d", "scorers": [{"type": "prefix-cache-scorer", "parameters": {"blockSizeTokens": 64}},
+                                         {"type": "queue-scorer"}]}
+    f1, rows1 = _run_fleet(prof)
+    f2, rows2 = _run_fleet(prof)
+    assert [r["engine"] for r in rows1] == [r["engine"] for r in rows2]
+    assert len(rows1) == 24 and f1.router.outstanding == [0, 0, 0]
+    # every routed prompt's hashes went into its engine's LRU (none left pending)
+    assert f1.router.scorers[0][0]._hashes == {}

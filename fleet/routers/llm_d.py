@@ -39,8 +39,8 @@ Scorers (each cited in docs/fleet.md):
   llm-d-kv-cache-manager pkg/kvcache/kvblock_scorer.go @760bfeab3c3ad3249798030bfa05ac1b6bb7b4ec
   `LongestPrefixScorer`): an engine's score is the number of consecutive blocks from the first
   that its KV events say it holds; here its cache's exact match now (device + host pages; with
-  DP ranks the best rank), events without delay. Engines holding none are absent from the
-  index's answer and score 0; the others are normalised min-max among themselves (utils.go
+  DP ranks the best rank), events without delay, read without touching the cache (no LRU
+  tick). Engines holding none are absent from the index's answer and score 0; the others are normalised min-max among themselves (utils.go
   `indexedScoresToNormalizedScoredPods`), 1.0 for all when they are equal.
 - `kv-cache-utilization-scorer` (GIE scorer/kvcache_utilization.go @02308be3): 1 - KV usage, the
   share of the engine's KV pool held by requests (vLLM's ``kv_cache_usage_perc``: cached pages
@@ -151,6 +151,13 @@ class ApproxPrefix(Scorer):
                     del self.hash_to_engines[old]
 
 
+def peek(cache, seq, limit):
+    """What ``cache.match(seq, limit)`` would return, without its effects (no LRU tick, no split,
+    no queue offer): the router reads the cache as an index would, it does not use it."""
+    matcher = cache.matcher
+    return matcher.result(cache.query(seq, matcher.span(seq, limit)))
+
+
 class PrecisePrefix(Scorer):
     """llm-d's `precise-prefix-cache-scorer`: the engines' own caches (their KV events)."""
 
@@ -161,7 +168,7 @@ class PrecisePrefix(Scorer):
 
     @staticmethod
     def blocks(engine, req, page_size: int) -> int:
-        m = engine.cache.match(req.seq, req.limit)
+        m = peek(engine.cache, req.seq, req.limit)
         tokens = m.device + m.host_tokens if engine.cache.hier is not None else m.cached_tokens
         return tokens // page_size
 
