@@ -421,9 +421,10 @@ def _fleet_router_comparison(ctx) -> str:
     for label, r in SCORER_TABLE:
         s = ctx.runs(SCORER_SCENARIO, f"fleet.router={r}")
         rates = [st["rate"] for st in s["stages"]]
-        rows.append([label, f"{s['fleet']['hit_rate']:.3f}", f"{s['ttft_mean_s']:.3f}", f"{s['fleet']['ttft_p90_s']:.3f}",
+        f = s["fleet"]
+        rows.append([label, f"{f['hit_rate']:.3f}", f"{s['ttft_mean_s']:.3f}", f"{f['ttft_p90_s']:.3f}",
                      *(f"{st['ttft_p90_s']:.3f}" for st in s["stages"]),
-                     f"{s['fleet']['load_balance']['requests']['max_over_mean']:.2f}"])
+                     f"{f['load_balance']['requests']['max_over_mean']:.2f}"])
     return table(["router", "hit", "TTFT mean s", "TTFT p90 s", *(f"p90 @ {r:g}/s" for r in rates), "max/mean req"],
                  rows)
 

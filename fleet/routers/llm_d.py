@@ -40,8 +40,9 @@ Scorers (each cited in docs/fleet.md):
   `LongestPrefixScorer`): an engine's score is the number of consecutive blocks from the first
   that its KV events say it holds; here its cache's exact match now (device + host pages; with
   DP ranks the best rank), events without delay, read without touching the cache (no LRU
-  tick). Engines holding none are absent from the index's answer and score 0; the others are normalised min-max among themselves (utils.go
-  `indexedScoresToNormalizedScoredPods`), 1.0 for all when they are equal.
+  tick). Engines holding none are absent from the index's answer and score 0; the others are
+  normalised min-max among themselves (utils.go `indexedScoresToNormalizedScoredPods`), 1.0 for
+  all when they are equal.
 - `kv-cache-utilization-scorer` (GIE scorer/kvcache_utilization.go @02308be3): 1 - KV usage, the
   share of the engine's KV pool held by requests (vLLM's ``kv_cache_usage_perc``: cached pages
   no request holds count as free); here ``(pool - free - evictable) / pool``, read now, not
