@@ -400,6 +400,35 @@ for _i, (_label, (_sc, _sets)) in enumerate(DP_RUNS):
         lambda ctx, _sc=_sc, _sets=_sets: f"{_fleet(ctx, _sc, *_sets)['hit_rate']:.3f}")
 
 
+SCORER_PROFILES = {  # llm_d's scheduler profiles in the router comparison (docs/fleet.md)
+    "llm_d precise": "{kind: llm_d, scorers: [{type: precise-prefix-cache-scorer, weight: 3}, "
+                     "{type: kv-cache-utilization-scorer, weight: 2}, {type: queue-scorer, weight: 2}]}",
+    "llm_d approximate": "llm_d",
+    "llm_d load": "{kind: llm_d, scorers: [{type: kv-cache-utilization-scorer, weight: 2}, "
+                  "{type: queue-scorer, weight: 2}]}",
+    "llm_d random": "{kind: llm_d, picker: random-picker}",
+}
+SCORER_TABLE = [*SCORER_PROFILES.items(), *((r, r) for r in ROUTERS)]  # (label, fleet.router)
+SCORER_SCENARIO = "fleet4-shared-prefix"
+
+
+@entry("fleet-router-comparison", "docs/fleet.md", cheap=False, seconds=60,
+       runs=[run_key(SCORER_SCENARIO, f"fleet.router={r}") for _, r in SCORER_TABLE],
+       command=f"radixsim run {SCORER_SCENARIO} --set fleet.router=R (R: each row's router; llm_d's profiles "
+               "as listed above the table)")
+def _fleet_router_comparison(ctx) -> str:
+    rows, rates = [], None
+    for label, r in SCORER_TABLE:
+        s = ctx.runs(SCORER_SCENARIO, f"fleet.router={r}")
+        rates = [st["rate"] for st in s["stages"]]
+        f = s["fleet"]
+        rows.append([label, f"{f['hit_rate']:.3f}", f"{s['ttft_mean_s']:.3f}", f"{f['ttft_p90_s']:.3f}",
+                     *(f"{st['ttft_p90_s']:.3f}" for st in s["stages"]),
+                     f"{f['load_balance']['requests']['max_over_mean']:.2f}"])
+    return table(["router", "hit", "TTFT mean s", "TTFT p90 s", *(f"p90 @ {r:g}/s" for r in rates), "max/mean req"],
+                 rows)
+
+
 # docs/figure4.md ----------------------------------------------------------------------------
 def _resolved(name: str, doc: str, scenario: str, key: str) -> None:
     """An inline figure of a scenario's resolved cache (config.yaml's `cache.KEY`, e.g. `l1_tokens: auto`)."""

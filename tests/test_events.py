@@ -140,7 +140,7 @@ events:
 """
 
 
-@pytest.mark.parametrize("router, tiers, shared", [("round_robin", "", ""), ("cache_aware", "", ""),
+@pytest.mark.parametrize("router, tiers, shared", [("round_robin", "", ""), ("cache_aware", "", ""), ("llm_d", "", ""),
                                                    ("least_load", ", l2_tokens: 400000, l3_tokens: 4000000",
                                                     ", shared_l3: true")])
 def test_engine_down_retries_its_requests_and_comes_back_empty(tmp_path, capsys, router, tiers, shared):
@@ -180,10 +180,12 @@ def test_routers_never_pick_a_down_engine_and_forget_it_when_back():
         return SimpleNamespace(rid=rid, session_id=rid, prompt_tokens=tokens, output_length=4, seq=TokenSeq(p),
                                limit=None)
 
-    for kind in ("round_robin", "least_load", "cache_aware", "kv_overlap", "session_affinity"):
+    for kind in ("round_robin", "least_load", "cache_aware", "kv_overlap", "session_affinity", "llm_d"):
         r = make_router({"kind": kind}, 3, page_size=4)
         if hasattr(r, "capacity_pages"):
             r.capacity_pages = [100] * 3
+        if kind == "llm_d":  # its load scorers read the engines' queues and pools
+            r = make_router({"kind": kind, "scorers": [{"type": "prefix-cache-scorer", "weight": 1}]}, 3, page_size=4)
         r.down = {1}
         picks = []
         for k in range(12):

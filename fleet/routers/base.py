@@ -2,13 +2,15 @@
 
 A router sees what a real one sees at the moment a request arrives: the request (its tokens,
 page keys, session id) and its own bookkeeping of what it sent where and what has finished
-(`Router.outstanding`, `Router.outstanding_tokens`). Only cache_aware_exact is handed the engines
-themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one
-without DP attention) and reads their exact caches.
+(`Router.outstanding`, `Router.outstanding_tokens`). Only cache_aware_exact and llm_d (its
+precise prefix and load scorers, as llm-d reads KV events and engine metrics) read the engines
+themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one without
+DP attention): their exact caches, pools and queues.
 
 Lifecycle: ``pick(req, now) -> engine index``; then the fleet calls ``routed(req, i, now)``
-and, when the request finishes on engine i, ``finished(req, i, now)``. Ties always go to the
-lowest engine index, so every router is deterministic (``seed`` places session_affinity's ring).
+and, when the request finishes on engine i, ``finished(req, i, now)``. Ties go to the lowest
+engine index (llm_d's pickers: at random from ``seed``, as llm-d's), so every router is
+deterministic for a seed (``seed`` also places session_affinity's ring).
 
 Faults (scenarios/events.py ``engine_down``): engines in ``down`` are never picked (a gateway's
 health check takes them out of the pool, as the filters before llm-d's scorers and sgl-router's
