@@ -260,20 +260,20 @@ class OperatorCostModel(RooflineCostModel):
         ep = self.ep  # EP: 1/ep of the experts per rank, whole instead of 1/tp of each
         return shared, L * self.pair_s(rows / ep, self.expert_params * ep / (L * tp), touched_bytes, full_tiles=True)
 
-    def attention_s(self, w: dict, queries: int, new=None, cached=None) -> float:
+    def attention_s(self, w: dict, queries: int) -> float:
         """Attention (+ indexer) and recurrent-state time of one part (prefill or decode)."""
         if queries <= 0:
             return 0.0
-        return self.attention_core_s(w, queries, new, cached) + self.recurrent_s(w)
+        return self.attention_core_s(w, queries) + self.recurrent_s(w)
 
-    def attention_core_s(self, w: dict, queries: int, new=None, cached=None) -> float:
+    def attention_core_s(self, w: dict, queries: int) -> float:
         """`attention_s` without the recurrent-state time (0 for no queries). With an attention
-        backend, a prefill part given its requests' `new` and `cached` arrays is timed on the
-        backend's curve (`backend_prefill_s`)."""
+        backend, a prefill part (`w` carrying its requests' ``new`` and ``cached`` arrays, as
+        `cost` and `breakdown` pass it) is timed on the backend's curve (`backend_prefill_s`)."""
         if queries <= 0:
             return 0.0
-        if self.attn_curve is not None and new is not None and not w["decode"]:
-            return self.backend_prefill_s(w, new, cached)
+        if self.attn_curve is not None and not w["decode"] and "new" in w:
+            return self.backend_prefill_s(w, w["new"], w["cached"])
         hw, eff, tp = self.hw, self.eff, self.tp
         keys = w["attention_flops"] / (self.pair_flops_decode if w["decode"] else self.pair_flops_prefill)
         e_fa = fa_efficiency(max(keys / (queries * max(self.attn_layers, 1)), 1.0))
@@ -355,12 +355,14 @@ class OperatorCostModel(RooflineCostModel):
         n_prefill, n_decode = int(np.sum(new)), int(ctx.size)
         tokens = n_prefill + n_decode
         p = {**self.request_work(new, cached, decode=False), "decode": False}
+        if self.attn_curve is not None:  # the backend prices each prefill request (attention_core_s)
+            p.update(new=new, cached=cached)
         d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
         if not tokens:
             return StepCost(0, 0, *(0.0,) * 12)
         weight_bytes, linear_s, elementwise_s, allreduce_s, alltoall_s = self.token_terms(tokens)
         kv_bytes, state_bytes = p["kv_bytes"] + d["kv_bytes"], p["state_bytes"] + d["state_bytes"]
-        op_s = (linear_s + self.attention_s(p, n_prefill, new, cached) + self.attention_s(d, n_decode)
+        op_s = (linear_s + self.attention_s(p, n_prefill) + self.attention_s(d, n_decode)
                 + elementwise_s)
         if self.mla_decompress_nk and n_prefill:
             n, k = self.mla_decompress_nk
@@ -408,10 +410,12 @@ class OperatorCostModel(RooflineCostModel):
             return out
         p = {**self.request_work(new, cached, decode=False), "decode": False}
         p0 = {**self.request_work(new, np.zeros_like(cached), decode=False), "decode": False}
+        if self.attn_curve is not None:
+            p.update(new=new, cached=cached)
+            p0.update(new=new, cached=np.zeros_like(cached))
         d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
         out["gemm"], out["moe"] = self.linear_parts(tokens)
-        attn = self.attention_core_s(p, n_prefill, new, cached)
-        attn0 = self.attention_core_s(p0, n_prefill, new, np.zeros_like(cached))
+        attn, attn0 = self.attention_core_s(p, n_prefill), self.attention_core_s(p0, n_prefill)
         if self.mla_decompress_nk and n_prefill:
             n, k = self.mla_decompress_nk
             attn += self.model.full_layers * self.gemm_s(float(np.sum(new + cached)), n, k,
