@@ -336,14 +336,23 @@ def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
            "model": model.name, "hardware": dict(base=hw.name, **links) if links else hw.name, "tp": tp,
            "cache": cache, "engine": {"chunked_prefill_tokens": sglang["chunked_prefill_tokens"]},
            "workload": workload}
+    mapped = set()
+    backend = _flag(flags, "attention-backend")
+    from sim.attention_backends import backend_names  # here: `radixsim --help` imports no numpy
+
+    if backend in backend_names():  # the run's stated backend; unstated: the model's own curve
+        raw["engine"]["attention_backend"] = backend
+        mapped.add("attention-backend")
+        notes.append(f"--attention-backend {backend}: engine.attention_backend {backend} "
+                     "(sim/opdata/attention_backends.json)")
     notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(NOT_STATED)}")
-    notes += _unmapped(flags, w)
+    notes += _unmapped(flags, w, mapped)
     return raw, notes
 
 
-def _unmapped(flags: str, workload: dict) -> list:
+def _unmapped(flags: str, workload: dict, mapped: set = frozenset()) -> list:
     """Notes naming the server flags and workload keys the scenario does not express."""
-    ignored = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", flags)) - MAPPED_FLAGS)
+    ignored = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", flags)) - MAPPED_FLAGS - set(mapped))
     extra = sorted(set(workload) - set(WORKLOAD_KEYS) - {"tool"})
     out = [f"server flags not modelled: {', '.join('--' + f for f in ignored)}"] if ignored else []
     return out + ([f"workload keys not modelled: {', '.join(extra)}"] if extra else [])

@@ -20,7 +20,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           l3_eviction_shards, l3_objects_per_page (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
-           expert parallelism, priced by sim/operators.py)
+           expert parallelism, priced by sim/operators.py), attention_backend (null | a backend
+           of sim/opdata/attention_backends.json: prefill attention on its measured curve)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -288,6 +289,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
                             "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")
     _check_ep(e["ep_size"], tp, model, doc["cost"]["kind"], where)
+    _check_attention_backend(e["attention_backend"], tp, model, hw, doc["cost"]["kind"], where)
     table = doc["cost"]["table"]
     if doc["cost"]["kind"] == "table" and not table:
         raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
@@ -350,6 +352,22 @@ def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
     if cost_kind != "operators":
         raise ScenarioError(f"{where}: engine.ep_size: {ep} is modelled by cost.kind operators only; expected 1 "
                             f"with cost.kind {cost_kind}")
+
+
+def _check_attention_backend(backend, tp: int, model, hw, cost_kind: str, where: str) -> None:
+    """engine.attention_backend as sim/operators.py models it: a measured curve for the model's
+    per-GPU head layout on the hardware's GPU generation, on the operator cost model."""
+    if backend is None:
+        return
+    if cost_kind != "operators":
+        raise ScenarioError(f"{where}: engine.attention_backend: {backend} is modelled by cost.kind operators only; "
+                            f"expected null with cost.kind {cost_kind}")
+    from sim.operators import attention_curve
+
+    try:
+        attention_curve(model, hw, tp, backend)
+    except ValueError as err:
+        raise ScenarioError(f"{where}: engine.attention_backend: {err}") from None
 
 
 @dataclass(frozen=True)

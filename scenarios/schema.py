@@ -14,6 +14,7 @@ from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
+from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
 from .program_names import PROGRAM_NAMES
@@ -91,6 +92,9 @@ SCHEMA = {
         "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
         "tree_core": (None, ("choice", (None, *TREE_CORES)), "null or one of " + ", ".join(TREE_CORES)),
         "overlap_schedule": (True, "bool", "true or false (SGLang's overlap scheduler, its default)"),
+        "attention_backend": (None, ("choice", (None, *attention_backend_names())),
+                              "null (the model's own attention curve) or one of " + ", ".join(attention_backend_names())
+                              + " (SGLang's --attention-backend; sim/opdata/attention_backends.json)"),
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
