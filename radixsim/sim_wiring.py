@@ -24,6 +24,10 @@ def sim_engine(env, sc, storage=None):
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
                 layers=sc.model.num_layers)
+    if sc.engine.frontend is not None:  # unset: nothing wrapped (sim/serving_cpu.py)
+        from sim.serving_cpu import install
+
+        install(env, eng, sc.engine.frontend, sc.model.family, sc.hardware.host_cpu_speed)
     return eng, cost
 
 

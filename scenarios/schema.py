@@ -9,7 +9,7 @@ import math
 import numbers
 import re
 
-from cache_core.engine_types import LOAD_OVERLAPS, TREE_CORES
+from cache_core.engine_types import FRONTENDS, LOAD_OVERLAPS, TREE_CORES
 from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
@@ -91,6 +91,7 @@ SCHEMA = {
         "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
         "tree_core": (None, ("choice", (None, *TREE_CORES)), "null or one of " + ", ".join(TREE_CORES)),
         "overlap_schedule": (True, "bool", "true or false (SGLang's overlap scheduler, its default)"),
+        "frontend": (None, ("choice", (None, *FRONTENDS)), "null or one of " + ", ".join(FRONTENDS)),
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
