@@ -84,6 +84,9 @@ class EngineConfig:
     - ``frontend``: the serving front end whose CPU costs a request pays outside the GPU
       (sim/serving_cpu.py: tokenization, the fixed per-request cost, the first token's way out);
       None (default): none.
+    - ``l3_get_batch_pages``: SGLang's L3 read path (sim/l3_reads.py): one prefetch at a time, in
+      batches of this many pages, one store get each, in series; None (default): each prefetch is
+      one transfer sharing the link with the others.
     - ``seed``: for the ``random`` policy.
     """
 
@@ -98,6 +101,7 @@ class EngineConfig:
     tree_core: str | None = None
     overlap_schedule: bool = True
     frontend: str | None = None
+    l3_get_batch_pages: int | None = None
     seed: int = 0
 
     def __post_init__(self):
@@ -121,6 +125,8 @@ class EngineConfig:
         if self.frontend is not None and self.tree_core is not None:
             raise ValueError("engine.frontend: not supported together with engine.tree_core yet (both delay a "
                              "step's outputs); expected one of them null")
+        if self.l3_get_batch_pages is not None:
+            check_int(self.l3_get_batch_pages, "engine.l3_get_batch_pages", 1)
         if not isinstance(self.overlap_schedule, bool):
             raise ValueError(f"engine.overlap_schedule must be true or false, got {self.overlap_schedule!r}")
         if not isinstance(self.mixed_chunk, bool):

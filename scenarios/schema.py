@@ -92,6 +92,7 @@ SCHEMA = {
         "tree_core": (None, ("choice", (None, *TREE_CORES)), "null or one of " + ", ".join(TREE_CORES)),
         "overlap_schedule": (True, "bool", "true or false (SGLang's overlap scheduler, its default)"),
         "frontend": (None, ("choice", (None, *FRONTENDS)), "null or one of " + ", ".join(FRONTENDS)),
+        "l3_get_batch_pages": (None, "int1_or_none", "null or an integer >= 1 (SGLang's STORAGE_BATCH_SIZE: 128)"),
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),

@@ -156,6 +156,9 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     front = getattr(eng, "frontend", None)
     if front is not None:  # engine.frontend set (sim/serving_cpu.py); absent otherwise
         s["frontend"] = front.summary()
+    reads = getattr(eng, "l3_reads", None)
+    if reads is not None:  # engine.l3_get_batch_pages set (sim/l3_reads.py); absent otherwise
+        s["l3_reads"] = reads.summary()
     if tc is not None:  # engine.tree_core set (sim/tree_cpu.py); absent otherwise
         s["tree_cpu"] = {"core": tc.model.core, "cpu_s": tc.cpu_s, "exposed_s": tc.exposed_s,
                          "ops": dict(sorted(tc.counter.totals.items()))}
