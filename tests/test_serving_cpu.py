@@ -172,3 +172,21 @@ def test_frontend_names_are_checked():
         resolve(raw, "x.yaml")
     with pytest.raises(ValueError, match="engine.frontend: not supported together with engine.tree_core"):
         EngineConfig(frontend="sglang-text", tree_core="sglang-python")
+
+
+def test_the_ttft_split_names_the_front_end_part_and_still_adds_up():
+    from sim.ttft_split import BETWEEN, FRONTEND, TtftRecorder
+
+    base = ["model=Qwen3-8B", "workload.num_clients=1", "workload.max_parallel=1", "workload.num_rounds=2",
+            "workload.request_length=1000", "workload.output_length=1", "engine.frontend=sglang-text"]
+    sc = resolve(apply_sets(load(scenario_path("quickstart")), base), "x.yaml")
+    rec = TtftRecorder()
+    eng, *_ = simulate(sc, progress=False, setup=rec.attach)
+    split = rec.split(eng)
+    for r in eng.finished:
+        parts = split[r.rid]
+        assert parts["compute"][FRONTEND] == r.frontend_s == pytest.approx(
+            r.prompt_tokens * 2.4e-6 + 6.3e-3 + 0.31e-3, abs=1e-12)
+        total = parts["queue"] + sum(parts["load"].values()) + parts["load_unsplit"] + sum(parts["compute"].values())
+        assert total == pytest.approx(parts["ttft"], abs=1e-12)
+        assert parts["compute"][BETWEEN] == pytest.approx(0.0, abs=1e-9)  # one client: no step to wait for
