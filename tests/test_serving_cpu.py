@@ -190,3 +190,13 @@ def test_the_ttft_split_names_the_front_end_part_and_still_adds_up():
         total = parts["queue"] + sum(parts["load"].values()) + parts["load_unsplit"] + sum(parts["compute"].values())
         assert total == pytest.approx(parts["ttft"], abs=1e-12)
         assert parts["compute"][BETWEEN] == pytest.approx(0.0, abs=1e-9)  # one client: no step to wait for
+
+
+def test_validate_explain_shows_the_front_end_column_before_between_steps():
+    from radixsim.validate_explain import _columns
+
+    rounds = [{"parts": {"queue": 0.1, ("compute", "gemm"): 0.2, ("compute", "frontend"): 0.03,
+                         ("compute", "between steps"): 0.0}}]
+    assert _columns(rounds) == ["queue", ("compute", "gemm"), ("compute", "frontend")]
+    rounds[0]["parts"][("compute", "between steps")] = 0.01
+    assert _columns(rounds)[-2:] == [("compute", "frontend"), ("compute", "between steps")]
