@@ -212,6 +212,16 @@ def _validation_per_round(ctx) -> str:
     return "\n\n".join(parts)
 
 
+@entry("serving-terms", "docs/validation.md", cheap=False, seconds=80,
+       command="python benchmarks/serving_terms.py (its printed table)")
+def _serving_terms(ctx) -> str:
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serving_terms.py")], cwd=ROOT,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        fail("serving_terms.py failed: " + " ".join(p.stderr.split()[-40:]))
+    return p.stdout.strip()
+
+
 # docs/store_model.md ------------------------------------------------------------------------
 _ROUNDS: dict = {}
 

@@ -74,8 +74,11 @@ def write_config(out: Path, config: dict, seed=None, command: str | None = None)
 
 
 def write_requests(out: Path, rows) -> None:
-    """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells)."""
-    write(out / "requests.csv", rows, columns=REQUEST_COLUMNS)
+    """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells); rows with
+    ``frontend_s`` (engine.frontend set) add that column last."""
+    rows = list(rows)
+    extra = ["frontend_s"] if rows and "frontend_s" in rows[0] else []
+    write(out / "requests.csv", rows, columns=REQUEST_COLUMNS + extra)
 
 
 def write_summary(out: Path, summary: dict) -> None:

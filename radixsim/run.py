@@ -90,9 +90,16 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
                                     record_logits=record_logits, store=store, pace=pace,
                                     load_overlap=sc.engine.load_overlap,
                                     chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
+    if sc.engine.l3_get_batch_pages is not None:
+        raise ValueError("engine.l3_get_batch_pages: the sim backend only (sim/l3_reads.py wraps the simulated "
+                         "data plane); expected null with --backend torch")
     eng = Engine(cache, sc.engine, sim_clock(env, cache), plane, ex)
     eng.listeners.append(ex.release)
     eng.links = links
+    if sc.engine.frontend is not None:  # the serving front end wraps any engine (sim/serving_cpu.py)
+        from sim.serving_cpu import install
+
+        install(env, eng, sc.engine.frontend, sc.model.family, sc.hardware.host_cpu_speed)
     return env, eng, label
 
 

@@ -261,7 +261,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
                               schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
                               mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
                               load_overlap=e["load_overlap"], tree_core=e["tree_core"],
-                              overlap_schedule=e["overlap_schedule"], seed=doc["seed"])
+                              overlap_schedule=e["overlap_schedule"], frontend=e["frontend"],
+                              l3_get_batch_pages=e["l3_get_batch_pages"], seed=doc["seed"])
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
     C = e["chunked_prefill_tokens"]

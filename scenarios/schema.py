@@ -9,7 +9,7 @@ import math
 import numbers
 import re
 
-from cache_core.engine_types import LOAD_OVERLAPS, TREE_CORES
+from cache_core.engine_types import FRONTENDS, LOAD_OVERLAPS, TREE_CORES
 from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
@@ -95,6 +95,8 @@ SCHEMA = {
         "attention_backend": (None, ("choice", (None, *attention_backend_names())),
                               "null (the model's own attention curve) or one of " + ", ".join(attention_backend_names())
                               + " (SGLang's --attention-backend; sim/opdata/attention_backends.json)"),
+        "frontend": (None, ("choice", (None, *FRONTENDS)), "null or one of " + ", ".join(FRONTENDS)),
+        "l3_get_batch_pages": (None, "int1_or_none", "null or an integer >= 1 (SGLang's STORAGE_BATCH_SIZE: 128)"),
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
