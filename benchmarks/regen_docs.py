@@ -222,6 +222,26 @@ def _serving_terms(ctx) -> str:
     return p.stdout.strip()
 
 
+# docs/sources/clock_terms.md ------------------------------------------------------------------
+@entry("clock-residual-after", "docs/sources/clock_terms.md", cheap=True, seconds=15,
+       command="radixsim validate --explain (each full case's residual fits, as mapped today)")
+def _clock_residual_after(ctx) -> str:
+    from radixsim.validate_explain import explain
+
+    def coefs(c) -> str:
+        return f"{1e3 * c[0]:.1f}, {1e6 * c[1]:.2f}, {1e6 * c[2]:.2f}"
+
+    out = ["| case | direct nnls a (ms/req), b, c (us/token) | rms left | queue-scaled nnls a, b, c | rms left | rank |",
+           "|---|---|---|---|---|---|"]
+    for res in explain():
+        if "skipped" in res:
+            continue
+        f, q = res["fit"], res["fit_queued"]
+        out.append(f"| {res['case'].split('-')[0]} | {coefs(f['nnls'])} | {1e3 * f['rms_nnls']:.1f} ms | "
+                   f"{coefs(q['nnls'])} | {1e3 * q['rms_nnls']:.1f} ms | {f['rank']} |")
+    return "\n".join(out)
+
+
 # docs/store_model.md ------------------------------------------------------------------------
 _ROUNDS: dict = {}
 
