@@ -223,7 +223,7 @@ def _serving_terms(ctx) -> str:
 
 
 # docs/sources/clock_terms.md ------------------------------------------------------------------
-@entry("clock-residual-after", "docs/sources/clock_terms.md", cheap=True, seconds=15,
+@entry("clock-residual-after", "docs/sources/clock_terms.md", cheap=False, seconds=15,
        command="radixsim validate --explain (each full case's residual fits, as mapped today)")
 def _clock_residual_after(ctx) -> str:
     from radixsim.validate_explain import explain
