@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import math
 
-import numpy as np
 import pytest
 
 from fleet.routers import make_router
