@@ -28,8 +28,11 @@ units layer l reads: `staging.LayerEvents`, SGLang's ``LayerDoneCounter``, three
 reused across steps), left in flight (`pending`); that forward waits for layer l's event of the
 latest round just before layer l (`layer_waiter`; one host -> device stream, so the latest
 round's event covers the earlier rounds), and `finish_loads` (after that forward, or before any
-other transfer or state copy) waits for what is left. With ``overlap="none"`` every load is
-waited for when it is submitted. Without a pace (`torch.clock: measured` or `realtime`) an
+other transfer or state copy) waits for what is left. With ``overlap="none"`` the loads are
+not left in flight for a forward but still move together (`batch_loads`): with a pace queued and
+issued as one round before the next forward alike; without one, those submitted at one clock
+instant in one round just after it (`flush`), waited for, each acknowledged after the round's
+measured time (``batch_loads = False``: each copied and waited for at submission). Without a pace (`torch.clock: measured` or `realtime`) an
 overlapped load is issued at once as its own round, left in flight (on CPU the copy is
 synchronous, so it has landed; the events are emulated) and waited for by the next forward layer
 by layer alike; the engine then prices the overlap with its layer-wise model over the measured
@@ -77,11 +80,16 @@ class TorchDataPlane:
             raise ValueError(f"load overlap {overlap!r}: expected {', '.join(LOAD_OVERLAPS)}")
         self.env = env
         spec = pools.spec
-        # loads left in flight for the next forward: the engine overlaps them (layerwise,
-        # FULL-only: there the model's layer l is FULL layer l, the unit `wait_layer(l)` names);
-        # with a pace they move together before the forward (`_issue`), without one (measured
-        # clock) each is issued at submission and acknowledged after its measured issue time
+        # loads left in flight for the next forward: the engine overlaps them (layerwise); with a
+        # pace they move together before the forward (`_issue`), without one (measured clock)
+        # each is issued at submission and acknowledged after its measured issue time
         self.overlap = overlap == "layerwise"
+        # loads not overlapped move together too: with a pace before the next forward, without
+        # one (measured clock) those submitted at one clock instant in one round just after it,
+        # acknowledged when that round is done (False: each copied and waited for at submission)
+        self.batch_loads = True
+        self._acks: list = []  # measured clock: (load id, on_done) of the batched loads queued
+        self.batched = 0  # loads not overlapped that moved in a round with the others of their step
         self.pending: list = []  # handles of the load rounds in flight
         # per-layer completion events, reused across steps (SGLang's LayerDoneCounter)
         self.events = LayerEvents(spec.num_layers, pools.staged.cuda)
@@ -104,6 +112,14 @@ class TorchDataPlane:
         self.staged = pools.staged
 
     def submit(self, t, on_done) -> None:
+        if self.pace is None and t.kind == "load" and not self.overlap and self.batch_loads:
+            self._execute(t)  # checked and queued: moved with the others of this instant (`flush`)
+            key = f"{t.src_tier}->{t.dst_tier}"
+            self.bytes_moved[key] = self.bytes_moved.get(key, 0) + t.bytes
+            self._acks.append((t.id, on_done))
+            if len(self._acks) == 1:
+                self.env.timeout(0).callbacks.append(lambda _e: self.flush())
+            return
         t0 = time.perf_counter()
         ok = self._execute(t)
         dt = time.perf_counter() - t0
@@ -156,14 +172,32 @@ class TorchDataPlane:
         self._wait_pending()
         self.copy_s += time.perf_counter() - t0
 
+    def flush(self) -> None:
+        """Move the loads queued so far (measured clock, not overlapped: those of one instant)."""
+        t0 = time.perf_counter()
+        self._issue()
+        self.copy_s += time.perf_counter() - t0
+
     def _issue(self) -> None:
         """Start the deferred loads: per pool, the pages of every request in ONE copy (per layer
-        unit, the runs of all of them: HiCache's per-layer batched load)."""
-        if self._queued:
-            items = [(a, b, comp, as_index(si), as_index(di)) for (a, b, comp), (si, di) in self._queued.items()]
-            self.pending.append(self._round(items))
-            self.load_batches += 1
+        unit, the runs of all of them: HiCache's per-layer batched load). Measured clock, loads
+        not overlapped: the round is waited for, and each load acknowledged after its measured
+        time (times ``layer_scale``)."""
+        if not self._queued:
+            return
+        t0 = time.perf_counter()
+        items = [(a, b, comp, as_index(si), as_index(di)) for (a, b, comp), (si, di) in self._queued.items()]
         self._queued = {}
+        h = self._round(items)
+        self.load_batches += 1
+        if not self._acks:
+            self.pending.append(h)
+            return
+        h.synchronize()
+        dt = (time.perf_counter() - t0) * self.layer_scale
+        for tid, on_done in self._acks:
+            self.env.timeout(dt).callbacks.append(lambda _e, tid=tid, on_done=on_done: on_done(tid, True))
+        self._acks = []
 
     def _round(self, items):
         """One load round: every item's pages, layer by layer in the model's order, each layer's
@@ -192,27 +226,31 @@ class TorchDataPlane:
         return [component] + [sc.name for sc in self.pools.spec.sidecars if sc.follows == component]
 
     def _execute(self, t) -> bool:
-        defer = self.overlap and t.kind == "load"
+        defer = t.kind == "load" and (self.overlap or self.batch_loads)
         if not defer:
             self._wait_pending()
         if t.kind in ("load", "backup"):
             si, di = _idx(t.src), _idx(t.dst)
-            if defer and self.pace is None:  # measured clock: in flight from now on, one round
+            if defer and self.overlap and self.pace is None:  # measured clock: in flight from now on, one round
                 items = [(t.src_tier, t.dst_tier, component_name(c, self.pools.sidecars))
                          + self.staged.check(t.src_tier, t.dst_tier, c, si, di) for c in self._pools_of(t.component)]
                 self.pending.append(self._round(items))
                 self.overlapped += 1
                 return True
-            for comp in self._pools_of(t.component):
-                if defer:  # checked now, moved with the step's other loads (`_issue`)
-                    self.staged.check(t.src_tier, t.dst_tier, comp, si, di)
-                    got = self._queued.setdefault((t.src_tier, t.dst_tier, component_name(comp, self.pools.sidecars)),
-                                                  ([], []))
-                    got[0].extend(si)
-                    got[1].extend(di)
-                else:
+            comps = self._pools_of(t.component)
+            if not defer:
+                for comp in comps:
                     self.staged.copy(t.src_tier, t.dst_tier, comp, si, di).synchronize()
-            self.overlapped += defer
+                return True
+            for comp in comps:  # checked now (every pool first), moved with the step's other loads (`_issue`)
+                self.staged.check(t.src_tier, t.dst_tier, comp, si, di)
+            for comp in comps:
+                got = self._queued.setdefault((t.src_tier, t.dst_tier, component_name(comp, self.pools.sidecars)),
+                                              ([], []))
+                got[0].extend(si)
+                got[1].extend(di)
+            self.overlapped += defer and self.overlap
+            self.batched += defer and not self.overlap
             return True
         if self.store is None:
             raise RuntimeError(f"transfer {t.id} ({t.kind}) needs an L3 page store")

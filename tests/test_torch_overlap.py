@@ -42,6 +42,11 @@ def scenario(layout, overlap="layerwise", clock="modelled", device="cpu", model=
                   "clock": clock, "device": device}})
 
 
+def one_by_one(eng) -> None:
+    """Every load copied and waited for at submission (neither overlapped nor batched)."""
+    eng.dataplane.overlap = eng.dataplane.batch_loads = False
+
+
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
 @pytest.mark.parametrize("model,loads", [("qwen3-32b", 44), ("inkling-small", 54)])
 def test_overlapped_loads_give_exactly_the_logits_of_waiting_at_submission(model, loads, layout):
@@ -50,10 +55,9 @@ def test_overlapped_loads_give_exactly_the_logits_of_waiting_at_submission(model
     model and an SWA + MAMBA hybrid (FULL, SWA and MAMBA loads in the rounds)."""
     sc = scenario(layout, model=model)
     eng, *_ = simulate(sc, backend="torch", record_logits=True)
-    waited, *_ = simulate(sc, backend="torch", record_logits=True,
-                          setup=lambda e: setattr(e.dataplane, "overlap", False))
+    waited, *_ = simulate(sc, backend="torch", record_logits=True, setup=one_by_one)
     assert request_rows(eng) == request_rows(waited)
-    assert eng.dataplane.overlapped == loads and waited.dataplane.overlapped == 0
+    assert eng.dataplane.overlapped == loads and waited.dataplane.overlapped == waited.dataplane.batched == 0
     assert not eng.dataplane.pending
     got, ref = eng.executor.positions, waited.executor.positions
     assert got.keys() == ref.keys() and len(got) == 16
@@ -62,10 +66,65 @@ def test_overlapped_loads_give_exactly_the_logits_of_waiting_at_submission(model
         assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got[rid], ref[rid]))
 
 
-def test_load_overlap_none_waits_at_submission():
-    eng, *_ = simulate(scenario("layer_first", overlap="none"), backend="torch")
-    assert eng.dataplane.overlap is False and eng.dataplane.overlapped == 0
+@pytest.mark.parametrize("clock", ["modelled", "measured"])
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_load_overlap_none_batches_the_loads_of_a_step_with_the_logits_of_copying_each(layout, clock):
+    """Without layer-wise overlap the loads are not left in flight for a forward, but still move
+    together (issue 28 item 3): with a pace, those queued before a forward in one round; on the
+    measured clock, those submitted at one instant. Same decisions (modelled clock) and
+    bit-identical logits as copying each load at its submission, in fewer rounds than loads."""
+    sc = scenario(layout, overlap="none", clock=clock, model="inkling-small")
+    eng, *_ = simulate(sc, backend="torch", record_logits=True)
+    plane = eng.dataplane
+    assert plane.overlap is False and plane.overlapped == 0 and plane.pending == [] and plane._acks == []
     assert sum(r.cached_host for r in eng.finished) > 0  # loads ran
+    assert 0 < plane.load_batches < plane.batched
+    if clock == "modelled":
+        each, *_ = simulate(sc, backend="torch", record_logits=True, setup=one_by_one)
+        assert request_rows(eng) == request_rows(each)
+        assert (plane.batched, plane.load_batches, each.dataplane.batched) == (54, 9, 0)
+        got, ref = eng.executor.positions, each.executor.positions
+        assert got.keys() == ref.keys() and len(got) == 16
+        for rid in ref:
+            assert [p for p, _ in got[rid]] == [p for p, _ in ref[rid]]
+            assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got[rid], ref[rid]))
+
+
+@pytest.mark.parametrize("layout", ["page_first", "layer_first"])
+def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together(layout):
+    """Measured clock, no overlap: three requests' loads (FULL, SWA, MAMBA) submitted at one
+    instant move in ONE round just after it, all acknowledged when it is done, and the pools
+    then equal those of copying each load at its submission."""
+    import simpy
+    from types import SimpleNamespace
+
+    spec = HybridSpec(kinds=HYBRID, hidden=16, num_heads=2, head_dim=8, window=8, state_dim=4, vocab=31,
+                      page_size=4)
+    loads = [("full", [5, 6], [0, 1]), ("full", [2], [4]), ("swa", [7, 3], [2, 6]), ("mamba", [3], [1])]
+    result = []
+    for batch in (True, False):
+        pools = KVPools(spec, full_pages={"L1": 8, "L2": 8}, swa_pages={"L1": 8, "L2": 8},
+                        state_slots={"L1": 4, "L2": 4}, layout=layout)
+        gen = torch.Generator().manual_seed(0)
+        for comp in ("full", "swa", "state"):
+            t = pools.tensor("L2", comp)
+            t.copy_(torch.randn(t.shape, generator=gen))
+        env = simpy.Environment()
+        plane = TorchDataPlane(env, pools, overlap="none")
+        plane.batch_loads = batch
+        calls: list = []
+        for tid, (comp, src, dst) in enumerate(loads):
+            plane.submit(SimpleNamespace(id=tid, kind="load", component=comp, src_tier="L2", dst_tier="L1", src=src,
+                                         dst=dst, bytes=len(src)), lambda i, ok: calls.append((i, ok, env.now)))
+        if batch:
+            assert plane.load_batches == 0 and plane.batched == 4 and not pools.tensor("L1", "full").any()
+        env.run()
+        if batch:
+            assert plane.load_batches == 1 and plane._acks == [] and plane._queued == {}
+            assert [c[:2] for c in calls] == [(i, True) for i in range(4)] and len({c[2] for c in calls}) == 1
+        result.append([pools.tensor("L1", c).clone() for c in ("full", "swa", "state")])
+    assert all(torch.equal(a, b) for a, b in zip(*result))
+    assert result[0][0].any() and result[0][1].any() and result[0][2].any()
 
 
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
