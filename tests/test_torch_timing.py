@@ -294,3 +294,23 @@ def test_bf16_unmasked_attention_is_the_masked_reference_within_2e_2(device):
     worst = max(float((a - b).abs().max()) for a, b in zip(got, ref))
     assert worst <= 2e-2, worst
     assert all(isinstance(k, str) and k for k in model.sdpa_calls)
+
+
+def test_step_noise_is_each_repeated_shape_s_steps_against_their_median():
+    """`validate_torch.step_noise`: shape A (one 4-token prefill) measured 1, 3, 2 s: median 2,
+    errors 1, 1/3, 0; shape B (decodes at contexts 16-18: one block of 8) 1 and 2 s: median 1.5,
+    errors 0.5, 0.25; a shape met once and a zero-time step are left out. Median 1/3, p90 0.8
+    (numpy's linear percentile of 0, .25, 1/3, .5, 1), spread x3. The summary line says so."""
+    from radixsim.validate_torch import step_noise, table_text
+
+    a = (((4, 0),), ())
+    steps = [(*a, 1.0), (*a, 3.0), (*a, 2.0), ((), (16, 17), 1.0), ((), (17, 18), 2.0), ((), (24,), 5.0),
+             ((), (40,), 0.0)]
+    got = step_noise(steps)
+    assert got == {"steps": 5, "median_rel_err": pytest.approx(1 / 3), "p90_rel_err": pytest.approx(0.8),
+                   "max_spread": 3.0}
+    assert step_noise([(*a, 1.0)]) == {"steps": 0, "median_rel_err": None, "p90_rel_err": None, "max_spread": None}
+    text = table_text([{"rounds": [], "requests": [], "summary": {}, "step_noise": got}])
+    assert text.splitlines()[-1] == ("    torch steps against their own shape's median (5 steps of repeated shapes, "
+                                     "the floor of any step-time model here): median 33%, p90 80%; up to x3.00 "
+                                     "within a shape")
