@@ -266,7 +266,7 @@ class TorchExecutor:
     def layers(self):
         """The layers the engine's layer-wise overlap model splits a step into (None: no overlap):
         the pace's (the forward runs in `settle`, once the step's loads have landed); without a
-        pace, when the data plane overlaps loads (a FULL-only model), the preset's layers (the
+        pace, when the data plane overlaps loads (FULL, SWA and MAMBA alike), the preset's layers (the
         model's times `layer_scale`: what a measured step stands for)."""
         if self.pace is not None:
             return getattr(self.pace, "layers", None)

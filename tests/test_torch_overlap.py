@@ -1,8 +1,10 @@
-"""Layer-wise loads overlapped with compute on the torch backend (issue 19 item 3): with the
-engine's ``load_overlap: layerwise`` (and the modelled clock) an L2 -> L1 load of a FULL-only
-model is left in flight when submitted; the step's forward waits for each layer's pages just
-before that layer (``page_first``: once, before layer 0), then for the rest. On CPU the copies
-are synchronous, so the logits must be exactly those of waiting at submission."""
+"""Layer-wise loads overlapped with compute on the torch backend (issue 19 item 3, issue 28
+item 3): with the engine's ``load_overlap: layerwise`` an L2 -> L1 load (FULL, SWA or MAMBA) is
+left in flight; its pages move in a round, layer by layer in the model's order, each layer's
+event recorded after them (`staging.LayerEvents`, reused across steps); the step's forward
+waits for layer l's event just before layer l, then for the rest. Without overlap the loads of
+a step still move in one round. On CPU the copies are synchronous (events emulated), so the
+logits must be exactly those of copying each load at its submission."""
 from __future__ import annotations
 
 import pytest
