@@ -20,6 +20,8 @@ from radixsim.run import request_rows, simulate  # noqa: E402
 from scenarios.scenario import resolve  # noqa: E402
 
 LAYERS = 3
+# the CUDA variants: parametrized only where CUDA exists (never a skipped test on CPU)
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -92,8 +94,9 @@ def test_load_overlap_none_batches_the_loads_of_a_step_with_the_logits_of_copyin
             assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got[rid], ref[rid]))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
-def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together(layout):
+def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together(layout, device):
     """Measured clock, no overlap: three requests' loads (FULL, SWA, MAMBA) submitted at one
     instant move in ONE round just after it, all acknowledged when it is done, and the pools
     then equal those of copying each load at its submission."""
@@ -106,7 +109,7 @@ def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together
     result = []
     for batch in (True, False):
         pools = KVPools(spec, full_pages={"L1": 8, "L2": 8}, swa_pages={"L1": 8, "L2": 8},
-                        state_slots={"L1": 4, "L2": 4}, layout=layout)
+                        state_slots={"L1": 4, "L2": 4}, layout=layout, device=device)
         gen = torch.Generator().manual_seed(0)
         for comp in ("full", "swa", "state"):
             t = pools.tensor("L2", comp)
@@ -124,7 +127,7 @@ def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together
         if batch:
             assert plane.load_batches == 1 and plane._acks == [] and plane._queued == {}
             assert [c[:2] for c in calls] == [(i, True) for i in range(4)] and len({c[2] for c in calls}) == 1
-        result.append([pools.tensor("L1", c).clone() for c in ("full", "swa", "state")])
+        result.append([pools.tensor("L1", c).cpu() for c in ("full", "swa", "state")])
     assert all(torch.equal(a, b) for a, b in zip(*result))
     assert result[0][0].any() and result[0][1].any() and result[0][2].any()
 
@@ -152,7 +155,7 @@ def test_the_forward_waits_for_every_layer_of_the_latest_round_in_order(layout, 
 HYBRID = ("swa", "rec", "full", "swa")  # layer_first: swa unit 1 is read by layer 3 only
 
 
-def _traced_forward(layout, monkeypatch):
+def _traced_forward(layout, monkeypatch, device="cpu"):
     """A 4-layer SWA/MAMBA/FULL model, three queued loads (FULL, SWA, MAMBA) issued as one round,
     then one forward: the log of unit copies, layer events recorded, waits and layer reads."""
     from types import SimpleNamespace
@@ -162,10 +165,10 @@ def _traced_forward(layout, monkeypatch):
     spec = HybridSpec(kinds=HYBRID, hidden=16, num_heads=2, head_dim=8, window=8, state_dim=4, vocab=31,
                       page_size=4)
     pools = KVPools(spec, full_pages={"L1": 8, "L2": 8}, swa_pages={"L1": 8, "L2": 8},
-                    state_slots={"L1": 4, "L2": 4}, layout=layout)
+                    state_slots={"L1": 4, "L2": 4}, layout=layout, device=device)
     for comp in ("full", "swa", "state"):
         pools.tensor("L2", comp).normal_()
-    model = SyntheticHybridModel(spec, seed=1)
+    model = SyntheticHybridModel(spec, seed=1, device=device)
     plane = TorchDataPlane(None, pools, pace=SimpleNamespace(submit=lambda t, cb: None), overlap="layerwise")
     log: list = []
     pools.staged.trace = log
@@ -207,17 +210,18 @@ def _traced_forward(layout, monkeypatch):
     plane.finish_loads()
     assert plane.pending == [] and plane.layer_waiter() is None and plane.load_batches == 1
     for comp, si, di in (("full", [5, 6], [0, 1]), ("swa", [5, 6], [0, 1]), ("state", [3], [1])):
-        got = pools.tensor("L1", comp).index_select(pools.page_dim, torch.tensor(di))
+        got = pools.tensor("L1", comp).cpu().index_select(pools.page_dim, torch.tensor(di))
         assert torch.equal(got, pools.tensor("L2", comp).index_select(pools.page_dim, torch.tensor(si)))
     return log, logits
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
-def test_a_hybrid_round_copies_layer_by_layer_and_each_layer_waits_for_its_event(layout, monkeypatch):
+def test_a_hybrid_round_copies_layer_by_layer_and_each_layer_waits_for_its_event(layout, device, monkeypatch):
     """FULL, SWA and MAMBA loads of one round move in the model's layer order, each layer's event
     recorded after the pages that layer reads (page_first: a pool's one block before the first
     layer reading it), and the forward waits for layer l's event just before reading layer l."""
-    log, _ = _traced_forward(layout, monkeypatch)
+    log, _ = _traced_forward(layout, monkeypatch, device)
     copies = {"page_first": [[("copy", "swa", 0)], [("copy", "state", 0)], [("copy", "full", 0)], []],
               "layer_first": [[("copy", "swa", 0)], [("copy", "state", 0)], [("copy", "full", 0)],
                               [("copy", "swa", 1)]]}[layout]
@@ -287,9 +291,6 @@ def test_the_deferred_loads_of_a_step_move_in_one_round(monkeypatch):
     assert rounds == [[("L2", "L1", "full", [5, 6, 2], [0, 1, 4])]] and plane.load_batches == 1
     plane.finish_loads()
     assert plane.pending == [] and plane.layer_waiter() is None and len(rounds) == 1
-
-
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def unread_copies(log: list, spec, layout: str) -> dict:
