@@ -32,10 +32,12 @@ other transfer or state copy) waits for what is left. With ``overlap="none"`` th
 not left in flight for a forward but still move together (`batch_loads`): with a pace queued and
 issued as one round before the next forward alike; without one, those submitted at one clock
 instant in one round just after it (`flush`), waited for, each acknowledged after the round's
-measured time (``batch_loads = False``: each copied and waited for at submission). Without a pace (`torch.clock: measured` or `realtime`) an
-overlapped load is issued at once as its own round, left in flight (on CPU the copy is
-synchronous, so it has landed; the events are emulated) and waited for by the next forward layer
-by layer alike; the engine then prices the overlap with its layer-wise model over the measured
+measured time (``batch_loads = False``: each copied and waited for at submission). Without a
+pace (`torch.clock: measured` or `realtime`) the overlapped loads submitted at one clock instant
+move in one round just after it (`flush`, or `land` when a forward asks for them first), left
+in flight (on CPU the copy is synchronous, so it has landed; the events are emulated), each
+landing when the round's measured time has passed, and are waited for by the next forward
+layer by layer alike; the engine then prices the overlap with its layer-wise model over the measured
 times (`engine_loading.py`: `overlap_end_s`; on a GPU the forward's device time also holds any
 wait for a layer's pages). A MAMBA state resumed from a loaded checkpoint is read at its layer
 (`Segment.seed_slot`), after that layer's event.
@@ -82,13 +84,13 @@ class TorchDataPlane:
         spec = pools.spec
         # loads left in flight for the next forward: the engine overlaps them (layerwise); with a
         # pace they move together before the forward (`_issue`), without one (measured clock)
-        # each is issued at submission and acknowledged after its measured issue time
+        # those of one clock instant just after it, each acknowledged after the round's measured time
         self.overlap = overlap == "layerwise"
         # loads not overlapped move together too: with a pace before the next forward, without
         # one (measured clock) those submitted at one clock instant in one round just after it,
         # acknowledged when that round is done (False: each copied and waited for at submission)
         self.batch_loads = True
-        self._acks: list = []  # measured clock: (load id, on_done) of the batched loads queued
+        self._acks: list = []  # measured clock: (load id, on_done) of the loads queued
         self.batched = 0  # loads not overlapped that moved in a round with the others of their step
         self.pending: list = []  # handles of the load rounds in flight
         # per-layer completion events, reused across steps (SGLang's LayerDoneCounter)
@@ -112,7 +114,7 @@ class TorchDataPlane:
         self.staged = pools.staged
 
     def submit(self, t, on_done) -> None:
-        if self.pace is None and t.kind == "load" and not self.overlap and self.batch_loads:
+        if self.pace is None and t.kind == "load" and (self.overlap or self.batch_loads):
             self._execute(t)  # checked and queued: moved with the others of this instant (`flush`)
             key = f"{t.src_tier}->{t.dst_tier}"
             self.bytes_moved[key] = self.bytes_moved.get(key, 0) + t.bytes
@@ -131,11 +133,6 @@ class TorchDataPlane:
         if self.pace is not None:
             self.pace.submit(t, lambda tid, _ok, ok=ok: on_done(tid, ok))
             return
-        if self.overlap and t.kind == "load":  # in flight: `land` may acknowledge it early
-            self._landing[t.id] = (self.env.now + dt * self.layer_scale, on_done, ok)
-            ev = self.env.timeout(dt * self.layer_scale)
-            ev.callbacks.append(lambda _e, tid=t.id: self.land([tid]))
-            return
         ev = self.env.timeout(dt * self.layer_scale)
         ev.callbacks.append(lambda _e, tid=t.id, ok=ok: on_done(tid, ok))
 
@@ -143,7 +140,10 @@ class TorchDataPlane:
         """Acknowledge now the overlapped loads `tids` still unacknowledged (measured clock),
         each with the clock time its copy lands (``done_s``): a forward about to wait for them
         layer by layer needs the core to have entered their pages; when they land is for the
-        engine's overlap model. Each load is acknowledged once (here or at its landing)."""
+        engine's overlap model. Each load is acknowledged once (here or at its landing). Loads
+        still queued move first (`flush`)."""
+        if self._acks:
+            self.flush()
         for tid in tids:
             got = self._landing.pop(tid, None)
             if got is not None:
@@ -190,14 +190,18 @@ class TorchDataPlane:
         self._queued = {}
         h = self._round(items)
         self.load_batches += 1
-        if not self._acks:
+        acks, self._acks = self._acks, []
+        if self.overlap or not acks:  # left in flight for the next forward
             self.pending.append(h)
-            return
-        h.synchronize()
+        else:
+            h.synchronize()
         dt = (time.perf_counter() - t0) * self.layer_scale
-        for tid, on_done in self._acks:
-            self.env.timeout(dt).callbacks.append(lambda _e, tid=tid, on_done=on_done: on_done(tid, True))
-        self._acks = []
+        for tid, on_done in acks:  # measured clock: each lands when its round's measured time has passed
+            if self.overlap:  # `land` may acknowledge it early
+                self._landing[tid] = (self.env.now + dt, on_done, True)
+                self.env.timeout(dt).callbacks.append(lambda _e, tid=tid: self.land([tid]))
+            else:
+                self.env.timeout(dt).callbacks.append(lambda _e, tid=tid, on_done=on_done: on_done(tid, True))
 
     def _round(self, items):
         """One load round: every item's pages, layer by layer in the model's order, each layer's
@@ -231,12 +235,6 @@ class TorchDataPlane:
             self._wait_pending()
         if t.kind in ("load", "backup"):
             si, di = _idx(t.src), _idx(t.dst)
-            if defer and self.overlap and self.pace is None:  # measured clock: in flight from now on, one round
-                items = [(t.src_tier, t.dst_tier, component_name(c, self.pools.sidecars))
-                         + self.staged.check(t.src_tier, t.dst_tier, c, si, di) for c in self._pools_of(t.component)]
-                self.pending.append(self._round(items))
-                self.overlapped += 1
-                return True
             comps = self._pools_of(t.component)
             if not defer:
                 for comp in comps:

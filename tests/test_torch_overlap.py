@@ -95,11 +95,13 @@ def test_load_overlap_none_batches_the_loads_of_a_step_with_the_logits_of_copyin
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("overlap", ["none", "layerwise"])
 @pytest.mark.parametrize("layout", ["page_first", "layer_first"])
-def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together(layout, device):
-    """Measured clock, no overlap: three requests' loads (FULL, SWA, MAMBA) submitted at one
-    instant move in ONE round just after it, all acknowledged when it is done, and the pools
-    then equal those of copying each load at its submission."""
+def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together(layout, overlap, device):
+    """Measured clock, with or without overlap: three requests' loads (FULL, SWA, MAMBA)
+    submitted at one instant move in ONE round just after it, all acknowledged at once when its
+    measured time has passed, and the pools then equal those of copying each load at its
+    submission."""
     import simpy
     from types import SimpleNamespace
 
@@ -115,17 +117,19 @@ def test_measured_clock_loads_of_one_instant_move_in_one_round_and_land_together
             t = pools.tensor("L2", comp)
             t.copy_(torch.randn(t.shape, generator=gen))
         env = simpy.Environment()
-        plane = TorchDataPlane(env, pools, overlap="none")
+        plane = TorchDataPlane(env, pools, overlap=overlap if batch else "none")
         plane.batch_loads = batch
         calls: list = []
         for tid, (comp, src, dst) in enumerate(loads):
             plane.submit(SimpleNamespace(id=tid, kind="load", component=comp, src_tier="L2", dst_tier="L1", src=src,
                                          dst=dst, bytes=len(src)), lambda i, ok: calls.append((i, ok, env.now)))
         if batch:
-            assert plane.load_batches == 0 and plane.batched == 4 and not pools.tensor("L1", "full").any()
+            assert plane.load_batches == 0 and not pools.tensor("L1", "full").any()
+            assert (plane.batched, plane.overlapped) == ((4, 0) if overlap == "none" else (0, 4))
         env.run()
+        plane.finish_loads()
         if batch:
-            assert plane.load_batches == 1 and plane._acks == [] and plane._queued == {}
+            assert plane.load_batches == 1 and plane._acks == [] and plane._queued == {} and plane._landing == {}
             assert [c[:2] for c in calls] == [(i, True) for i in range(4)] and len({c[2] for c in calls}) == 1
         result.append([pools.tensor("L1", c).cpu() for c in ("full", "swa", "state")])
     assert all(torch.equal(a, b) for a, b in zip(*result))
@@ -395,11 +399,11 @@ def test_measured_clock_load_acknowledged_early_carries_its_landing_time():
     t = SimpleNamespace(id=7, kind="load", component="full", src_tier="L2", dst_tier="L1", src=[5, 6], dst=[0, 1],
                         bytes=2)
     plane.submit(t, lambda *a: calls.append(a))
-    assert calls == [] and len(plane.pending) == 1 and plane.overlapped == 1  # issued, in flight
-    due = plane._landing[7][0]
-    assert due > 0
-    plane.land([7, 8])  # 8: not a load of this plane
-    assert calls == [(7, True, due)]
+    assert calls == [] and plane.pending == [] and plane.overlapped == 1  # queued for this instant's round
+    plane.land([7, 8])  # 8: not a load of this plane; the round moves first and is left in flight
+    assert len(plane.pending) == 1 and plane.load_batches == 1 and plane._landing == {}
+    (tid, ok, due), = calls
+    assert (tid, ok) == (7, True) and due > 0
     env.run()
     assert calls == [(7, True, due)] and plane._landing == {}
     plane.finish_loads()
