@@ -283,9 +283,13 @@ def loop_failures(kind: str, res: dict) -> list:
     st = res["summary"]["table"]["step"]
     if st["median_rel_err"] is None or st["median_rel_err"] > TARGETS["step_median"] or \
             st["p90_rel_err"] > TARGETS["step_p90"]:
+        sn = res.get("step_noise") or {}
+        floor = "" if not sn.get("steps") else \
+            (f" (the torch steps against their own shape's median: median {sn['median_rel_err']:.0%}, "
+             f"p90 {sn['p90_rel_err']:.0%})")
         out.append(f"(d) {kind}: step time error (table) median {st['median_rel_err'] or 0:.0%}, p90 "
                    f"{st['p90_rel_err'] or 0:.0%}; targets <= {TARGETS['step_median']:.0%}, "
-                   f"<= {TARGETS['step_p90']:.0%}")
+                   f"<= {TARGETS['step_p90']:.0%}{floor}")
     off = [f"round {r['round']} x{r['table_ratio']:.2f}" for r in res["rounds"]
            if r["table_ratio"] is None or abs(r["table_ratio"] - 1) > TARGETS["round_ttft"]]
     if off:

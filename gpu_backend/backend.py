@@ -90,8 +90,8 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     (`chunk_tokens`: the longest prefill of one forward). `pace`: (data plane, executor)
     that time transfers and steps on the engine's clock (None: their measured durations, times
     preset layers / model layers when `opts.layers` reduced the model). `load_overlap`: the
-    engine's (``layerwise``: with a pace, the loads of a FULL-only model stay in flight until
-    the forward waits for them layer by layer; ``none``: each is waited for when submitted)."""
+    engine's (``layerwise``: the loads stay in flight until the forward waits for them layer by
+    layer; ``none``: those of a step move together and are waited for before it computes)."""
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")

@@ -36,6 +36,7 @@ class Segment:
     swa_pages: object = None
     state_slot: int | None = None
     saves: tuple = ()
+    seed_slot: int | None = None  # the slot the state resumes from, if not ``state_slot`` (read at the layer)
 
 
 class _Upload:
@@ -361,10 +362,11 @@ class Batch:
     def _state_plan(self, up: _Upload, h: dict) -> None:
         """Which segments resume a stored state, and which padded rows of the state trajectory
         go to which slots (the final state, and `saves`)."""
-        resume, slots, rows, dst = [], [], [], []
+        resume, slots, seeds, rows, dst = [], [], [], [], []
         for i, (seg, n) in enumerate(zip(self.segs, self.n)):
             slot = -1 if seg.state_slot is None else int(seg.state_slot)
             slots.append(slot)
+            seeds.append(slot if seg.seed_slot is None else int(seg.seed_slot))
             if self.pools is None or slot < 0:
                 continue
             if seg.start > 0:
@@ -375,9 +377,10 @@ class Batch:
                 rows.append(i * self.Q + pos - seg.start - 1)
                 dst.append(int(to))
         if self.pools is not None:
-            check_in_range("forward: state slot", np.asarray(slots + dst, dtype=np.int64), self.pools.size("L1", "state"),
-                      allow_minus_one=True)
-        h.update(resume=up.add(resume), slots=up.add(slots), save_rows=up.add(rows), save_slots=up.add(dst))
+            check_in_range("forward: state slot", np.asarray(slots + seeds + dst, dtype=np.int64),
+                           self.pools.size("L1", "state"), allow_minus_one=True)
+        h.update(resume=up.add(resume), slots=up.add(slots), seeds=up.add(seeds), save_rows=up.add(rows),
+                 save_slots=up.add(dst))
 
     def pad(self, x, fill: float = 0.0) -> torch.Tensor:
         """[N, ...] -> [B * Q, ...] (padded rows = fill)."""

@@ -10,7 +10,7 @@
 - `measure_table(model, ...)`: prefill seconds for (new tokens, cached tokens) pairs and decode
   seconds for (batch, mean context) pairs, each the median of `repeats` timed forwards over
   real pools (a cached prefix first written untimed; a decode step of b requests is one
-  batched forward, as the torch executor runs it).
+  batched forward, as the torch executor runs it), the points' forwards taken in turns.
 - `copy_bandwidth(pools, ...)`: bytes per second of batched, scattered page copies between
   the tiers as the data plane makes them (`gpu_backend.staging.StagedCopier`) against one
   plain copy of the same bytes (the baseline).
@@ -61,27 +61,51 @@ def _pools_for(model, tokens: int) -> tuple:
 def _timed_steps(model, segs, pools, repeats: int, scale: float) -> float:
     """Median seconds of a step of `segs` as the torch executor times it
     (`executor.timed_forward`: host time once, the layers' device time times `scale`)."""
+    return _interleaved([(model, segs, pools)], repeats, scale)[0]
+
+
+def _interleaved(jobs: list, repeats: int, scale: float) -> list:
+    """Per job (model, segments, pools: one step), the median seconds of `repeats` timed steps
+    (`executor.timed_forward`), taken in turns: `repeats` times, every job once in order, each
+    timed forward just after an untimed one of the same job. So each point's samples spread over
+    the whole measurement, under the same mix of machine states as every other point (on a
+    shared CPU a point timed in one burst of back-to-back forwards followed that moment's load:
+    three tables measured one after the other differed by up to 2x at a point), and each is
+    timed after a forward of its own kind, as an engine's consecutive steps of one phase run
+    (timed right after another point's forward, a short decode followed a long prefill and
+    was up to 2x slower than the run's decode steps of its shape)."""
     from .executor import timed_forward
 
-    timed_forward(model, segs, pools)  # warm-up: not timed
-    return statistics.median(timed_forward(model, segs, pools)[1].scaled(scale) for _ in range(repeats))
+    times: list = [[] for _ in jobs]
+    for _ in range(repeats):
+        for got, (model, segs, pools) in zip(times, jobs):
+            timed_forward(model, segs, pools)  # not timed
+            got.append(timed_forward(model, segs, pools)[1].scaled(scale))
+    return [statistics.median(t) for t in times]
+
+
+def _prefill_job(model, new: int, cached: int) -> tuple:
+    """(model, segments, pools) of one forward of `new` tokens after `cached` cached tokens
+    (their KV written first, untimed)."""
+    from .model import Segment
+
+    pools, pages = _pools_for(model, new + cached)
+    gen = torch.Generator().manual_seed(new * 1_000_003 + cached)
+    toks = torch.randint(0, model.spec.vocab, (new + cached,), generator=gen)
+
+    def seg(a: int, b: int):
+        return [Segment(toks[a:b], a, pages, pages, 0)]
+
+    if cached:
+        with torch.no_grad():
+            model.forward_batch(seg(0, cached), pools)
+    return model, seg(cached, new + cached), pools
 
 
 def prefill_seconds(model, new: int, cached: int, repeats: int = 3, scale: float = 1.0) -> float:
     """Median seconds of one forward of `new` tokens after `cached` cached tokens (the logits of
     the last token only, as the torch executor computes them; the layers' time times `scale`)."""
-    pools, pages = _pools_for(model, new + cached)
-    gen = torch.Generator().manual_seed(new * 1_000_003 + cached)
-    toks = torch.randint(0, model.spec.vocab, (new + cached,), generator=gen)
-    from .model import Segment
-
-    def seg(a: int, b: int):
-        return [Segment(toks[a:b], a, pages, pages, 0)]
-
-    with torch.no_grad():  # last-token logits, as the executor computes them
-        if cached:
-            model.forward_batch(seg(0, cached), pools)
-        return _timed_steps(model, seg(cached, new + cached), pools, repeats, scale)
+    return _interleaved([_prefill_job(model, new, cached)], repeats, scale)[0]
 
 
 def scenario_model(sc, opts) -> tuple:
@@ -92,11 +116,10 @@ def scenario_model(sc, opts) -> tuple:
     return synthetic_model(sc.model, sc.cache, opts)
 
 
-def decode_seconds(model, batch: int, context: int, repeats: int = 3, scale: float = 1.0) -> float:
-    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`, the
-    layers' time times `scale`):
-    `batch` requests, one new token each after `context` tokens, each over its own pages and
-    state slot. The prefix KV is left as zeros (the time does not depend on its values)."""
+def _decode_job(model, batch: int, context: int) -> tuple:
+    """(model, segments, pools) of one batched decode step: `batch` requests, one new token each
+    after `context` tokens, each over its own pages and state slot. The prefix KV is left as
+    zeros (the time does not depend on its values)."""
     from .model import Segment
 
     spec = model.spec
@@ -108,17 +131,27 @@ def decode_seconds(model, batch: int, context: int, repeats: int = 3, scale: flo
         pages = list(range(i * per, (i + 1) * per))
         segs.append(Segment(torch.tensor([i % spec.vocab]), start=context, full_pages=pages, swa_pages=pages,
                             state_slot=i))
-    return _timed_steps(model, segs, pools, repeats, scale)
+    return model, segs, pools
+
+
+def decode_seconds(model, batch: int, context: int, repeats: int = 3, scale: float = 1.0) -> float:
+    """Median seconds of one batched decode step (`SyntheticHybridModel.forward_batch`, the
+    layers' time times `scale`): `_decode_job`'s step."""
+    return _interleaved([_decode_job(model, batch, context)], repeats, scale)[0]
 
 
 def measure_table(model, *, prefill_tokens=(16, 64, 256, 1024), cached=(0, 256, 1024, 4096),
                   batches=(1, 4, 16), contexts=(64, 512, 2048), repeats: int = 3, scale: float = 1.0) -> dict:
     """{"prefill": [[new, cached, s], ...], "decode": [[batch, context, s], ...]}, each step's
     layers' time multiplied by `scale` (`scenario_model`'s: the preset's layers over the model's),
-    its host time not, as the torch backend times its steps (`executor.StepTime`)."""
-    prefill = [[n, c, prefill_seconds(model, n, c, repeats, scale)] for c in cached for n in prefill_tokens]
-    decode = [[b, c, decode_seconds(model, b, c, repeats, scale)] for c in contexts for b in batches]
-    return {"prefill": prefill, "decode": decode}
+    its host time not, as the torch backend times its steps (`executor.StepTime`). Every point is
+    the median of `repeats` steps taken in turns with the other points' (`_interleaved`)."""
+    pre = [(n, c) for c in cached for n in prefill_tokens]
+    dec = [(b, c) for c in contexts for b in batches]
+    jobs = [_prefill_job(model, n, c) for n, c in pre] + [_decode_job(model, b, c) for b, c in dec]
+    got = _interleaved(jobs, repeats, scale)
+    return {"prefill": [[n, c, s] for (n, c), s in zip(pre, got)],
+            "decode": [[b, c, s] for (b, c), s in zip(dec, got[len(pre):])]}
 
 
 def copy_bandwidth(pools, component: str = "full", pages: int = 64, repeats: int = 5) -> dict:

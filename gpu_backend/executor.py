@@ -13,7 +13,8 @@ A step (its prefill entries: request, new tokens, context; and its decode reques
   later chunks of the same request read) go to a private ring of scratch pages beyond the
   core's pool (window + one chunk + 2 pages per running request);
 - MAMBA: the request's state runs in a scratch slot (one per running request, beyond the core's
-  slots); the core's private slot (where the reused checkpoint was copied) seeds it; the states
+  slots); the core's private slot (where the reused checkpoint was copied) seeds it (read at
+  each rec layer, `Segment.seed_slot`: after that layer's load has landed); the states
   at the positions the core will checkpoint are written during the forward (`Segment.saves`):
   the end of the request's last whole page into its private slot, and with
   ``mamba_every_tokens`` each every-K snapshot into its snapshot slot (the core's insert-time
@@ -195,13 +196,15 @@ class TorchExecutor:
         return list(range(self.swa_scratch_base + b * self.swa_scratch_pages,
                           self.swa_scratch_base + (b + 1) * self.swa_scratch_pages))
 
-    def _state(self, r, start: int) -> int | None:
+    def _state(self, r, start: int) -> tuple:
+        """(r's scratch state slot, the slot its state resumes from: the reused checkpoint, its
+        private slot, at the first compute of an admission, else None: the scratch slot). The
+        forward reads the checkpoint at each rec layer, after that layer's load has landed."""
         if self.cache.mamba is None:
-            return None
+            return None, None
         s = self.scratch_base + self._claim(self._scratch, self._free_scratch, r)
-        if start == r.match.cached_tokens and start > 0:  # first compute of this admission:
-            self.pools.copy_state("L1", [int(r.states[0])], [s])  # seed with the reused checkpoint
-        return s
+        seed = int(r.states[0]) if start == r.match.cached_tokens and start > 0 else None
+        return s, seed
 
     @property
     def scratch_in_use(self) -> int:
@@ -254,15 +257,16 @@ class TorchExecutor:
 
     def _segment(self, r, start: int, n: int) -> Segment:
         end = start + n
+        slot, seed = self._state(r, start)
         return Segment(self._tokens(r, start, end), start, self._full_pages(r),
                        self._swa_pages(r, start, end) if self.cache.swa is not None else None,
-                       self._state(r, start), self._saves(r, start, end))
+                       slot, self._saves(r, start, end), seed)
 
     @property
     def layers(self):
         """The layers the engine's layer-wise overlap model splits a step into (None: no overlap):
         the pace's (the forward runs in `settle`, once the step's loads have landed); without a
-        pace, when the data plane overlaps loads (a FULL-only model), the preset's layers (the
+        pace, when the data plane overlaps loads (FULL, SWA and MAMBA alike), the preset's layers (the
         model's times `layer_scale`: what a measured step stands for)."""
         if self.pace is not None:
             return getattr(self.pace, "layers", None)

@@ -219,7 +219,7 @@ class SyntheticHybridModel:
         view = None if b.pools is None else b.pools.layer_view("L1", "state", gi)
         s = torch.zeros(b.B, S, dtype=torch.float32, device=h.device)
         if view is not None and b.resume.numel():
-            s[b.resume] = view[b.slots[b.resume]].float()
+            s[b.resume] = view[b.seeds[b.resume]].float()  # after this layer's loads (`wait_layer`)
         outs = torch.empty_like(a_p)
         for c0 in range(0, b.Q, SCAN_CHUNK):
             s = _scan(a_p[:, c0:c0 + SCAN_CHUNK], bu_p[:, c0:c0 + SCAN_CHUNK], s, outs[:, c0:c0 + SCAN_CHUNK])

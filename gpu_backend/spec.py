@@ -137,6 +137,14 @@ class HybridSpec:
                 out.append((sc, sum(k in kinds for k in self.kinds[:layer])))
         return tuple(out)
 
+    def pools_of_layer(self, layer: int) -> tuple:
+        """((pool name, index of `layer` in that pool), ...): the pools layer `layer` reads (its
+        kind's: "full", "swa" or "state", then the sidecars attached to it), as a layer-wise load
+        orders its copies (`staging.StagedCopier.copy_round`)."""
+        kind = self.kinds[layer]
+        own = ({"rec": "state"}.get(kind, kind), self.group_index[layer])
+        return (own,) + tuple((sc.name, i) for sc, i in self.attached(layer))
+
     @property
     def window_pages(self) -> int:
         """Pages a window spans, as the core counts them (ceil(window / page_size))."""

@@ -26,6 +26,8 @@ waits for the whole transfer.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext as _nullcontext
+
 import numpy as np
 import torch
 
@@ -104,6 +106,79 @@ class StagedHandle:
             self._finish = None
 
 
+class EmulatedEvent:
+    """A CPU stand-in for a CUDA event (copies on CPU are synchronous): `record` marks it
+    recorded (``records`` counts them), `wait` refuses an event never recorded."""
+
+    def __init__(self):
+        self.records = 0
+
+    def record(self, stream=None) -> None:
+        self.records += 1
+
+    def wait(self) -> None:
+        if not self.records:
+            raise RuntimeError("waited for a layer event that was never recorded")
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+
+class LayerEvents:
+    """Per-layer completion events of layer-wise loads, allocated once and reused across steps,
+    as SGLang's ``LayerDoneCounter`` (sglang 0.5.23 python/sglang/srt/managers/cache_controller.py:
+    ``num_counters = 3`` sets of one event per layer, ``update_producer`` takes the next set for
+    a load round, ``LayerLoadingEvent.complete(i)`` records layer i's event on the copy stream
+    once layer i's pages are copied, ``set_consumer`` / ``wait_until(i)`` make the forward's
+    stream wait for layer i of that round). CUDA events on a GPU, `EmulatedEvent` on CPU.
+
+    All rounds go on one host -> device stream, in order, so layer i's event of the latest round
+    also covers every earlier round (each records every layer's event): a forward waits on the
+    latest round's events only. A set is reused only once its last event is done
+    (`update_producer` waits for it: SGLang asserts it)."""
+
+    NUM_COUNTERS = 3
+
+    def __init__(self, num_layers: int, cuda: bool):
+        self.num_layers = num_layers
+        make = torch.cuda.Event if cuda else EmulatedEvent
+        self.events = [[make() for _ in range(num_layers)] for _ in range(self.NUM_COUNTERS)]
+        self.producer = -1
+        self.consumer = -1
+        self.cuda = cuda
+
+    def update_producer(self) -> int:
+        self.producer = (self.producer + 1) % self.NUM_COUNTERS
+        done = self.events[self.producer][-1]
+        if not done.query():
+            done.synchronize()
+        return self.producer
+
+    def complete(self, layer: int, stream=None) -> None:
+        """Record `layer`'s event of the current round (on `stream`: the copies' stream)."""
+        ev = self.events[self.producer][layer]
+        ev.record(stream) if stream is not None else ev.record()
+
+    def set_consumer(self, index: int) -> None:
+        self.consumer = index
+
+    def wait_until(self, layer: int) -> None:
+        """The forward's stream waits for `layer`'s pages of the consumer's round (none: -1)."""
+        if self.consumer < 0:
+            return
+        ev = self.events[self.consumer][layer]
+        if self.cuda:
+            torch.cuda.current_stream().wait_event(ev)
+        else:
+            ev.wait()
+
+    def finish_event(self, index: int):
+        return self.events[index][-1]
+
+
 class StagedCopier:
     """Page copies between the tiers of `pools` (module docstring)."""
 
@@ -117,6 +192,7 @@ class StagedCopier:
         self.staged = False  # True: every copy through the staging buffers
         self.allocations = 0
         self._buf: dict = {}
+        self.trace = None  # a list: `copy_round` appends ("copy", pool, unit) of each unit it copies
 
     def chunk_pages(self, component: str) -> int:
         """Pages of `component` one staging buffer holds (at least one)."""
@@ -165,6 +241,54 @@ class StagedCopier:
         if self.staged or not host_pool.is_pinned():
             return (self._to_device_staged if to_device else self._to_host_staged)(src, dst, component, si, di)
         return self._direct_cuda(src, dst, si, di, "h2d" if to_device else "d2h")
+
+    def copy_round(self, items, layer_pools, events: LayerEvents) -> StagedHandle:
+        """One layer-wise load round (SGLang's ``start_loading``): `items` ((src tier, dst tier,
+        pool, source indices, destination indices), ... checked by `check`, host -> device, or
+        host -> host on CPU) move in the model's layer order: for layer l, the unit of every
+        item's pool that holds one of the pools l reads (``layer_pools(l)``: (pool, index in
+        it), ...; a ``page_first`` pool is one unit, copied before the first layer reading it),
+        the runs of all its requests in one copy each, then layer l's event of the round's set
+        of `events` (recorded on the host -> device stream). A unit no layer reads goes before the
+        last layer's event. A host pool that is not pinned (or ``staged``) is copied whole,
+        synchronously, through the staging buffers first. Returns a handle whose `synchronize`
+        waits for the round's last event."""
+        idx = events.update_producer()
+        direct, todo = [], {}
+        for a, b, comp, si, di in items:
+            src, dst = self.pools.tensor(a, comp), self.pools.tensor(b, comp)
+            if si.numel() == 0:
+                continue
+            host_pool = src if dst.device.type == "cuda" else dst
+            if self.staged or (self.cuda and dst.device.type != src.device.type and not host_pool.is_pinned()):
+                self.copy(a, b, comp, si, di).synchronize()
+                continue
+            direct.append((src, dst, pair_runs(si, di)))
+            for u in range(len(self.units(src))):
+                todo.setdefault((comp, u), []).append(len(direct) - 1)
+        stream = self.streams.get("h2d")
+        ctx = torch.cuda.stream(stream) if stream is not None else _nullcontext()
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream(self.pools.device))
+
+        def unit(key) -> None:
+            for j in todo.pop(key, ()):
+                if self.trace is not None:
+                    self.trace.append(("copy",) + key)
+                src, dst, runs = direct[j]
+                s_u, d_u = self.units(src)[key[1]], self.units(dst)[key[1]]
+                for s0, d0, k in runs:
+                    d_u.narrow(0, d0, k).copy_(s_u.narrow(0, s0, k), non_blocking=self.cuda)
+
+        with ctx:
+            for layer in range(events.num_layers):
+                for comp, i in layer_pools(layer):
+                    unit((comp, self.unit_of_layer(i)))
+                if layer == events.num_layers - 1:
+                    for key in list(todo):
+                        unit(key)
+                events.complete(layer, stream)
+        return StagedHandle(events=[events.finish_event(idx)] if self.cuda else [], unit_of_layer=lambda _l: 0)
 
     def check(self, src_tier: str, dst_tier: str, component: str, src_idx, dst_idx) -> tuple:
         """(source, destination) indices as CPU tensors, checked as `copy` checks them."""
@@ -260,5 +384,5 @@ class StagedCopier:
         return StagedHandle()
 
 
-__all__ = ["StagedCopier", "StagedHandle", "PageIndexError", "as_index", "index_runs", "pair_runs",
+__all__ = ["StagedCopier", "StagedHandle", "LayerEvents", "EmulatedEvent", "PageIndexError", "as_index", "index_runs", "pair_runs",
            "STAGING_CHUNK_BYTES", "check_in_range", "pages_array"]

@@ -7,7 +7,9 @@ model, and, with `--table FILE`, on the simulator priced by that table (`cost: {
 table: FILE}`: what `radixsim calibrate` writes, either kind). Compared per request (TTFT, matched
 by request id) and per round (mean TTFT, and its ratio simulator / torch). The torch run's steps
 are also priced by each cost model, step by step, so the step-time error is reported apart from
-queueing (median and p90 of |predicted - measured| / measured).
+queueing (median and p90 of |predicted - measured| / measured), beside the measured steps' own
+noise (`step_noise`: each step of a repeated shape against that shape's median, the floor of
+any step-time model on this machine) and, in the JSON, every step with each model's price.
 
 Cached tokens are compared where they are defined identically. Which request reuses what is a
 function of the clock: a request whose host (L2) hit meets an L1 with no room for its load at
@@ -72,6 +74,25 @@ def step_errors(steps: list, cost) -> dict:
     if not err:
         return {"steps": 0, "median_rel_err": None, "p90_rel_err": None}
     return {"steps": len(err), "median_rel_err": float(np.median(err)), "p90_rel_err": float(np.percentile(err, 90))}
+
+
+def step_noise(steps: list) -> dict:
+    """How far the measured steps are from themselves: steps of one shape (the same prefill
+    (new, cached) entries and decode contexts in blocks of 8 tokens: one request's consecutive
+    decodes) against their shape's median, over the shapes met more than once. No step-time
+    model can do better on those steps than their own median, so on a loaded machine this is
+    the floor of the step error (median, p90), and ``max_spread`` the largest max/min within
+    a shape."""
+    groups: dict = {}
+    for p, d, t in steps:
+        if t > 0:
+            groups.setdefault((tuple(p), tuple(int(c) // 8 for c in d)), []).append(t)
+    many = [ts for ts in groups.values() if len(ts) > 1]
+    err = [abs(t - statistics.median(ts)) / t for ts in many for t in ts]
+    if not err:
+        return {"steps": 0, "median_rel_err": None, "p90_rel_err": None, "max_spread": None}
+    return {"steps": len(err), "median_rel_err": float(np.median(err)), "p90_rel_err": float(np.percentile(err, 90)),
+            "max_spread": max(max(ts) / min(ts) for ts in many)}
 
 
 def _torch_run(name: str, sets: list, smoke: bool, device: str | None):
@@ -150,8 +171,10 @@ def compare(name: str, *, sets=(), table: str | None = None, smoke: bool = False
                       # the measured clock's own decisions (reported, never failed on)
                       "measured_differing": sum(r[f"{k}_cached"] != r["torch_cached"] for r in requests),
                       "step": step_errors(steps, costs[k])}
+    per_step = [{"prefill": [list(map(int, x)) for x in p], "decode": [int(c) for c in d], "torch_s": t,
+                 **{f"{k}_s": costs[k].step_time_s(p, d) for k in costs}} for p, d, t in steps]
     return {"scenario": label, "rounds": rounds, "requests": requests, "summary": summary, "sdpa_backends": sdpa,
-            "loads": loads}
+            "loads": loads, "step_noise": step_noise(steps), "steps": per_step}
 
 
 def _describe(cost) -> str:
@@ -181,6 +204,11 @@ def table_text(results: list) -> str:
                          f"over {st['steps']} steps; cached tokens identical to the torch backend on this clock: "
                          f"{'yes' if s['same_hits'] else 'NO, requests ' + ', '.join(map(str, s['differing_rids']))}"
                          f" (on the measured clock {s['measured_differing']} of {n} requests differ)")
+        sn = res.get("step_noise")
+        if sn and sn["steps"]:
+            lines.append(f"    torch steps against their own shape's median ({sn['steps']} steps of repeated shapes, "
+                         f"the floor of any step-time model here): median {sn['median_rel_err']:.0%}, p90 "
+                         f"{sn['p90_rel_err']:.0%}; up to x{sn['max_spread']:.2f} within a shape")
         ld = res.get("loads")
         if ld:
             lines.append(f"    torch L2 -> L1 loads: {ld['l2_to_l1_bytes'] / 2**20:.2f} MiB (the preset's KV bytes), "
@@ -233,4 +261,5 @@ def run(args) -> int:
     return 0
 
 
-__all__ = ["EXIT_DIFFERENT_HITS", "compare", "record_steps", "step_errors", "table_text", "write_outputs", "run"]
+__all__ = ["EXIT_DIFFERENT_HITS", "compare", "record_steps", "step_errors", "step_noise", "table_text", "write_outputs",
+           "run"]

@@ -93,3 +93,7 @@ def test_a_missed_loop_target_or_differing_hits_are_failures(gv):
         "(d) hybrid: no L2 -> L1 load ran (the copy path is not exercised)",
         "(d) hybrid: step time error (table) median 8%, p90 30%; targets <= 10%, <= 25%",
         "(d) hybrid: per-round TTFT (table / torch) outside +-15%: round 2 x0.80"]
+    noisy = {**res, "step_noise": {"steps": 20, "median_rel_err": 0.09, "p90_rel_err": 0.31, "max_spread": 2.0}}
+    assert gv.loop_failures("hybrid", noisy)[2] == (
+        "(d) hybrid: step time error (table) median 8%, p90 30%; targets <= 10%, <= 25% (the torch steps against "
+        "their own shape's median: median 9%, p90 31%)")

@@ -105,6 +105,31 @@ def test_the_step_table_is_timed_as_the_executor_times_steps(monkeypatch):
     assert got == {"prefill": [[4, 0, 5.25], [4, 4, 5.25]], "decode": [[2, 8, 5.25]]}
 
 
+def test_the_step_table_takes_its_points_in_turns_each_after_a_forward_of_its_own(monkeypatch):
+    """`measure_table`'s forwards: `repeats` rounds, each point once per round in order (prefill
+    points, then decode points), each timed forward right after an untimed one of the same point;
+    the point is the median of its rounds (constructed times 1, 5, 3 for the first point: 3)."""
+    import gpu_backend.executor as ex
+    from gpu_backend.calibrate import measure_table
+    from gpu_backend.executor import StepTime
+
+    calls: list = []
+    seconds = iter([1.0, 5.0, 3.0])
+
+    def timed(model, segs, pools, **k):
+        calls.append((len(segs), segs[0].start, len(segs[0].tokens)))
+        timed_call = len(calls) % 2 == 0
+        t = next(seconds, 2.0) if timed_call and calls[-1] == (1, 0, 4) else 2.0
+        return None, StepTime(0.0, 0.0, t)
+
+    monkeypatch.setattr(ex, "timed_forward", timed)
+    model = SyntheticHybridModel(spec(), seed=3)
+    got = measure_table(model, prefill_tokens=(4,), cached=(0, 4), batches=(2,), contexts=(8,), repeats=3, scale=1)
+    points = [(1, 0, 4), (1, 4, 4), (2, 8, 1)]  # (segments, start, new tokens)
+    assert calls == [p for _ in range(3) for p in points for _ in range(2)]
+    assert got == {"prefill": [[4, 0, 3.0], [4, 4, 2.0]], "decode": [[2, 8, 2.0]]}
+
+
 def test_a_step_on_one_cpu_thread_is_timed_by_the_thread_s_cpu_time(one_torch_thread):
     """Other processes' time slices on a shared CPU are not the step's: one torch thread on CPU
     reads the thread's CPU time, more threads (or CUDA, for host time) the wall clock."""
@@ -269,3 +294,23 @@ def test_bf16_unmasked_attention_is_the_masked_reference_within_2e_2(device):
     worst = max(float((a - b).abs().max()) for a, b in zip(got, ref))
     assert worst <= 2e-2, worst
     assert all(isinstance(k, str) and k for k in model.sdpa_calls)
+
+
+def test_step_noise_is_each_repeated_shape_s_steps_against_their_median():
+    """`validate_torch.step_noise`: shape A (one 4-token prefill) measured 1, 3, 2 s: median 2,
+    errors 1, 1/3, 0; shape B (decodes at contexts 16-18: one block of 8) 1 and 2 s: median 1.5,
+    errors 0.5, 0.25; a shape met once and a zero-time step are left out. Median 1/3, p90 0.8
+    (numpy's linear percentile of 0, .25, 1/3, .5, 1), spread x3. The summary line says so."""
+    from radixsim.validate_torch import step_noise, table_text
+
+    a = (((4, 0),), ())
+    steps = [(*a, 1.0), (*a, 3.0), (*a, 2.0), ((), (16, 17), 1.0), ((), (17, 18), 2.0), ((), (24,), 5.0),
+             ((), (40,), 0.0)]
+    got = step_noise(steps)
+    assert got == {"steps": 5, "median_rel_err": pytest.approx(1 / 3), "p90_rel_err": pytest.approx(0.8),
+                   "max_spread": 3.0}
+    assert step_noise([(*a, 1.0)]) == {"steps": 0, "median_rel_err": None, "p90_rel_err": None, "max_spread": None}
+    text = table_text([{"rounds": [], "requests": [], "summary": {}, "step_noise": got}])
+    assert text.splitlines()[-1] == ("    torch steps against their own shape's median (5 steps of repeated shapes, "
+                                     "the floor of any step-time model here): median 33%, p90 80%; up to x3.00 "
+                                     "within a shape")
