@@ -447,10 +447,12 @@ def _cmd_calibrate(args) -> int:
 def _operator_table(sc, opts, dtype, quick: bool) -> dict:
     from gpu_backend.calibrate import QUICK, measure_operators
     from sim.cost_models import operator_cost_model
+    from sim.optable import calibration_plan
 
     cost = operator_cost_model(sc)
     say = (lambda m: sys.stderr.write(f"radixsim calibrate: {m}\n")) if sys.stderr.isatty() else None
-    return measure_operators(cost, device=opts.device, dtype=dtype, progress=say, **(QUICK if quick else {}))
+    return measure_operators(calibration_plan(cost), device=opts.device, dtype=dtype, progress=say,
+                             **(QUICK if quick else {}))
 
 
 def _step_table(sc, opts, dtype, quick: bool) -> dict:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +47,8 @@ from cache_core.tiers import TierConfig
 
 from . import presets
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
-from .schema import L2_SIZE_KEYS, LIMITS, as_integer, as_number
+from .schema import L2_SIZE_KEYS, LIMITS, as_integer
+from .cost_kinds import resolve_cost
 from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
@@ -271,33 +271,9 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
     wl = _workload(w, doc["seed"], P, l1, where)
-    eff = doc["cost"]["efficiency"] = {k: as_number(v) for k, v in doc["cost"]["efficiency"].items()}  # 5e-1
-    from_fields = _efficiency_fields()
-    for k, v in eff.items():
-        if k not in from_fields:
-            raise ScenarioError(f"{where}: cost.efficiency.{k}: unknown key; expected one of {', '.join(from_fields)}")
-        frac = k in ("mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency")
-        if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
-                or (frac and not 0 < v <= 1) or v < 0):
-            raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected "
-                                + ("a number in (0, 1]" if frac else "a finite number >= 0 (seconds)"))
-    from sim.operators import EFFICIENCY_FIELDS
-    unused = sorted(set(eff) - set(EFFICIENCY_FIELDS))
-    if doc["cost"]["kind"] == "operators" and unused:
-        raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
-                            "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")
-    _check_ep(e["ep_size"], tp, model, doc["cost"]["kind"], where)
-    table = doc["cost"]["table"]
-    if doc["cost"]["kind"] == "table" and not table:
-        raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
-    if doc["cost"]["kind"] != "table":
-        table = None
-    elif not Path(table).is_file():
-        beside = Path(where).parent / table
-        if not beside.is_file():
-            raise ScenarioError(f"{where}: cost.table: {table}: {_not_a_file(Path(table))}; expected a file of measured step "
-                                "times (JSON or YAML), relative to the working directory or the scenario file")
-        table = str(beside)
+    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where)
+    eff = doc["cost"]["efficiency"] = cost.efficiency
+    table = cost.table
     doc["tp"] = tp
     warnings = tuple(tier_warnings(l1, c["l2_tokens"], l3, l3_given)) if tiers is not None else ()
     spec = None
@@ -326,22 +302,6 @@ def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
     else:
         why = f"does not {'divide' if kv >= tp else 'split evenly into'} the {kv} KV heads of {model.name}"
     raise ScenarioError(f"{where}: tp: {tp} {why}; expected one of {', '.join(map(str, ok))}")
-
-
-def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
-    """Expert parallelism as sim/operators.py models it: off (1), or every TP rank holding
-    whole experts (ep = tp) of an MoE model, on the operator cost model."""
-    if ep == 1:
-        return
-    from sim.cost import MOE_ROUTING
-
-    if ep != tp:
-        raise ScenarioError(f"{where}: engine.ep_size: {ep} with tp {tp}; expected 1 or {tp} (= tp)")
-    if model.name not in MOE_ROUTING:
-        raise ScenarioError(f"{where}: engine.ep_size: {ep}, but {model.name} has no routed experts; expected 1")
-    if cost_kind != "operators":
-        raise ScenarioError(f"{where}: engine.ep_size: {ep} is modelled by cost.kind operators only; expected 1 "
-                            f"with cost.kind {cost_kind}")
 
 
 @dataclass(frozen=True)
@@ -522,12 +482,6 @@ def _host_pool_tokens(c: dict, model, tp: int, where: str) -> int:
     """cache.hicache_size_gb (SGLang's --hicache-size: GB of 1e9 bytes per rank) as L2 tokens;
     SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only (`resolve`)."""
     return presets.host_pool_tokens(model, tp, c["hicache_size_gb"])
-
-
-def _efficiency_fields() -> list[str]:
-    # the Efficiency dataclass lives in sim/ (a layer above); its field names are mirrored here
-    return ["mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency", "allreduce_latency_s",
-            "per_step_overhead_s", "per_layer_overhead_s"]
 
 
 def smoke(raw: dict) -> dict:
