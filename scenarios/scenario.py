@@ -41,15 +41,14 @@ from pathlib import Path
 
 import yaml
 
-from cache_core.config import CacheConfig, MambaConfig, SwaConfig
+from cache_core.config import CacheConfig
 from cache_core.engine_types import EngineConfig
-from cache_core.tiers import TierConfig
 
+from . import cache_pools as pools
 from . import presets
+from .cost_kinds import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
 from .schema import L2_SIZE_KEYS, LIMITS, as_integer
-from .cost_kinds import resolve_cost
-from .units import check_pool, floor_pages, parse_size, tier_warnings
 from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
 from .workloads import MultiTurnConfig
@@ -145,146 +144,79 @@ class Scenario:
 
 
 def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
-    """Validate and resolve a raw scenario mapping (ScenarioError on any problem)."""
+    """Validate and resolve a raw scenario mapping (ScenarioError on any problem). Each step
+    returns what it resolved (the `cache:` section's in scenarios/cache_pools.py); `doc`, what
+    config.yaml records, is assembled from them at the end, the validated sections untouched."""
     doc = _validate(raw, SCHEMA, where)
-    fleet = doc.pop("fleet")  # None: one engine (config.yaml as before)
-    model = _preset(doc, "model", presets.resolve_model, where)
-    hw = _preset(doc, "hardware", presets.resolve_hardware, where)
-    tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
+    model, model_doc = _preset(doc, "model", presets.resolve_model, where)
+    hw, hw_doc = _preset(doc, "hardware", presets.resolve_hardware, where)
+    tp = _tp(doc["tp"], model, hw, where)
+    c, e = doc["cache"], doc["engine"]
+    comps = pools.components(c, model, where)
+    l1 = pools.l1_pool(c, model, hw, tp, where)
+    swa = pools.swa_pool(c, model, l1, where) if "swa" in comps else None
+    mamba = pools.mamba_pool(c, model, l1, where) if "mamba" in comps else None
+    tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
+    cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where)
+    engine = _engine_config(e, c, doc["seed"], where)
+    _check_fits(e, c["page_size"], model, swa, where)
+    wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
+    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where)
+    out = {**doc, "model": model_doc, "hardware": hw_doc, "tp": tp,
+           "cache": pools.cache_doc(c, comps, l1, swa, mamba, tiers), "cost": {**doc["cost"], "efficiency": cost.efficiency}}
+    del out["fleet"]  # None: one engine (config.yaml as before)
+    spec = None
+    if doc["fleet"] is not None:
+        from .fleet import resolve_fleet
+
+        spec = resolve_fleet(raw, doc["fleet"], where, resolve)
+        out["fleet"] = spec.doc
+    return Scenario(doc=out, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
+                    efficiency=dict(cost.efficiency), cost_table=cost.table, source=where, warnings=tiers.warnings,
+                    fleet=spec, workload_kind=doc["workload"]["kind"])
+
+
+def _tp(tp, model, hw, where: str) -> int:
+    """The TP degree (default: every GPU of the hardware preset), checked against GPUs and heads."""
+    tp = hw.num_gpus if tp is None else tp
     if tp > hw.num_gpus:
         raise ScenarioError(f"{where}: tp: {tp} exceeds the {hw.num_gpus} GPUs of {hw.name}; expected 1..{hw.num_gpus}")
     _check_tp_heads(model, tp, hw.num_gpus, where)
-    c, e, w = doc["cache"], doc["engine"], doc["workload"]
-    P = c["page_size"]
-    bpt = presets.bytes_per_token(model, "full")
+    return tp
 
-    def size(key, value, unbounded=False):
-        try:
-            return parse_size(value, f"cache.{key}", bpt, unbounded)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: {err}") from None
 
-    def pool(key, tokens, page=P, at_least_one_page=True):
-        try:
-            check_pool(tokens, page, f"cache.{key}", at_least_one_page)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: {err}") from None
-
-    comps = c["components"] or ["full"] + (["swa"] if model.swa_layers else []) + (["mamba"] if model.state_bytes else [])
-    if "swa" in comps and not model.swa_layers or "mamba" in comps and not model.state_bytes:
-        raise ScenarioError(f"{where}: cache.components: {comps} names a component {model.name} does not have; "
-                            f"expected a subset of its own")
-    c["components"] = comps
-    swa_ratio = c["swa_full_tokens_ratio"] if c["swa_full_tokens_ratio"] is not None else model.swa_full_tokens_ratio
-    mamba_ratio = (c["mamba_full_memory_ratio"] if c["mamba_full_memory_ratio"] is not None
-                   else presets.DEFAULT_MAMBA_FULL_MEMORY_RATIO)
-    max_total = size("max_total_tokens", c["max_total_tokens"])
-    plan = None
-    if c["l1_tokens"] == "auto":
-        try:
-            plan = presets.l1_plan(model, hw, tp, c["mem_fraction_static"], swa_full_tokens_ratio=swa_ratio,
-                                   mamba_full_memory_ratio=mamba_ratio, page_size=P, max_total_tokens=max_total)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: cache.l1_tokens: auto: {err}") from None
-        l1 = plan.full_tokens
-    else:
-        l1 = size("l1_tokens", c["l1_tokens"])
-        if max_total is not None:
-            l1 = min(l1, max_total)
-    pool("l1_tokens", l1)
-    l1 = c["l1_tokens"] = floor_pages(l1, P)  # what the pool holds, recorded in config.yaml
-    c["l1_plan"] = None if plan is None else {
-        "budget_bytes_per_gpu": plan.budget_bytes_per_gpu, "cell_bytes_per_gpu": plan.cell_bytes_per_gpu,
-        "kv_shards": plan.kv_shards, "uncapped_full_tokens": plan.uncapped_full_tokens}
-    swa = mamba = None
-    if "swa" in comps:
-        swa_tokens = size("swa_tokens", c["swa_tokens"])
-        if swa_tokens is None:
-            swa_tokens = plan.swa_tokens if plan is not None else int(l1 * swa_ratio)
-        pool("swa_tokens", swa_tokens, at_least_one_page=False)
-        swa_tokens = c["swa_tokens"] = floor_pages(swa_tokens, P)
-        swa = SwaConfig(window_tokens=model.swa_window_tokens, capacity_tokens=swa_tokens)
-    if "mamba" in comps:
-        slots = c["mamba_slots"]
-        if slots is None:
-            slots = (plan.mamba_slots if plan is not None else
-                     int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
-        c["mamba_slots"] = max(1, slots)
-        pool("mamba_slots", c["mamba_slots"], page=None, at_least_one_page=False)
-        every = c["mamba_every_tokens"]
-        if every is not None and every % P:
-            raise ScenarioError(f"{where}: cache.mamba_every_tokens: {every} is not a multiple of cache.page_size "
-                                f"({P}); expected a multiple")
-        mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
-    c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
-    l2_given = [k for k in L2_SIZE_KEYS if c[k] is not None]
-    if len(l2_given) > 1:
-        raise ScenarioError(f"{where}: cache.{l2_given[1]}: conflicts with cache.{l2_given[0]}; expected one "
-                            "L2 size (l2_tokens, hicache_ratio or hicache_size_gb)")
-    l2 = floor_pages(size("l2_tokens", c["l2_tokens"]) if c["hicache_size_gb"] is None
-                     else _host_pool_tokens(c, model, tp, where), P)
-    l3_given = c["l3_tokens"] is not None
-    l3 = floor_pages(size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None, P)
-    tiers = None
-    if l2 is not None or c["hicache_ratio"] is not None or l3_given:
-        if l2 is None and c["hicache_ratio"] is None:
-            raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens, "
-                                "cache.hicache_ratio or cache.hicache_size_gb); expected one of them too")
-        ssd = floor_pages(size("l3_ssd_tokens", c["l3_ssd_tokens"]), P)
-        if ssd is not None and (not l3_given or c["l3_model"] != "mooncake"):
-            raise ScenarioError(f"{where}: cache.l3_ssd_tokens: an SSD tier needs an L3 with cache.l3_model "
-                                "mooncake; expected both")
-        tiers = TierConfig(l2_tokens=l2, hicache_ratio=c["hicache_ratio"], l3=l3_given, l3_tokens=l3,
-                           l3_model=c["l3_model"], l3_high_watermark=c["l3_eviction_high_watermark"],
-                           l3_eviction_ratio=c["l3_eviction_ratio"], l3_replicas=c["l3_replicas"],
-                           l3_ssd_tokens=ssd, l3_lease_ttl_s=c["l3_lease_ttl_s"],
-                           l3_eviction_shards=c["l3_eviction_shards"], l3_objects_per_page=c["l3_objects_per_page"],
-                           write_policy=c["write_policy"], l3_write=c["l3_write"],
-                           prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
-                           kv_bytes_per_token=int(bpt),
-                           swa_bytes_per_token=int(presets.bytes_per_token(model, "swa")) if swa else 0,
-                           state_bytes=int(model.state_bytes) if mamba else 0)
-        c["l2_tokens"] = floor_pages(tiers.l2_size(l1), P)
-        pool("hicache_size_gb" if c["hicache_size_gb"] is not None else "l2_tokens" if l2 is not None
-             else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
-        c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
-        c["l3_ssd_tokens"] = ssd
+def _cache_config(c: dict, model, l1_tokens: int, swa, mamba, tiers, where: str) -> CacheConfig:
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
-        cache = CacheConfig(page_size=P, capacity_tokens=l1, policy=c["policy"], swa=swa, mamba=mamba,
-                            sidecars=sidecars, tiers=tiers)
-        engine = EngineConfig(max_running_requests=e["max_running_requests"],
-                              max_prefill_tokens=e["max_prefill_tokens"],
-                              chunked_prefill_tokens=e["chunked_prefill_tokens"],
-                              schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
-                              mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
-                              load_overlap=e["load_overlap"], tree_core=e["tree_core"],
-                              overlap_schedule=e["overlap_schedule"], seed=doc["seed"])
+        return CacheConfig(page_size=c["page_size"], capacity_tokens=l1_tokens, policy=c["policy"], swa=swa,
+                           mamba=mamba, sidecars=sidecars, tiers=tiers)
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
+
+
+def _engine_config(e: dict, c: dict, seed: int, where: str) -> EngineConfig:
+    try:
+        return EngineConfig(max_running_requests=e["max_running_requests"],
+                            max_prefill_tokens=e["max_prefill_tokens"],
+                            chunked_prefill_tokens=e["chunked_prefill_tokens"],
+                            schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
+                            mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
+                            load_overlap=e["load_overlap"], tree_core=e["tree_core"],
+                            overlap_schedule=e["overlap_schedule"], seed=seed)
+    except ValueError as err:
+        raise ScenarioError(f"{where}: {err}") from None
+
+
+def _check_fits(e: dict, P: int, model, swa, where: str) -> None:
+    """Whole-page chunks, and an SWA pool that holds one request's window."""
     C = e["chunked_prefill_tokens"]
     if C is not None and C % P:
         raise ScenarioError(f"{where}: engine.chunked_prefill_tokens: {C} is not a multiple of cache.page_size "
                             f"({P}); expected a multiple")
     window = (-(-model.swa_window_tokens // P) + 1) * P if swa is not None else 0
-    if swa is not None and c["swa_tokens"] < window:
-        raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
+    if swa is not None and swa.capacity_tokens < window:
+        raise ScenarioError(f"{where}: cache.swa_tokens: {swa.capacity_tokens} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
-    wl = _workload(w, doc["seed"], P, l1, where)
-    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where)
-    eff = doc["cost"]["efficiency"] = cost.efficiency
-    table = cost.table
-    doc["tp"] = tp
-    warnings = tuple(tier_warnings(l1, c["l2_tokens"], l3, l3_given)) if tiers is not None else ()
-    spec = None
-    if fleet is not None:
-        from .fleet import resolve_fleet
-
-        spec = resolve_fleet(raw, fleet, where, resolve)
-        doc["fleet"] = spec.doc
-    return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
-                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec,
-                    workload_kind=w["kind"])
 
 
 def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
@@ -466,22 +398,15 @@ def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
 
 
 def _preset(doc: dict, what: str, resolver, where: str):
-    """The model or hardware preset of `doc[what]` (a name or ``{base: NAME, ...}``); `doc[what]`
-    becomes the resolved preset: base name, every field, the overridden ones."""
+    """(preset, its record) of `doc[what]` (a name or ``{base: NAME, ...}``); the record, what
+    config.yaml keeps, is the base name, every field, the overridden ones."""
     try:
         preset, overridden = resolver(doc[what])
     except ValueError as e:
         text = str(e)
         raise ScenarioError(f"{where}: {text if text.startswith(what + '.') else what + ': ' + text}") from None
     base = doc[what] if isinstance(doc[what], str) else doc[what]["base"]
-    doc[what] = presets.preset_doc(preset, base, overridden)
-    return preset
-
-
-def _host_pool_tokens(c: dict, model, tp: int, where: str) -> int:
-    """cache.hicache_size_gb (SGLang's --hicache-size: GB of 1e9 bytes per rank) as L2 tokens;
-    SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only (`resolve`)."""
-    return presets.host_pool_tokens(model, tp, c["hicache_size_gb"])
+    return preset, presets.preset_doc(preset, base, overridden)
 
 
 def smoke(raw: dict) -> dict:
