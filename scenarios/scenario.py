@@ -45,7 +45,7 @@ from cache_core.engine_types import EngineConfig
 
 from . import cache_pools as pools
 from . import presets
-from .cost_kinds import resolve_cost
+from .cost_section import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
 from .schema import L2_SIZE_KEYS
 from .workload_kinds import WorkloadContext, workload_kind
