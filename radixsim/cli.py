@@ -1,6 +1,6 @@
 """The `radixsim` command line: one parser, one error path; each command family's parser and
 handler live in its own module (replay_cli, run_cli, sweep_cli, calibrate_cli, report_cli,
-lab_cli, workload_cli, validate, sensitivity), each with its own parser builder.
+lab_cli, workload_cli, validate, sensitivity_cli), each with its own parser builder.
 
 Bad input (a missing or malformed file, an impossible option) ends with exit status 2 and
 one line on stderr that names the file, line or option and what was expected; never a
@@ -14,13 +14,13 @@ import shlex
 import signal
 import sys
 
-from . import calibrate_cli, lab_cli, replay_cli, report_cli, run_cli, sensitivity, sweep_cli, validate, workload_cli
+from . import calibrate_cli, lab_cli, replay_cli, report_cli, run_cli, sensitivity_cli, sweep_cli, validate, workload_cli
 from .args import DeviceError, check_device  # noqa: F401  (re-exported)
 from .args import EXIT_BAD_INPUT, Parser as _Parser
 
 # The families' parser builders, in the order `radixsim --help` lists their commands.
 PARSERS = (replay_cli.add_replay, run_cli.add_run, sweep_cli.add_sweep, sweep_cli.add_plan, report_cli.add_parsers,
-           lab_cli.add_parsers, workload_cli.add_parsers, validate.add_parser, sensitivity.add_parser,
+           lab_cli.add_parsers, workload_cli.add_parsers, validate.add_parser, sensitivity_cli.add_parser,
            calibrate_cli.add_calibrate, run_cli.add_scenarios, replay_cli.add_trace)
 
 
@@ -133,7 +133,7 @@ def _dispatch(parser, args) -> int:
     cmd = COMMANDS.get(args.command)
     if cmd is not None:
         return cmd(args)
-    for mod in (report_cli, workload_cli, validate, sensitivity, lab_cli):
+    for mod in (report_cli, workload_cli, validate, sensitivity_cli, lab_cli):
         rc = mod.dispatch(args)
         if rc is not None:
             return rc
