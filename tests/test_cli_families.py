@@ -56,7 +56,7 @@ def test_building_the_parser_loads_no_command_engine():
     root = Path(__file__).resolve().parents[1]
     code = ("import sys, json, radixsim.cli as c; c.build_parser(); "
             "print(json.dumps(sorted(m for m in sys.modules if m in ('radixsim.sensitivity', 'radixsim.run', "
-            "'radixsim.replay', 'radixsim.sweep', 'radixsim.plan', 'dataclasses'))))")
+            "'radixsim.replay', 'radixsim.sweep', 'radixsim.plan', 'radixsim.calibrate'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert json.loads(out.stdout) == []
