@@ -201,11 +201,12 @@ HOUSE_LONG_FUNCTIONS = {("sim/simulator.py", "multiturn_clients"): 78, ("sim/tre
                         ("scenarios/agentic.py", "_build_plan"): 63, ("scenarios/presets.py", "l1_plan"): 68,
                         ("radixsim/replay.py", "_replay_into"): 90,
                         ("benchmarks/mutation_check.py", "main"): 107}
-# (module, name): torch's own private API (`torch._fused_sdp_choice`, `Tensor._materialize`, a
-# rotary module's `_inv_freq` buffer) and names re-exported between two modules of one family
+# (module, name): torch's and argparse's own private API (`torch._fused_sdp_choice`,
+# `Tensor._materialize`, a rotary module's `_inv_freq` buffer, a parser's `_actions`) and names
+# re-exported between two modules of one family
 HOUSE_PRIVATE = {("gpu_backend/batch.py", "_inv_freq"), ("gpu_backend/model.py", "_fused_sdp_choice"),
                  ("gpu_backend/model.py", "_materialize"), ("scenarios/scenario.py", "_validate"),
-                 ("radixsim/report_cli.py", "_swept_key"), ("benchmarks/regen_docs.py", "_actions")} | {
+                 ("benchmarks/regen_docs.py", "_actions")} | {
     ("scenarios/programs.py", n) for n in ("_STREAM_STRUCTURE", "_STREAM_TOKENS", "_agent_dag", "_chat_dag",
                                            "_few_shot_dag", "_self_consistency_dag", "_tot_dag")}
 
