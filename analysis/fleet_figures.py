@@ -95,6 +95,27 @@ def pd_figure(run, out=None, *, label: str | None = None):
     return fig
 
 
+def stages_figure(runs, out=None, *, labels=None):
+    """TTFT p90 (and hit rate) against the offered rate of each load stage, one line per run
+    (one router each, in a router comparison), from summary.json's ``stages`` (a staged
+    workload: scenarios/shared_prefix.py)."""
+    runs = [r for r in load_runs(runs, labels) if (r.summary or {}).get("stages")]
+    fig, axes = new_figure(1, 2, figsize=(10, 3.8))
+    for r in runs:
+        st = r.summary["stages"]
+        rate = [s["rate"] for s in st]
+        for ax, key in zip(axes, ("ttft_p90_s", "hit_rate")):
+            ax.plot(rate, [np.nan if s[key] is None else s[key] for s in st], marker="o", label=r.label,
+                    color=colour_of(r.label))
+    for ax, name in zip(axes, ("TTFT p90 (s)", "hit rate")):
+        ax.set_xlabel("offered rate (requests/s)")
+        ax.set_title(f"{name} per load stage")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    save(fig, out)
+    return fig
+
+
 def fleet_report_figures(runs) -> list:
     """[(name, caption, Figure)] for the fleet runs among `runs`."""
     fleets = [r for r in runs if is_fleet(r)]

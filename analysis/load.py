@@ -20,7 +20,7 @@ from .runs import Run, flatten  # noqa: F401  (re-exported)
 
 REQUIRED_REQUEST_COLUMNS = ("rid", "prompt_tokens", "cached_tokens")
 REQUIRED_ROUND_COLUMNS = ("round", "prompt_tokens", "cached_tokens", "hit_rate")
-TEXT_COLUMNS = ("session_id",)  # any id type; every other column is numeric
+TEXT_COLUMNS = ("session_id", "events")  # session ids: any id type; timeline events: ";"-joined indices; every other column is numeric
 
 
 def _read_json(path: Path, what: str) -> dict:

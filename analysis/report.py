@@ -19,7 +19,7 @@ import html
 from pathlib import Path
 
 from . import figures
-from .fleet_figures import fleet_report_figures, is_fleet
+from .fleet_figures import fleet_report_figures, is_fleet, stages_figure
 from .load import Run, flatten, load_runs
 from .metrics import evictions, hit_rate_by_tier, link_bytes, per_round, time_breakdown
 from .style import png_bytes
@@ -67,6 +67,11 @@ def key_table(runs) -> tuple[list, list]:
     return head, rows
 
 
+PARTS = ("before", "during", "after")
+EVENT_EFFECTS = ("requests_retried", "tokens_recomputed", "cache_tokens_lost", "l3_reads_failed",
+                 "l3_writes_dropped", "l3_pages_restored", "l3_pages_lost", "links_slowed")
+
+
 def detail_tables(runs) -> list:
     """[(title, header, rows)]: the TTFT split, evictions and bytes per link (those that
     apply to at least one run)."""
@@ -77,6 +82,22 @@ def detail_tables(runs) -> list:
     if rows:
         out.append(("TTFT split (mean over requests)",
                     ["run", "requests", "queue (s)", "load (s)", "compute (s)", "TTFT (s)"], rows))
+    rows = [[r.label, str(st["stage"]), f"{st['rate']:g}", fmt_s(st["duration_s"]), _fmt(st["requests"]),
+             fmt_tps(st["output_tok_s"]), _fmt(st["requests_s"]), fmt_s(st["ttft_mean_s"]), fmt_s(st["ttft_p50_s"]),
+             fmt_s(st["ttft_p90_s"]), fmt_s(st["itl_mean_s"]), fmt_rate(st["hit_rate"])]
+            for r in runs for st in (r.summary or {}).get("stages") or []]
+    if rows:
+        out.append(("Load stages (stages.csv)", ["run", "stage", "rate (req/s)", "duration (s)", "requests",
+                                                 "output (tok/s)", "req/s", "mean TTFT (s)", "p50 TTFT (s)",
+                                                 "p90 TTFT (s)", "mean ITL (s)", "hit rate"], rows))
+    rows = [[r.label, ev["label"]] + [_fmt(ev.get(f"{p}_requests")) for p in PARTS]
+            + [fmt_s(ev.get(f"{p}_ttft_p90_s")) for p in PARTS] + [fmt_rate(ev.get(f"{p}_slo_ttft")) for p in PARTS]
+            + [", ".join(f"{k} {_fmt(v)}" for k, v in ev.items() if k in EVENT_EFFECTS)]
+            for r in runs for ev in (r.summary or {}).get("events") or []]
+    if rows:
+        out.append(("Fault events (before / during / after each window, by arrival)",
+                    ["run", "event"] + [f"requests {p}" for p in PARTS] + [f"p90 TTFT {p} (s)" for p in PARTS]
+                    + [f"SLO TTFT {p}" for p in PARTS] + ["what it did"], rows))
     rows = [[r.label, e.component, e.tier, f"{int(e.amount):,}", e.unit]
             for r in runs for e in evictions(r).itertuples()]
     if rows:
@@ -124,6 +145,9 @@ def report_figures(runs, comparisons=(), sweeps=()) -> list:
             fig, _ = figures.simhw_figure(sims[0], hw, by=by)
             out.append((f"simhw-{i + 1}", f"{sims[0].label} vs {hw.label} (TTFT by {by})", fig))
     out += fleet_report_figures(runs)
+    if any((r.summary or {}).get("stages") for r in runs):
+        out.append(("stages", "TTFT p90 and hit rate against the offered rate of each load stage",
+                    stages_figure(runs)))
     for i, r in enumerate(runs):
         if r.timeline is not None and len(r.timeline) and not is_fleet(r):  # a fleet's: per engine, above
             out.append((f"timeline-{i + 1}", f"Timeline of {r.label}", figures.timeline_figure(r)))

@@ -212,6 +212,36 @@ def _validation_per_round(ctx) -> str:
     return "\n\n".join(parts)
 
 
+@entry("serving-terms", "docs/validation.md", cheap=False, seconds=80,
+       command="python benchmarks/serving_terms.py (its printed table)")
+def _serving_terms(ctx) -> str:
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "serving_terms.py")], cwd=ROOT,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        fail("serving_terms.py failed: " + " ".join(p.stderr.split()[-40:]))
+    return p.stdout.strip()
+
+
+# docs/sources/clock_terms.md ------------------------------------------------------------------
+@entry("clock-residual-after", "docs/sources/clock_terms.md", cheap=False, seconds=15,
+       command="radixsim validate --explain (each full case's residual fits, as mapped today)")
+def _clock_residual_after(ctx) -> str:
+    from radixsim.validate_explain import explain
+
+    def coefs(c) -> str:
+        return f"{1e3 * c[0]:.1f}, {1e6 * c[1]:.2f}, {1e6 * c[2]:.2f}"
+
+    out = ["| case | direct nnls a (ms/req), b, c (us/token) | rms left | queue-scaled nnls a, b, c | rms left | rank |",
+           "|---|---|---|---|---|---|"]
+    for res in explain():
+        if "skipped" in res:
+            continue
+        f, q = res["fit"], res["fit_queued"]
+        out.append(f"| {res['case'].split('-')[0]} | {coefs(f['nnls'])} | {1e3 * f['rms_nnls']:.1f} ms | "
+                   f"{coefs(q['nnls'])} | {1e3 * q['rms_nnls']:.1f} ms | {f['rank']} |")
+    return "\n".join(out)
+
+
 # docs/store_model.md ------------------------------------------------------------------------
 _ROUNDS: dict = {}
 
@@ -398,6 +428,35 @@ for _i, (_label, (_sc, _sets)) in enumerate(DP_RUNS):
     entry(f"fleet-dp-hit-{_i + 1}", "docs/fleet.md", cheap=False, seconds=120, block=False, runs=[(_sc, _sets)],
           command=f"radixsim run {_sc}" + "".join(f" --set {s}" for s in _sets))(
         lambda ctx, _sc=_sc, _sets=_sets: f"{_fleet(ctx, _sc, *_sets)['hit_rate']:.3f}")
+
+
+SCORER_PROFILES = {  # llm_d's scheduler profiles in the router comparison (docs/fleet.md)
+    "llm_d precise": "{kind: llm_d, scorers: [{type: precise-prefix-cache-scorer, weight: 3}, "
+                     "{type: kv-cache-utilization-scorer, weight: 2}, {type: queue-scorer, weight: 2}]}",
+    "llm_d approximate": "llm_d",
+    "llm_d load": "{kind: llm_d, scorers: [{type: kv-cache-utilization-scorer, weight: 2}, "
+                  "{type: queue-scorer, weight: 2}]}",
+    "llm_d random": "{kind: llm_d, picker: random-picker}",
+}
+SCORER_TABLE = [*SCORER_PROFILES.items(), *((r, r) for r in ROUTERS)]  # (label, fleet.router)
+SCORER_SCENARIO = "fleet4-shared-prefix"
+
+
+@entry("fleet-router-comparison", "docs/fleet.md", cheap=False, seconds=60,
+       runs=[run_key(SCORER_SCENARIO, f"fleet.router={r}") for _, r in SCORER_TABLE],
+       command=f"radixsim run {SCORER_SCENARIO} --set fleet.router=R (R: each row's router; llm_d's profiles "
+               "as listed above the table)")
+def _fleet_router_comparison(ctx) -> str:
+    rows, rates = [], None
+    for label, r in SCORER_TABLE:
+        s = ctx.runs(SCORER_SCENARIO, f"fleet.router={r}")
+        rates = [st["rate"] for st in s["stages"]]
+        f = s["fleet"]
+        rows.append([label, f"{f['hit_rate']:.3f}", f"{s['ttft_mean_s']:.3f}", f"{f['ttft_p90_s']:.3f}",
+                     *(f"{st['ttft_p90_s']:.3f}" for st in s["stages"]),
+                     f"{f['load_balance']['requests']['max_over_mean']:.2f}"])
+    return table(["router", "hit", "TTFT mean s", "TTFT p90 s", *(f"p90 @ {r:g}/s" for r in rates), "max/mean req"],
+                 rows)
 
 
 # docs/figure4.md ----------------------------------------------------------------------------
@@ -681,6 +740,78 @@ def _policy_lab_curve_agentic(ctx) -> str:
     chk = _curve_check(opts, 0, 3, caps, ctx.runs.jobs)
     return (" / ".join(_short(p["capacity_tokens"]) for p in chk["points"]) + " | " +
             " / ".join(f"{100 * abs(p['curve'] - p['replay']):.1f}" for p in chk["points"]) + " points")
+
+
+# docs/sources/attention_backends.md ---------------------------------------------------------
+ATTN_POINTS = ((64, 0), (64, 4096), (608, 0), (608, 6080), (608, 15200), (2560, 0), (2560, 12800), (4096, 0),
+               (4096, 4096), (4096, 8192), (4096, 12288), (8192, 0), (8192, 8192), (12288, 0))
+
+
+@entry("attention-backend-curve", "docs/sources/attention_backends.md", cheap=True, seconds=1,
+       command="sim/opdata/attention_backends.json (flashinfer, a100) against OperatorCostModel('Qwen3-8B', "
+               "'a100-40gbx1', 1).breakdown(((n, c),)) per layer")
+def _attention_backend_curve(ctx) -> str:
+    import json
+
+    import numpy as np
+
+    from sim.attention_backends import BACKENDS_FILE, curve_for
+    from sim.operators import OperatorCostModel
+
+    data = json.loads(BACKENDS_FILE.read_text())["backends"]["flashinfer"]["curves"][0]["points_ms"]
+    curve = curve_for("flashinfer", "a100", 32, 8, 128)
+    own = OperatorCostModel("Qwen3-8B", "a100-40gbx1", 1)
+    rows = []
+    for n, c in ATTN_POINTS:
+        ms = dict(map(tuple, data[str(n)]))[c]
+        b = own.breakdown(((n, c),))
+        mine = (b["attn_new"] + b["attn_prefix"]) / own.model.full_layers * 1e3
+        e = float(curve.efficiency(np.array([n]), np.array([c]))[0])
+        rows.append([f"{n:,}", f"{c:,}", f"{ms:.3f}", f"{e:.3f}", f"{mine:.3f}", f"{ms / mine:.2f}"])
+    return table(["new tokens (chunk)", "prefix", "FlashInfer ms/layer", "efficiency", "model's own ms/layer",
+                  "measured / own"], rows)
+
+
+@entry("attention-backend-effect", "docs/sources/attention_backends.md", cheap=False, seconds=150,
+       command="radixsim validate A1..A4 as mapped (engine.attention_backend triton, the runs' flag) and with "
+               "the key removed (the model's own curve), seed 0")
+def _attention_backend_effect(ctx) -> str:
+    from radixsim.validate import compare
+
+    rows = []
+    for res in ctx.validate():
+        case = res["row"]["case"]
+        if res["series"] is None or res["scenario"]["engine"].get("attention_backend") is None:
+            continue
+        pub = res["series"]
+        off = _case_series(case, drop_backend=True)
+        was = compare(off[0], off[1], pub["published_hit_rate"], pub["published_ttft_mean_s"])
+        now = res["row"]
+        rows.append([case, res["scenario"]["engine"]["attention_backend"],
+                     f"{was['ttft_ratio_gmean']:.3f}", f"**{now['ttft_ratio_gmean']:.3f}**",
+                     f"{was['ttft_ratio_min']:.2f}-{was['ttft_ratio_max']:.2f}",
+                     f"{now['ttft_ratio_min']:.2f}-{now['ttft_ratio_max']:.2f}",
+                     f"{was['hit_mae_pts']:.1f}", f"{now['hit_mae_pts']:.1f}",
+                     f"{was['shape_error']:.3f}", f"{now['shape_error']:.3f}"])
+    return table(["case", "backend", "TTFT gmean, own curve", "with backend", "min-max, own", "with backend",
+                  "hit MAE, own", "with backend", "shape, own", "with backend"], rows)
+
+
+def _case_series(case_id: str, *, drop_backend: bool) -> tuple:
+    """(hit rate, mean TTFT) per round of one validation case as mapped, optionally without its
+    engine.attention_backend."""
+    from radixsim import results
+    from radixsim.run import request_rows, simulate
+    from radixsim.validate_cases import case_files, scenario_of
+    from scenarios.scenario import resolve
+
+    (_path, case), = case_files([case_id])
+    raw, _notes = scenario_of(case, 0)
+    if drop_backend:
+        raw["engine"].pop("attention_backend", None)
+    eng, *_ = simulate(resolve(raw, case_id), progress=False)
+    rounds = results.round_table(request_rows(eng))
+    return [r["hit_rate"] or 0.0 for r in rounds], [r["ttft_mean_s"] or 0.0 for r in rounds]
 
 
 # -- driver -----------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 LOAD_OVERLAPS = ("layerwise", "none")
 TREE_CORES = ("sglang-python", "sglang-rust", "radixsim")  # cost tables of sim/tree_cpu.py
+FRONTENDS = ("sglang-text",)  # serving front ends of sim/serving_cpu.py
 
 # request phases (Request.state keeps the scheduler's waiting/running/finished view)
 ARRIVED, PREFETCHING, WAITING, LOADING, READY, PREFILL, DECODE, DONE = (
@@ -80,6 +81,12 @@ class EngineConfig:
       one of `TREE_CORES`); None (default): none, and nothing is counted.
     - ``overlap_schedule``: SGLang's overlap scheduler (its default; ``--disable-overlap-schedule``
       turns it off): the tree's CPU time hides behind the previous GPU step, only the excess shows.
+    - ``frontend``: the serving front end whose CPU costs a request pays outside the GPU
+      (sim/serving_cpu.py: tokenization, the fixed per-request cost, the first token's way out);
+      None (default): none.
+    - ``l3_get_batch_pages``: SGLang's L3 read path (sim/l3_reads.py): one prefetch at a time, in
+      batches of this many pages, one store get each, in series; None (default): each prefetch is
+      one transfer sharing the link with the others.
     - ``seed``: for the ``random`` policy.
     """
 
@@ -93,6 +100,8 @@ class EngineConfig:
     load_overlap: str = "layerwise"
     tree_core: str | None = None
     overlap_schedule: bool = True
+    frontend: str | None = None
+    l3_get_batch_pages: int | None = None
     seed: int = 0
 
     def __post_init__(self):
@@ -111,6 +120,13 @@ class EngineConfig:
                              f"got {self.load_overlap!r}")
         if self.tree_core is not None and self.tree_core not in TREE_CORES:
             raise ValueError(f"engine.tree_core must be null or one of {', '.join(TREE_CORES)}, got {self.tree_core!r}")
+        if self.frontend is not None and self.frontend not in FRONTENDS:
+            raise ValueError(f"engine.frontend must be null or one of {', '.join(FRONTENDS)}, got {self.frontend!r}")
+        if self.frontend is not None and self.tree_core is not None:
+            raise ValueError("engine.frontend: not supported together with engine.tree_core yet (both delay a "
+                             "step's outputs); expected one of them null")
+        if self.l3_get_batch_pages is not None:
+            check_int(self.l3_get_batch_pages, "engine.l3_get_batch_pages", 1)
         if not isinstance(self.overlap_schedule, bool):
             raise ValueError(f"engine.overlap_schedule must be true or false, got {self.overlap_schedule!r}")
         if not isinstance(self.mixed_chunk, bool):
@@ -156,6 +172,7 @@ class EngineRequest(Request):
     rejected: bool = False
     first_prefix: int | None = None
     prompt_tokens: int = 0
+    frontend_s: float = 0.0  # until the first token: in the serving front end (sim/serving_cpu.py)
 
     def __post_init__(self):
         super().__post_init__()
@@ -195,4 +212,4 @@ class Step:
 
 
 __all__ = ["Clock", "DataPlane", "StepExecutor", "EngineConfig", "EngineRequest", "EngineStalled", "Step",
-           "LOAD_OVERLAPS"]
+           "LOAD_OVERLAPS", "FRONTENDS"]

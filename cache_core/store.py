@@ -141,6 +141,14 @@ class StorageIndex:
     def _forget(self, key) -> None:
         self._keys.pop(key, None)
 
+    def pages(self) -> list:
+        """Every key present (FULL page keys, (component, key) payloads), in no set order."""
+        return list(self._keys)
+
+    def clear(self) -> None:
+        """Forget every key: the store's index is lost (its master restarted; fault what-ifs)."""
+        self.discard(self.pages())
+
     def on_ssd(self, keys) -> int:
         """How many of `keys` only an SSD tier holds (none here)."""
         return 0
@@ -234,6 +242,12 @@ class MooncakeStore(ShardedEviction, StorageIndex):
 
     def _lookup(self):
         return self.__contains__
+
+    def pages(self) -> list:
+        """Every page (or payload) key with an object present, memory or SSD."""
+        per = self.objects_per_page
+        objs = [o for d in (self._keys, self._fresh, self._ssd) for o in d]
+        return list(dict.fromkeys(objs if per == 1 else (o[0] for o in objs)))
 
     def _forget(self, key) -> None:  # every object of the page, wherever it is (memory or SSD)
         for o in self._objects([key]):

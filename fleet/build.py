@@ -34,6 +34,18 @@ def share_l3(engines: list, sc, store) -> None:
         e.links.ssd = ssd
 
 
+def rebuild_engine(env, sc, fleet, store, i: int, make_engine):
+    """Engine i of fleet scenario `sc` built anew (a restart after engine_down: empty caches),
+    on the shared store and the shared L3 links when the fleet has them."""
+    new, _ = make_engine(env, sc.fleet.engines[i], store)
+    if store is not None:
+        donor = next(e for j, e in enumerate(fleet.engines) if j != i)
+        for pair in ((L3, L2), (L2, L3)):
+            new.links.links[pair] = donor.links.links[pair]
+        new.links.ssd = donor.links.ssd
+    return new
+
+
 def build_fleet(env, sc, make_engine):
     """(Fleet, costs, shared store or None) of scenario `sc` with a `fleet:` section;
     ``make_engine(env, engine_scenario, storage) -> (engine, cost)`` builds each engine (each DP
@@ -87,4 +99,4 @@ def _capacity_pages(sc) -> int | None:
     return (sc.cache.capacity_tokens + l2) // sc.cache.page_size
 
 
-__all__ = ["build_fleet", "share_l3", "shared_store"]
+__all__ = ["build_fleet", "rebuild_engine", "share_l3", "shared_store"]

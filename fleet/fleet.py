@@ -36,6 +36,9 @@ class Fleet:
         self.arrived = 0
         self.completed = 0  # user requests finished (or rejected)
         self.seq_keys: list = []  # (prompt pages, page keys of prompt + output) of every user request (`hit_bound`)
+        self.inflight: dict = {}  # rid -> the request, routed and not finished (fleet/faults.py retries them)
+        self.hold_input = False  # faults: engines' input stays open until every request completed
+        self.input_closed = False
         units = [engines[u * dp:(u + 1) * dp] for u in range(len(engines) // dp)]
         router.engines = units
         for u, d in enumerate(dispatchers or []):
@@ -49,7 +52,12 @@ class Fleet:
     def arrive(self, req) -> None:
         self.arrived += 1
         self.record(req)
+        self.route(req)
+
+    def route(self, req) -> None:
+        """Pick `req`'s engine (and rank) and hand it over (an arrival, or a retry)."""
         now = self.now()
+        self.inflight[req.rid] = req
         i = self.router.pick(req, now)
         self.router.routed(req, i, now)
         if self.dispatchers is not None:
@@ -85,6 +93,7 @@ class Fleet:
         return total
 
     def _finished(self, r, i: int) -> None:
+        self.inflight.pop(r.rid, None)
         u, j = divmod(i, self.dp)
         self.router.finished(r, u, self.now())
         if self.dispatchers is not None:
@@ -96,8 +105,15 @@ class Fleet:
         self.completed += 1
         for f in self.listeners:
             f(r)
+        if self.hold_input and self.input_closed and self.completed == self.arrived:
+            self._close_engines()
 
     def close_input(self) -> None:
+        self.input_closed = True
+        if not self.hold_input or self.completed == self.arrived:
+            self._close_engines()
+
+    def _close_engines(self) -> None:
         for e in self.engines:
             e.close_input()
 

@@ -38,8 +38,21 @@ def simulate_fleet(sc, *, progress: bool = False):
     if bar is not None:
         fleet.listeners.append(progress_listener(bar, env))
     env.process(source)
-    for e in fleet.engines:
-        env.process(e.loop())
+    faults = None
+    if any(ev.kind == "engine_down" for ev in sc.events):
+        from fleet.build import rebuild_engine
+        from fleet.faults import FaultController, FaultLog
+
+        fleet.fault_log = FaultLog()
+        faults = FaultController(env, fleet, lambda i: rebuild_engine(env, sc, fleet, store, i, sim_engine),
+                                 fleet.fault_log)
+    else:
+        for e in fleet.engines:
+            env.process(e.loop())
+    if sc.events:
+        from sim.events import start_events
+
+        fleet.event_stats = start_events(env, fleet.engines, sc.events, faults)
     env.run()
     if bar is not None:
         bar.close()
@@ -198,6 +211,11 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     rows = fleet_rows(fleet, per_engine)
     pd = hasattr(fleet, "decode")
     extra = ["engine"] + (PD_COLUMNS if pd else []) + (["dp_rank"] if fleet.dp > 1 else [])
+    log = getattr(fleet, "fault_log", None)
+    if log is not None:  # engine_down: how many times each request was routed again
+        extra.append("retries")
+        for r in rows:
+            r["retries"] = log.retries.get(r["rid"], 0)
     results.write(out / "requests.csv", rows, columns=results.REQUEST_COLUMNS + extra)
     rounds = results.round_table(rows)
     if rounds:
@@ -215,6 +233,10 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
         h, tr = timeline_rows(e, summary["duration_s"] + start if rows else 0.0)
         header = h + ["engine"]
         trows += [row + [i] for row in tr]
+    if sc.events:
+        from sim.events import timeline_events
+
+        header, trows = timeline_events(sc.events, header, trows)
     results.write(out / "timeline.csv", trows, columns=header)
     engines = engine_table(fleet, per_engine, per, sc.fleet, summary["duration_s"])
     results.write(out / "engines.csv", engines, columns=ENGINE_COLUMNS[:1] + (["dp_rank"] if fleet.dp > 1 else [])
@@ -222,8 +244,11 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     fs = fleet_summary(fleet, rows, engines, sc.fleet, summary["duration_s"])
     if pd:
         fs["pd"] = pd_breakdown(rows)
+    results.write_events(sc.events, rows, summary, sc.fleet.slo_ttft_s, fs, getattr(fleet, "fault_log", None),
+                         getattr(fleet, "event_stats", None))
     results.write(out / "fleet.json", fs)
     summary["fleet"] = {k: v for k, v in fs.items() if k != "per_engine"}
+    results.write_stages(out, sc.workload, rows, summary)
     results.write_summary(out, summary)
     doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(costs[0])}}
     results.write_config(out, doc, seed=sc.seed, command=command)

@@ -41,7 +41,7 @@ import yaml
 # the files a run (run, replay, torch backend, fleet) writes; only these may be replaced by a new run
 RUN_FILES = frozenset({
     "config.yaml", "requests.csv", "rounds.csv", "timeline.csv", "summary.json", "tree.json",
-    "report.html", "ttft_per_round.png", "hit_rate_per_round.png", ".done", "engines.csv", "fleet.json",
+    "report.html", "ttft_per_round.png", "hit_rate_per_round.png", ".done", "engines.csv", "fleet.json", "stages.csv",
 })
 _SCALARS = (bool, int, float, str, type(None))
 

@@ -74,8 +74,11 @@ def write_config(out: Path, config: dict, seed=None, command: str | None = None)
 
 
 def write_requests(out: Path, rows) -> None:
-    """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells)."""
-    write(out / "requests.csv", rows, columns=REQUEST_COLUMNS)
+    """`rows`: iterable of dicts keyed by REQUEST_COLUMNS (missing keys are empty cells); rows with
+    ``frontend_s`` (engine.frontend set) add that column last."""
+    rows = list(rows)
+    extra = ["frontend_s"] if rows and "frontend_s" in rows[0] else []
+    write(out / "requests.csv", rows, columns=REQUEST_COLUMNS + extra)
 
 
 def write_summary(out: Path, summary: dict) -> None:
@@ -90,3 +93,31 @@ ROUND_COLUMNS = ["round", "requests", "prompt_tokens", "cached_tokens", "hit_rat
 
 def write_rounds(out: Path, rounds) -> None:
     write(out / "rounds.csv", rounds, columns=ROUND_COLUMNS)
+
+
+def write_stages(out: Path, workload, rows, summary: dict) -> None:
+    """stages.csv (and summary["stages"]) of a staged workload (one with a `stage_list`: the
+    shared_prefix kind); nothing for any other."""
+    if getattr(workload, "stage_list", None) is None:
+        return
+    from sim.staged import STAGE_COLUMNS, stage_table
+
+    table = stage_table(workload, rows)
+    write(out / "stages.csv", table, columns=STAGE_COLUMNS)
+    summary["stages"] = table
+
+
+def write_events(events, rows, summary: dict, slo_ttft_s: float | None = None, fleet: dict | None = None,
+                 faults=None, stats=None) -> None:
+    """summary["events"] (and fleet.json's) of a run with fault events (scenarios/events.py):
+    each event's window and the requests before, during and after it; nothing without events.
+    ValueError (one line) for an event outside the run, before anything is written."""
+    if not events:
+        return
+    from sim.events import check_within_run, event_table
+
+    check_within_run(events, rows)
+    table = event_table(events, rows, slo_ttft_s, faults, stats)
+    summary["events"] = table
+    if fleet is not None:
+        fleet["events"] = table

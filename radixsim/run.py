@@ -33,6 +33,8 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
     import simpy
 
     t0 = time.perf_counter()
+    if sc.events and backend != "sim":
+        raise ValueError(f"events: fault what-ifs run on the sim backend only, not {backend!r}")
     if backend == "torch":
         cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None)
         env, eng, cost = _torch_engine(sc, cache, device, record_logits, store)
@@ -50,6 +52,10 @@ def simulate(sc, *, progress: bool = False, backend: str = "sim", device: str | 
         eng.listeners.append(progress_listener(bar, env))
     env.process(source)
     env.process(eng.loop())
+    if sc.events:
+        from sim.events import start_events
+
+        eng.event_stats = start_events(env, [eng], sc.events)
     env.run()
     if bar is not None:
         bar.close()
@@ -84,9 +90,16 @@ def _torch_engine(sc, cache, device, record_logits, store=None):
                                     record_logits=record_logits, store=store, pace=pace,
                                     load_overlap=sc.engine.load_overlap,
                                     chunk_tokens=sc.engine.chunked_prefill_tokens or sc.engine.max_prefill_tokens)
+    if sc.engine.l3_get_batch_pages is not None:
+        raise ValueError("engine.l3_get_batch_pages: the sim backend only (sim/l3_reads.py wraps the simulated "
+                         "data plane); expected null with --backend torch")
     eng = Engine(cache, sc.engine, sim_clock(env, cache), plane, ex)
     eng.listeners.append(ex.release)
     eng.links = links
+    if sc.engine.frontend is not None:  # the serving front end wraps any engine (sim/serving_cpu.py)
+        from sim.serving_cpu import install
+
+        install(env, eng, sc.engine.frontend, sc.model.family, sc.hardware.host_cpu_speed)
     return env, eng, label
 
 
@@ -124,7 +137,13 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
         results.write_rounds(out, rounds)
     summary = summarise(eng, rows, rounds, env.now)
     header, trows = timeline_rows(eng, summary["duration_s"] + min(r["arrival_s"] for r in rows) if rows else 0.0)
+    if sc.events:
+        from sim.events import timeline_events
+
+        header, trows = timeline_events(sc.events, header, trows)
     write_timeline(out, header, trows)
+    results.write_stages(out, sc.workload, rows, summary)
+    results.write_events(sc.events, rows, summary, stats=getattr(eng, "event_stats", None))
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
     results.write_config(out, doc, seed=sc.seed, command=command)

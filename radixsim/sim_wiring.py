@@ -24,6 +24,14 @@ def sim_engine(env, sc, storage=None):
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
                 layers=sc.model.num_layers)
+    if sc.engine.frontend is not None:  # unset: nothing wrapped (sim/serving_cpu.py)
+        from sim.serving_cpu import install
+
+        install(env, eng, sc.engine.frontend, sc.model.family, sc.hardware.host_cpu_speed)
+    if sc.engine.l3_get_batch_pages is not None:  # unset: nothing wrapped (sim/l3_reads.py)
+        from sim import l3_reads
+
+        l3_reads.install(env, eng, sc.engine.l3_get_batch_pages)
     return eng, cost
 
 

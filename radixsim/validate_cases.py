@@ -34,6 +34,10 @@ simulator cannot express is said in the case's notes:
 - documented software: a case's ``cache`` mapping (scenario cache keys the published run's
   software implies, e.g. Mooncake's eviction at the run's date, the commits in ``cache_source``,
   which a ``cache`` or ``hardware`` mapping must have: no knob without its source);
+- the client: a case whose ``workload.tool`` is SGLang's bench_multiturn.py (it sends text) runs with
+  ``engine.frontend: sglang-text`` (sim/serving_cpu.py: tokenization, per-request cost, first token out);
+- an L3 storage backend: SGLang's prefetch I/O thread reads it one prefetch at a time, one get per 128 pages
+  (``engine.l3_get_batch_pages: 128``; sim/l3_reads.py);
 - documented hardware: a case's ``hardware`` mapping (hardware fields the published run's text
   states, e.g. its NICs, with the arithmetic and the source line in ``hardware_source``) overrides
   the preset's fields; it is the run's stated setup, never a fitted knob.
@@ -45,9 +49,10 @@ import re
 from pathlib import Path
 
 CASE_DIR = Path(__file__).resolve().parent.parent / "validation"
-# GPU names as cases write them -> hardware preset family (longest name first wins)
+# GPU names as cases write them -> hardware preset family (longest name first wins; a whole name only)
 GPU_PRESETS = {"A100-SXM4-40GB": "a100-40gb", "A100-SXM4-80GB": "a100-80gb", "A100-40GB": "a100-40gb",
-               "A100-80GB": "a100-80gb", "H100": "h100", "H800": "h800", "H200": "h200", "B200": "b200"}
+               "A100-80GB": "a100-80gb", "H100": "h100", "H800": "h800", "H200": "h200", "B200": "b200",
+               "H20": "h20"}
 REQUIRED = ("model", "gpu", "tp", "page_size", "workload", "tiers", "published")
 WORKLOAD_KEYS = ("num_clients", "num_rounds", "request_length", "output_length", "max_parallel",
                  "request_rate", "round_barrier", "ready_queue_policy")
@@ -57,6 +62,11 @@ MAPPED_FLAGS = {"tp", "page-size", "enable-hierarchical-cache", "hicache-ratio",
                 "hicache-io-backend", "hicache-mem-layout", "chunked-prefill-size"}
 DEFAULT_L2_RATIO = 2.0  # SGLang's --hicache-ratio default
 NOT_STATED = ("engine.max_running_requests",)
+# SGLang's bench client that posts the conversation as text to /generate ({"text": history}: the server
+# tokenizes the whole prompt every round; sgl-project/sglang@028e262d7b3a9ae432ec16b08b11ed618b7cfd20
+# benchmark/hicache/bench_multiturn.py): a case run with it gets engine.frontend sglang-text
+TEXT_CLIENT = "bench_multiturn.py"
+SGLANG_STORAGE_BATCH_SIZE = 128  # sim/l3_reads.py: SGLang's hicache_storage.py STORAGE_BATCH_SIZE
 # SGLang server_args._handle_gpu_memory_settings: (card memory below, MiB) -> chunked_prefill_size,
 # cuda_graph_max_bs at tp < 4, at tp >= 4; the last row is every larger card
 SGLANG_MEMORY_ROWS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 2048, 24, 80), (60 * 1024, 4096, 32, 160),
@@ -159,7 +169,8 @@ def hardware_for(text: str):
     if not m:
         return None
     for name in sorted(GPU_PRESETS, key=len, reverse=True):
-        if name.lower() in m.group(2).lower():
+        # a whole name: "B200" is not a "GB200", nor "H20" an "H200" (other parts, no preset)
+        if re.search(rf"(?<![a-z0-9]){re.escape(name.lower())}(?![a-z0-9])", m.group(2).lower()):
             try:
                 return presets.get_hardware(f"{GPU_PRESETS[name]}x{m.group(1)}")
             except ValueError:
@@ -330,18 +341,35 @@ def scenario_of(case: dict, seed: int = 0) -> tuple[dict, list]:
     w = case["workload"]
     workload = {k: w[k] for k in WORKLOAD_KEYS}
     workload["kind"] = "multiturn"
+    engine = {"chunked_prefill_tokens": sglang["chunked_prefill_tokens"]}
+    if TEXT_CLIENT in str(w.get("tool", "")):
+        engine["frontend"] = "sglang-text"
+        notes.append(f"client {TEXT_CLIENT} sends text: engine.frontend sglang-text (tokenization of the whole "
+                     "prompt, the per-request cost, the first token's way out; sim/serving_cpu.py)")
+    if _flag(flags, "hicache-storage-backend"):
+        engine["l3_get_batch_pages"] = SGLANG_STORAGE_BATCH_SIZE
+        notes.append(f"L3 reads as SGLang's prefetch I/O thread: one prefetch at a time, one store get per "
+                     f"{SGLANG_STORAGE_BATCH_SIZE} pages (engine.l3_get_batch_pages; sim/l3_reads.py)")
     raw = {"name": case["id"], "description": f"validate: {case['_source'][:120]}", "seed": seed,
            "model": model.name, "hardware": dict(base=hw.name, **links) if links else hw.name, "tp": tp,
-           "cache": cache, "engine": {"chunked_prefill_tokens": sglang["chunked_prefill_tokens"]},
-           "workload": workload}
+           "cache": cache, "engine": engine, "workload": workload}
+    mapped = set()
+    backend = _flag(flags, "attention-backend")
+    from sim.attention_backends import backend_names  # here: `radixsim --help` imports no numpy
+
+    if backend in backend_names():  # the run's stated backend; unstated: the model's own curve
+        raw["engine"]["attention_backend"] = backend
+        mapped.add("attention-backend")
+        notes.append(f"--attention-backend {backend}: engine.attention_backend {backend} "
+                     "(sim/opdata/attention_backends.json)")
     notes.insert(0, f"{model.name} on {hw.name} tp={tp}; not stated, scenario defaults: {', '.join(NOT_STATED)}")
-    notes += _unmapped(flags, w)
+    notes += _unmapped(flags, w, mapped)
     return raw, notes
 
 
-def _unmapped(flags: str, workload: dict) -> list:
+def _unmapped(flags: str, workload: dict, mapped: set = frozenset()) -> list:
     """Notes naming the server flags and workload keys the scenario does not express."""
-    ignored = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", flags)) - MAPPED_FLAGS)
+    ignored = sorted(set(re.findall(r"--([a-z][a-z0-9-]*)", flags)) - MAPPED_FLAGS - set(mapped))
     extra = sorted(set(workload) - set(WORKLOAD_KEYS) - {"tool"})
     out = [f"server flags not modelled: {', '.join('--' + f for f in ignored)}"] if ignored else []
     return out + ([f"workload keys not modelled: {', '.join(extra)}"] if extra else [])

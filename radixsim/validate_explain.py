@@ -143,11 +143,11 @@ def explain(names=(), *, smoke: bool = False, seed: int = 0) -> list:
 def _columns(rounds: list) -> list:
     """The split's columns present in a case: queue, the load links, the compute parts."""
     from sim.operators import OPERATOR_PARTS
-    from sim.ttft_split import BETWEEN, OTHERS_LOADS, STEP
+    from sim.ttft_split import BETWEEN, FRONTEND, OTHERS_LOADS, STEP
 
     keys = {k for r in rounds for k, v in r["parts"].items() if v != 0.0 or k == "queue"}
     loads = sorted(k for k in keys if k != "queue" and k[0] == "load")
-    order = list(OPERATOR_PARTS) + [STEP, OTHERS_LOADS, BETWEEN]
+    order = list(OPERATOR_PARTS) + [STEP, OTHERS_LOADS, FRONTEND, BETWEEN]
     comp = [("compute", k) for k in order if ("compute", k) in keys]
     return ["queue"] + loads + comp
 

@@ -7,7 +7,8 @@ each workload kind's schema while sim/feeds.py drives it (docs/ARCHITECTURE.md, 
 
 - which `cost.efficiency` fields the model reads (the operator model replaces the rest by fits);
 - whether it needs `cost.table` (a file of measured step times);
-- whether it models expert parallelism (`engine.ep_size` = tp).
+- whether it models expert parallelism (`engine.ep_size` = tp) and attention backends
+  (`engine.attention_backend`).
 
 `register_cost_model` (sim/cost_models.py) declares a kind here when it registers a builder
 under a new name, so a cost model added from one file needs nothing on this floor.
@@ -41,6 +42,7 @@ class CostKind:
     unused_why: str = ""  # why the other efficiency fields are not read (for the one-line refusal)
     needs_table: bool = False
     expert_parallel: bool = False
+    attention_backends: bool = False  # prices prefill attention on a backend's curve (engine.attention_backend)
 
 
 _KINDS: dict[str, CostKind] = {}
@@ -72,7 +74,7 @@ def unregister_cost_kind(name: str) -> None:
 
 
 for _kind in (CostKind("operators", OPERATOR_EFFICIENCY_FIELDS, "its GEMM, attention and all-reduce curves are fitted",
-                       expert_parallel=True),
+                       expert_parallel=True, attention_backends=True),
               CostKind("roofline"), CostKind("table", needs_table=True)):
     register_cost_kind(_kind)
 

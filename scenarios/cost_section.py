@@ -20,13 +20,18 @@ class ResolvedCost:
     table: str | None
 
 
-def resolve_cost(cost: dict, model, tp: int, ep: int, where: str) -> ResolvedCost:
-    """Check a validated `cost:` section (and `engine.ep_size`) against its kind; the efficiency
-    numbers as numbers (5e-1 reads as 0.5) and the table's path as the run opens it."""
+def resolve_cost(cost: dict, model, tp: int, ep: int, where: str, attention_backend=None) -> ResolvedCost:
+    """Check a validated `cost:` section (and `engine.ep_size`, `engine.attention_backend`) against
+    its kind; the efficiency numbers as numbers (5e-1 reads as 0.5) and the table's path as the
+    run opens it."""
     kind = cost_kind(cost["kind"]) or CostKind(cost["kind"])
     eff = {k: as_number(v) for k, v in cost["efficiency"].items()}
     _check_efficiency(eff, kind, where)
     _check_ep(ep, tp, model, kind, where)
+    if attention_backend is not None and not kind.attention_backends:
+        by = " or ".join(k.name for k in cost_kinds() if k.attention_backends)
+        raise ScenarioError(f"{where}: engine.attention_backend: {attention_backend} is modelled by cost.kind {by} "
+                            f"only; expected null with cost.kind {kind.name}")
     return ResolvedCost(eff, _table(cost["table"], kind, where))
 
 

@@ -129,7 +129,7 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
     for k in f:
         if k not in FLEET_KEYS:
             raise ScenarioError(f"{where}: fleet.{k}: unknown key; expected one of {', '.join(FLEET_KEYS)}")
-    base = {k: v for k, v in raw.items() if k != "fleet"}
+    base = {k: v for k, v in raw.items() if k not in ("fleet", "events")}  # events: the fleet's, checked once
     dp = _count(f.get("dp", 1), "dp", where)
     groups = _groups(f, where)
     ranks = sum(g.get("count", 1) for g in groups) * dp

@@ -30,7 +30,7 @@ Assumptions (the full text is in each preset's ``sources``):
 - Kimi-K3: 104B active (sources disagree); INT4 experts + bf16 rest; MLA latent counted as
   one KV head. gpt-oss-20b: MXFP4 experts. Others: bf16 weights.
 - H200: 140 GiB usable HBM per GPU; 10 us per PCIe transfer; 100 us per L3 transfer.
-- A100-40GB/80GB, H100, H800, B200 (docs/sources/hardware.md): the same per-transfer costs; host
+- A100-40GB/80GB, H100, H800, B200, H20 (docs/sources/hardware.md): the same per-transfer costs; host
   link at the SM-kernel copy rate (SGLang's default ``--hicache-io-backend kernel``); L3 at the
   H200 node's 190 GB/s scaled to the node's NICs; device copy and measured matmul rates scaled
   from the H200's measured/peak ratios; node fields (DRAM, NICs) of the 8-GPU node.
@@ -1112,6 +1112,23 @@ _GPUS = {
                                         "dgx-b200) x 8 DDR5-5600 channels x 44.8 GB/s"),
         host_dram_bytes=(2 * 2**40, f"{_HS} Node shapes dgx-b200: 2 TB DIMM; assumption: GiB (2 TiB)"),
         nic_bytes_per_s=(400e9, f"{_HS} Node shapes dgx-b200: 8x ConnectX-7 400 Gb/s = 400 GB/s")),
+    "h20": dict(_HOPPER_NODE, gpu_name=("NVIDIA H20 SXM 96GB", None), hbm_bytes_per_gpu=(
+        97_871 * 2**20, f"{_HS} H20: hbm_bytes 97,871 MiB exposed (nvidia-smi in the SGLang EIC snapshot)"),
+        hbm_bytes_per_s=(4.0e12, f"{_HS} H20: hbm_bandwidth 4.0 TB/s"),
+        bf16_flops=(148e12, f"{_HS} H20: fp16_bf16_dense_flops 148 T"),
+        fp8_flops=(296e12, f"{_HS} H20: fp8_dense_flops 296 T (assumption: the INT8 rate)"),
+        nvlink_bytes_per_s=(450e9, f"{_HS} H20: NVLink 4, 900 GB/s bidirectional, 450 each way"),
+        operator_fit=("h100", f"assumption: no H20 GEMM profile is fitted (sim/opdata/vidur_fit.json): the H100 "
+                              f"curves at the H20's peaks ({_HS} H20: a cut-down GH100, 78 SMs vs 132)"),
+        pcie_kernel_bytes_per_s=(35.2e9, f"{_HS} H20: pcie_h2d_sm_measured 35.2 GB/s (nvbandwidth #24 comment: "
+                                         "similar to H100; SGLang's default kernel io backend)"),
+        pcie_direct_bytes_per_s=(35.2e9, _NO_DIRECT),
+        pcie_peak_bytes_per_s=(64e9, f"{_HS} H20: pcie_gen 5 (assumption, the HGX Hopper board), 64 GB/s per "
+                                     "direction theoretical"),
+        host_dram_bytes=(2 * 2**40, "assumption: the H20 node's host DRAM is NOT SOURCED; 2 TiB as the HGX H100 "
+                                    "platform (docs/sources/hardware.md Node shapes)"),
+        nic_bytes_per_s=(400e9, "assumption: the H20 node's NICs are NOT SOURCED; 8x 400 Gb/s as the HGX H100 "
+                                "platform (docs/sources/hardware.md Node shapes) = 400 GB/s")),
 }
 
 
@@ -1133,7 +1150,7 @@ HARDWARE.update({f"{key}x{n}": _gpu_node(key, n) for key in _GPUS for n in (1, 2
 
 def get_hardware(name: str) -> HardwarePreset:
     """The hardware preset `name`: a GPU and a node slice, "h200x1" .. "h200x8", "a100-40gbx1",
-    "a100-80gbx4", "h100x8", "h800x8", "b200x2", ... (`HARDWARE` lists them)."""
+    "a100-80gbx4", "h100x8", "h800x8", "b200x2", "h20x8", ... (`HARDWARE` lists them)."""
     return _lookup(HARDWARE, name, "hardware")
 
 

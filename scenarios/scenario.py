@@ -20,7 +20,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           l3_eviction_shards, l3_objects_per_page (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
-           expert parallelism, priced by sim/operators.py)
+           expert parallelism, priced by sim/operators.py), attention_backend (null | a backend
+           of sim/opdata/attention_backends.json: prefill attention on its measured curve)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -135,6 +136,7 @@ class Scenario:
     warnings: tuple = ()  # legal but odd settings (tier sizes), one line each, for the command to show once
     fleet: object = None  # scenarios.fleet.FleetSpec of a `fleet:` section (None: one engine)
     workload_kind: str = "multiturn"  # scenarios/workload_kinds.py
+    events: tuple = ()  # scenarios.events.Event of the `events:` timeline (fault what-ifs)
 
     @property
     def seed(self) -> int:
@@ -159,7 +161,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     engine = _engine_config(e, c, doc["seed"], where)
     _check_fits(e, c["page_size"], model, swa, where)
     wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
-    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where)
+    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where, attention_backend=e["attention_backend"])
+    _check_attention_curve(e["attention_backend"], tp, model, hw, where)
     out = {**doc, "model": model_doc, "hardware": hw_doc, "tp": tp,
            "cache": pools.cache_doc(c, comps, l1, swa, mamba, tiers), "cost": {**doc["cost"], "efficiency": cost.efficiency}}
     del out["fleet"]  # None: one engine (config.yaml as before)
@@ -169,9 +172,21 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
 
         spec = resolve_fleet(raw, doc["fleet"], where, resolve)
         out["fleet"] = spec.doc
+    events = _events(doc["events"], spec, tiers.config, where)
+    if not events:
+        del out["events"]  # config.yaml as before for a run without events
     return Scenario(doc=out, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(cost.efficiency), cost_table=cost.table, source=where, warnings=tiers.warnings,
-                    fleet=spec, workload_kind=doc["workload"]["kind"])
+                    fleet=spec, workload_kind=doc["workload"]["kind"], events=events)
+
+
+def _events(events, spec, tiers, where: str) -> tuple:
+    """The `events:` timeline (scenarios/events.py), checked against the engines it names."""
+    from .events import parse_events
+
+    kind = None if spec is None else "pd" if spec.pd is not None else "dp" if spec.dp > 1 else "plain"
+    return parse_events(events, where, len(spec.engines) if spec is not None else 1, kind,
+                        l3=tiers is not None and tiers.l3)
 
 
 def _tp(tp, model, hw, where: str) -> int:
@@ -200,7 +215,8 @@ def _engine_config(e: dict, c: dict, seed: int, where: str) -> EngineConfig:
                             schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
                             mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
                             load_overlap=e["load_overlap"], tree_core=e["tree_core"],
-                            overlap_schedule=e["overlap_schedule"], seed=seed)
+                            overlap_schedule=e["overlap_schedule"], frontend=e["frontend"],
+                            l3_get_batch_pages=e["l3_get_batch_pages"], seed=seed)
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
 
@@ -215,6 +231,20 @@ def _check_fits(e: dict, P: int, model, swa, where: str) -> None:
     if swa is not None and swa.capacity_tokens < window:
         raise ScenarioError(f"{where}: cache.swa_tokens: {swa.capacity_tokens} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
+
+
+def _check_attention_curve(backend, tp: int, model, hw, where: str) -> None:
+    """engine.attention_backend as sim/operators.py models it: a measured curve for the model's
+    per-GPU head layout on the hardware's GPU generation (the cost kind is checked by
+    scenarios/cost_section.py first). An import up a floor, owed: tests/test_layering.py KNOWN_UPWARD."""
+    if backend is None:
+        return
+    from sim.operators import attention_curve
+
+    try:
+        attention_curve(model, hw, tp, backend)
+    except ValueError as err:
+        raise ScenarioError(f"{where}: engine.attention_backend: {err}") from None
 
 
 def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:

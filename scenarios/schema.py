@@ -9,11 +9,12 @@ import math
 import numbers
 import re
 
-from cache_core.engine_types import LOAD_OVERLAPS, TREE_CORES
+from cache_core.engine_types import FRONTENDS, LOAD_OVERLAPS, TREE_CORES
 from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
 from cache_core.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
+from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
 from .program_names import PROGRAM_NAMES
@@ -91,6 +92,11 @@ SCHEMA = {
         "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
         "tree_core": (None, ("choice", (None, *TREE_CORES)), "null or one of " + ", ".join(TREE_CORES)),
         "overlap_schedule": (True, "bool", "true or false (SGLang's overlap scheduler, its default)"),
+        "attention_backend": (None, ("choice", (None, *attention_backend_names())),
+                              "null (the model's own attention curve) or one of " + ", ".join(attention_backend_names())
+                              + " (SGLang's --attention-backend; sim/opdata/attention_backends.json)"),
+        "frontend": (None, ("choice", (None, *FRONTENDS)), "null or one of " + ", ".join(FRONTENDS)),
+        "l3_get_batch_pages": (None, "int1_or_none", "null or an integer >= 1 (SGLang's STORAGE_BATCH_SIZE: 128)"),
     },
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
@@ -127,6 +133,8 @@ SCHEMA = {
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
     "fleet": (None, "fleet", "null or a mapping: engines, groups, router, ... (scenarios/fleet.py, docs/fleet.md)"),
+    "events": ([], lambda v: v is None or isinstance(v, list),
+               "a list of fault events {at_s, kind, ...} (scenarios/events.py)"),
 }
 
 
@@ -175,6 +183,8 @@ def _cost_model_names() -> list[str]:
 def _ok(check, v) -> bool:
     if isinstance(check, tuple):
         return v in check[1]
+    if callable(check):  # a kind's own check (scenarios/shared_prefix.py: stages)
+        return bool(check(v))
     num = isinstance(v, numbers.Real) and not isinstance(v, bool)
     integer = isinstance(v, numbers.Integral) and not isinstance(v, bool)
     return {
@@ -234,7 +244,8 @@ LIMITS = {
     "workload.num_clients": 10**5, "workload.num_rounds": 10**5, "workload.request_length": 2**28,
     "workload.output_length": 2**28, "workload.max_parallel": 10**5, "workload.vocab_size": 2**40,
     "workload.num_sessions": 10**5, "workload.concurrency": 10**5, "workload.system_prompt_tokens": 2**28,
-    "workload.block_size": 2**28,
+    "workload.block_size": 2**28, "workload.num_groups": 10**5, "workload.num_prompts_per_group": 10**5,
+    "workload.system_prompt_len": 2**28, "workload.question_len": 2**28, "workload.output_len": 2**28,
     "torch.layers": 1024, "torch.hidden": 2**17, "torch.num_heads": 1024, "torch.head_dim": 2**14,
     "torch.state_dim": 2**17, "torch.vocab": 2**24,
 }

@@ -155,6 +155,7 @@ for _name, _build, _smoke, _replay in (
         ("agentic", _agentic_workload, _agentic_smoke, "scenarios.agentic:REPLAY"),
         ("program", _program_workload, _program_smoke, None)):
     register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}", smoke=_smoke, replay=_replay)
+from . import shared_prefix as _shared_prefix  # noqa: E402,F401  (registers the shared_prefix kind)
 
 
 def _check_trace_has_requests(path: Path, block_size, where: str) -> None:

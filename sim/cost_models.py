@@ -33,7 +33,8 @@ def operator_cost_model(sc):
     from .cost import Efficiency
     from .operators import OperatorCostModel
 
-    return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency), ep=sc.doc["engine"]["ep_size"])
+    return OperatorCostModel(sc.model, sc.hardware, sc.tp, Efficiency(**sc.efficiency), ep=sc.doc["engine"]["ep_size"],
+                             attention_backend=sc.doc["engine"]["attention_backend"])
 
 
 @register_cost_model("roofline")

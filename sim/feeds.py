@@ -43,3 +43,12 @@ def azure(env, eng, spec):
 def trace(env, eng, spec):
     items = sources.trace_items(spec.path, spec.block_size, spec.max_requests)
     return timed_arrivals(env, eng, items, speedup=spec.speedup), None
+
+
+def shared_prefix(env, eng, spec):
+    from scenarios.shared_prefix import SharedPrefixWorkload
+
+    from .staged import staged_arrivals
+
+    w = SharedPrefixWorkload(spec)
+    return staged_arrivals(env, eng, w), spec.total_requests

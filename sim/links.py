@@ -95,6 +95,17 @@ class Link:
             self._wake.succeed()
         return done
 
+    def set_bandwidth(self, bandwidth_Bps: float) -> None:
+        """From now on the bandwidth phase runs at `bandwidth_Bps` (a fault what-if: a slowed
+        link, scenarios/events.py). The bytes received so far are kept: the virtual clock is
+        brought up to now at the old rate, then the process replans at the new one."""
+        new = _check_pos("bandwidth_Bps", bandwidth_Bps)
+        self._advance()
+        self.bandwidth_Bps = new
+        self._planned = None
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
     @property
     def active(self) -> int:
         """Transfers in the bandwidth phase now."""

@@ -61,6 +61,7 @@ def totals(rows, rounds) -> dict:
 
 def request_rows(eng) -> list:
     rows = []
+    front = getattr(eng, "frontend", None)
     for r in sorted(eng.finished, key=lambda x: x.rid):
         ttft = None if r.first_token_s is None else r.first_token_s - r.arrival_s
         row = {"rid": r.rid, "session_id": r.session_id, "round": r.round, "arrival_s": r.arrival_s,
@@ -69,7 +70,9 @@ def request_rows(eng) -> list:
                "cached_tokens": r.cached_tokens, "cached_device": r.cached_device, "cached_host": r.cached_host,
                "cached_storage": r.cached_storage, "evicted_tokens": r.evicted_tokens, "rejected": r.rejected}
         if ttft is not None:
-            row.update(queue_s=r.queue_s, load_s=r.load_s, compute_s=ttft - r.queue_s - r.load_s)
+            row.update(queue_s=r.queue_s, load_s=r.load_s, compute_s=ttft - r.queue_s - r.load_s - r.frontend_s)
+            if front is not None:  # engine.frontend set: its part of the TTFT (sim/serving_cpu.py)
+                row["frontend_s"] = r.frontend_s
         rows.append(row)
     return rows
 
@@ -150,6 +153,12 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
     s["engine"] = {"steps": eng.steps, **eng.counters, "busy_s": eng.executor.busy_s,
                    "simulated_end_s": env_now}
     tc = getattr(eng.executor, "tree_cpu", None)
+    front = getattr(eng, "frontend", None)
+    if front is not None:  # engine.frontend set (sim/serving_cpu.py); absent otherwise
+        s["frontend"] = front.summary()
+    reads = getattr(eng, "l3_reads", None)
+    if reads is not None:  # engine.l3_get_batch_pages set (sim/l3_reads.py); absent otherwise
+        s["l3_reads"] = reads.summary()
     if tc is not None:  # engine.tree_core set (sim/tree_cpu.py); absent otherwise
         s["tree_cpu"] = {"core": tc.model.core, "cpu_s": tc.cpu_s, "exposed_s": tc.exposed_s,
                          "ops": dict(sorted(tc.counter.totals.items()))}

@@ -25,6 +25,7 @@ from collections import deque
 
 import simpy
 
+from cache_core.actions import L2, L3
 from cache_core.engine import Engine
 from cache_core.engine_types import EngineRequest
 from cache_core.records import TokenSeq
@@ -60,8 +61,15 @@ class SimDataPlane:
     def __init__(self, links: LinkSet, shards: dict | None = None):
         self.links = links
         self.plane = DataPlane(links, shards)
+        self.l3_down = False  # an L3 outage (scenarios/events.py): L3 reads and writes fail at once
+        self.l3_failed: dict = {"read": 0, "write": 0}  # transfers failed by outages, by direction
 
     def submit(self, t, on_done) -> None:
+        if self.l3_down and L3 in (t.src_tier, t.dst_tier):
+            self.l3_failed["read" if t.src_tier == L3 else "write"] += 1
+            env = self.links.links[(L3, L2)].env  # the store answers with an error at once
+            env.timeout(0).callbacks.append(lambda _e, tid=t.id: on_done(tid, False))
+            return
         ev = self.plane.submit(t)
         ev.callbacks.append(lambda _e, tid=t.id: on_done(tid, True))
 

@@ -35,6 +35,7 @@ from cache_core.actions import LOAD, PREFETCH
 from cache_core.engine_types import LOADING, PREFETCHING, WAITING
 
 BETWEEN, OTHERS_LOADS, STEP = "between steps", "others' loads", "step"
+FRONTEND = "frontend"  # engine.frontend: tokenization, fixed cost, the first token's way out (sim/serving_cpu.py)
 EXPOSED, OTHER_LOAD = "L2->L1 exposed", "other"
 _LOAD_PHASES = (PREFETCHING, LOADING)
 
@@ -149,6 +150,8 @@ class TtftRecorder:
             if exposed.get(r.rid):
                 load[EXPOSED] += exposed[r.rid]
             comp = dict(compute.get(r.rid, {}))
+            if r.frontend_s:
+                comp[FRONTEND] = r.frontend_s
             comp[BETWEEN] = ttft - r.queue_s - r.load_s - sum(comp.values())
             out[r.rid] = {"ttft": ttft, "queue": r.queue_s, "load": dict(load), "compute": comp,
                           "load_unsplit": r.load_s - sum(load.values())}

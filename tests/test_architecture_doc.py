@@ -148,8 +148,10 @@ def resolves_in_file(path: Path, dotted: str) -> bool:
 
 def schema_key(dotted: str) -> bool | None:
     """True/False for a scenario key `section.key`; None when the head is no scenario section."""
+    from scenarios.schema import _workload_union  # every registered kind's workload keys
+
     head, *rest = dotted.split(".")
-    section = SCHEMA.get(head)
+    section = _workload_union() if head == "workload" else SCHEMA.get(head)
     if not isinstance(section, dict) or len(rest) != 1:
         return None
     return head in FREE_FORM or rest[0] in section

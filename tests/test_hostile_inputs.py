@@ -13,7 +13,7 @@ import yaml
 import radixsim.cli
 from helpers import run_main
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
-from scenarios.schema import INT_CHECKS, NUMBER_CHECKS, SCHEMA, SIZE_CHECKS, WORKLOAD_SCHEMAS, _validate
+from scenarios.schema import INT_CHECKS, NUMBER_CHECKS, SCHEMA, SIZE_CHECKS, _validate
 
 TINYT = """\
 model: qwen3-32b
@@ -220,8 +220,10 @@ def _numeric_keys():
                 out.append((kind, prefix + k, "range", [2, 16]))
 
     walk({k: v for k, v in SCHEMA.items() if k != "workload"}, "", "multiturn")
-    for kind, schema in WORKLOAD_SCHEMAS.items():
-        walk(schema, "workload.", kind)
+    from scenarios.workload_kinds import workload_kind, workload_kind_names
+
+    for kind in workload_kind_names():  # every registered kind (shared_prefix registers itself)
+        walk(workload_kind(kind).schema, "workload.", kind)
     return out
 
 
@@ -273,7 +275,7 @@ def test_numeric_key_table_covers_the_schema():
             "cache.hicache_size_gb", "cache.l3_tokens", "engine.max_running_requests", "engine.new_token_ratio",
             "workload.num_clients", "workload.request_rate", "workload.speedup", "workload.max_requests",
             "workload.turns", "workload.think_time_s", "torch.layers"} <= keys
-    assert len(NUMERIC_KEYS) == 64
+    assert len(NUMERIC_KEYS) == 72  # 64 + engine.l3_get_batch_pages + shared_prefix's 7
     assert set(SAMPLES) == set(INT_CHECKS + NUMBER_CHECKS + SIZE_CHECKS)
 
 

@@ -51,7 +51,8 @@ SOURCE_PREFIXES = ("MODELS.md", "HARDWARE.md", "docs/sources/models.md", "docs/s
 
 def test_registry_has_every_family():
     assert set(MODELS) == set(HAND)
-    assert set(HARDWARE) == {f"{gpu}x{n}" for gpu in ("h200", "a100-40gb", "a100-80gb", "h100", "h800", "b200")
+    assert set(HARDWARE) == {f"{gpu}x{n}" for gpu in ("h200", "a100-40gb", "a100-80gb", "h100", "h800", "b200",
+                                                          "h20")
                              for n in (1, 2, 4, 8)}
 
 

@@ -40,14 +40,15 @@ def test_the_cheap_figures_match_a_rerun(capsys):
     cheap = [e for e in regen.REGISTRY.values() if e.cheap]
     assert (rc, out.splitlines()[-1]) == (0, f"{len(cheap)} entries checked: all match"), out
     assert {e.doc for e in cheap} == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/figure4.md",
-                                      "docs/figure6.md", "docs/policy_lab.md"}
+                                      "docs/figure6.md", "docs/policy_lab.md", "docs/sources/attention_backends.md"}
 
 
 def test_every_entry_has_its_marker_and_every_marker_its_entry():
     regen.check_markers(ROOT, list(regen.REGISTRY.values()))  # raises on a mismatch
     docs = {e.doc for e in regen.REGISTRY.values()}
     assert docs == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/fleet.md",
-                    "docs/figure4.md", "docs/figure6.md", "docs/policy_lab.md"}
+                    "docs/figure4.md", "docs/figure6.md", "docs/policy_lab.md", "docs/sources/attention_backends.md",
+                    "docs/sources/clock_terms.md"}
 
 
 def test_a_changed_figure_is_a_diff_and_write_restores_it(tree, capsys):
@@ -95,7 +96,8 @@ def test_list_names_the_cost_and_command(capsys):
                                  "store-model-per-shard", "figure4-dsv4-l1", "figure4-inkling-l1",
                                  "figure4-dsv4-swa", "figure4-inkling-swa", "figure4-inkling-mamba", "figure4-dsv4-l2",
                                  "figure4-inkling-l2", "figure6-dsv4-pro-l1", "figure6-dsv4-pro-l2", "figure6-qwen-l1",
-                                 "figure6-qwen-l2", "figure6-qwen-mamba", "policy-lab-curve-agentic"]
+                                 "figure6-qwen-l2", "figure6-qwen-mamba", "policy-lab-curve-agentic",
+                                 "attention-backend-curve"]
     assert all(" cheap " in ln for ln in out.splitlines())
     rc, out, _ = run(capsys, ["--list", "--only", "fleet-agentic-table"])
     assert out.split()[:3] == ["fleet-agentic-table", "docs/fleet.md", "expensive"]

@@ -129,7 +129,7 @@ def test_replay_lists_the_kinds_with_a_replay_hook(burst_kind, capsys):
         main(["replay", "--workload", "bogus", "--out", "x"])
     assert e.value.code == 2
     assert capsys.readouterr().err == ("radixsim replay: error: argument --workload: invalid choice: 'bogus' "
-                                       "(choose from 'multiturn', 'agentic', 'test-burst')\n")
+                                       "(choose from 'multiturn', 'agentic', 'shared_prefix', 'test-burst')\n")
 
 
 def test_a_scenario_that_names_only_the_kind_runs_the_workload_configs_defaults():
@@ -147,7 +147,7 @@ def test_a_scenario_that_names_only_the_kind_runs_the_workload_configs_defaults(
     assert ag.config == replace(AgenticConfig(), seed=0)
 
 
-BUILT_IN_KINDS = ["multiturn", "trace", "azure", "agentic", "program"]
+BUILT_IN_KINDS = ["multiturn", "trace", "azure", "agentic", "program", "shared_prefix"]
 
 
 @pytest.mark.parametrize("first", ["scenarios.schema", "scenarios.workload_kinds", "scenarios.scenario"])
@@ -165,4 +165,4 @@ def test_the_registry_has_every_built_in_kind_whatever_is_imported_first(first):
             "print(json.dumps([w.workload_kind_names(), w.replay_kind_names(), w.workload_kind('trace').name]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
                          env={**os.environ, "PYTHONPATH": str(root)})
-    assert json.loads(out.stdout) == [BUILT_IN_KINDS, ["multiturn", "agentic"], "trace"]
+    assert json.loads(out.stdout) == [BUILT_IN_KINDS, ["multiturn", "agentic", "shared_prefix"], "trace"]

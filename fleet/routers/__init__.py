@@ -7,10 +7,12 @@ from .cache_aware import CacheAware
 from .cache_aware_exact import CacheAwareExact
 from .kv_overlap import KvOverlap
 from .least_load import LeastLoad
+from .llm_d import LlmD
 from .round_robin import RoundRobin
 from .session_affinity import SessionAffinity
 
-ROUTERS = {cls.name: cls for cls in (RoundRobin, LeastLoad, SessionAffinity, CacheAware, KvOverlap, CacheAwareExact)}
+ROUTERS = {cls.name: cls for cls in (RoundRobin, LeastLoad, SessionAffinity, CacheAware, KvOverlap, CacheAwareExact,
+                                          LlmD)}
 
 
 def make_router(spec: dict, n: int, *, page_size: int, seed: int = 0, where: str = "fleet.router"):

@@ -2,13 +2,22 @@
 
 A router sees what a real one sees at the moment a request arrives: the request (its tokens,
 page keys, session id) and its own bookkeeping of what it sent where and what has finished
-(`Router.outstanding`, `Router.outstanding_tokens`). Only cache_aware_exact is handed the engines
-themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one
-without DP attention) and reads their exact caches.
+(`Router.outstanding`, `Router.outstanding_tokens`). Only cache_aware_exact and llm_d (its
+precise prefix and load scorers, as llm-d reads KV events and engine metrics) read the engines
+themselves (`Router.engines`, set by the fleet: per engine the list of its ranks, one without
+DP attention): their exact caches, pools and queues.
 
 Lifecycle: ``pick(req, now) -> engine index``; then the fleet calls ``routed(req, i, now)``
-and, when the request finishes on engine i, ``finished(req, i, now)``. Ties always go to the
-lowest engine index, so every router is deterministic (``seed`` places session_affinity's ring).
+and, when the request finishes on engine i, ``finished(req, i, now)``. Ties go to the lowest
+engine index (llm_d's pickers: at random from ``seed``, as llm-d's), so every router is
+deterministic for a seed (``seed`` also places session_affinity's ring).
+
+Faults (scenarios/events.py ``engine_down``): engines in ``down`` are never picked (a gateway's
+health check takes them out of the pool, as the filters before llm-d's scorers and sgl-router's
+worker removal do); a request lost with its engine is ``failed(req, i, now)`` (its accounting
+dropped, no cache learnt from it) and routed again; an engine back up is ``forget(i)``-ten:
+whatever the router had learnt about its cache is dropped (sgl-router removes a failed
+worker's tree with it).
 """
 from __future__ import annotations
 
@@ -24,6 +33,18 @@ class Router:
         self.outstanding = [0] * n  # requests routed to each engine and not finished
         self.outstanding_tokens = [0] * n  # their prompt + output tokens (queued + running work)
         self.engines = None  # cache_aware_exact's view only
+        self.down: set = set()  # engines out of the pool (a fault): never picked
+
+    def alive(self) -> list:
+        """The engines that may be picked, in index order."""
+        return [i for i in range(self.n) if i not in self.down]
+
+    def failed(self, req, i: int, now: float) -> None:
+        """`req`, routed to engine i, was lost with it (engine_down): it is routed again."""
+        Router.finished(self, req, i, now)
+
+    def forget(self, i: int) -> None:
+        """Engine i came back with empty caches: drop what was learnt of them (none here)."""
 
     def pick(self, req, now: float) -> int:
         raise NotImplementedError
@@ -56,13 +77,16 @@ class RecentKeys(OrderedDict):
             self.popitem(last=False)
 
 
-def argmin(values) -> int:
-    """Index of the smallest value, the lowest index among equals."""
-    best = 0
+def argmin(values, skip=()) -> int:
+    """Index of the smallest value, the lowest index among equals; indices in `skip` (down
+    engines) are passed over (all skipped: the lowest index, never reached by the fleet)."""
+    best = None
     for i, v in enumerate(values):
-        if v < values[best]:
+        if i in skip:
+            continue
+        if best is None or v < values[best]:
             best = i
-    return best
+    return 0 if best is None else best
 
 
 def leading(keys: list, present) -> int:

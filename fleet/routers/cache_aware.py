@@ -52,14 +52,15 @@ class CacheAware(Router):
             self._next_evict = now + self.interval
         keys = self.prompt_keys(req)
         loads = self.outstanding
-        hi, lo = max(loads), min(loads)
+        up = self.alive() if self.down else range(self.n)
+        hi, lo = max(loads[j] for j in up), min(loads[j] for j in up)
         if hi - lo > self.abs_threshold and hi > lo * self.rel_threshold:
             self.imbalanced_picks += 1
-            i = argmin(loads)
+            i = argmin(loads, self.down)
         else:
             self.balanced_picks += 1
             runs = self.matched_tokens(req, keys)
-            best = max(range(self.n), key=lambda j: (runs[j], -j))
+            best = max(up, key=lambda j: (runs[j], -j))
             rate = runs[best] / req.prompt_tokens if req.prompt_tokens else 0.0
             i = best if rate > self.cache_threshold else self.emptiest()
         self._insert(self.trees[i], keys)
@@ -73,8 +74,8 @@ class CacheAware(Router):
         """Where a low match goes: the engine with the smallest approximate tree (sgl-router's
         `get_smallest_tenant`), or with ``low_match: least_load`` the fewest unfinished requests."""
         if self.low_match == "least_load":
-            return argmin(self.outstanding)
-        return argmin([len(t) for t in self.trees])
+            return argmin(self.outstanding, self.down)
+        return argmin([len(t) for t in self.trees], self.down)
 
     @staticmethod
     def _insert(tree, keys) -> None:
@@ -83,3 +84,7 @@ class CacheAware(Router):
     def _evict(self) -> None:
         for t in self.trees:
             t.trim(self.max_pages)
+
+    def forget(self, i):
+        """Engine i restarted: its approximate tree goes (sgl-router's `remove_tenant`)."""
+        self.trees[i] = RecentKeys()

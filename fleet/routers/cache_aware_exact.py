@@ -23,7 +23,8 @@ class CacheAwareExact(CacheAware):
         super().__init__(n, **kw)
 
     def matched_tokens(self, req, keys) -> list:
-        return [max(self._reuse(e, req) for e in ranks) for ranks in self.engines]
+        return [0 if i in self.down else max(self._reuse(e, req) for e in ranks)
+                for i, ranks in enumerate(self.engines)]
 
     @staticmethod
     def _reuse(engine, req) -> int:
@@ -31,7 +32,7 @@ class CacheAwareExact(CacheAware):
         return m.device + m.host_tokens if engine.cache.hier is not None else m.cached_tokens
 
     def emptiest(self) -> int:
-        return argmin(self.outstanding_tokens)
+        return argmin(self.outstanding_tokens, self.down)
 
     @staticmethod
     def _insert(tree, keys) -> None:

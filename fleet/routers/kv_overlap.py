@@ -56,7 +56,7 @@ class KvOverlap(Router):
         new = self._blocks(req)
         logits = [self.weight * (req.prompt_tokens - leading(keys, self.index[i]) * self.P) / self.P
                   + self.active_blocks[i] + new for i in range(self.n)]
-        return argmin(logits)
+        return argmin(logits, self.down)
 
     def routed(self, req, i, now):
         super().routed(req, i, now)
@@ -71,3 +71,15 @@ class KvOverlap(Router):
             return
         self._seq += 1
         heapq.heappush(self._events, (now + self.staleness_s, self._seq, i, keys))
+
+    def failed(self, req, i, now):
+        """Lost with its engine: its blocks leave the active count; it stored nothing."""
+        Router.finished(self, req, i, now)
+        self.active_blocks[i] -= self._blocks(req)
+        self._keys.pop(req.rid, None)
+
+    def forget(self, i):
+        """Engine i restarted: its index and the stored events still on their way are dropped."""
+        self.index[i] = RecentKeys()
+        self._events = [e for e in self._events if e[2] != i]
+        heapq.heapify(self._events)

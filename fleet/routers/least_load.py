@@ -9,4 +9,4 @@ class LeastLoad(Router):
     name = "least_load"
 
     def pick(self, req, now):
-        return argmin(self.outstanding_tokens)
+        return argmin(self.outstanding_tokens, self.down)

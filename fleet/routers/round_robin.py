@@ -13,5 +13,7 @@ class RoundRobin(Router):
 
     def pick(self, req, now):
         i = self._next
+        while i in self.down and len(self.down) < self.n:  # a down engine's turn passes to the next
+            i = (i + 1) % self.n
         self._next = (i + 1) % self.n
         return i

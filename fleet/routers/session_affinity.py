@@ -39,12 +39,13 @@ class SessionAffinity(Router):
 
     def pick(self, req, now):
         key = req.session_id if req.session_id is not None else f"rid:{req.rid}"
-        cap = math.ceil((1 + self.epsilon) * (sum(self.outstanding) + 1) / self.n)
+        up = self.n - len(self.down)
+        cap = math.ceil((1 + self.epsilon) * (sum(self.outstanding) + 1) / up)
         start = bisect.bisect(self._points, _h(str(key)))
         home = self._owners[start % len(self._points)]
         for j in range(len(self._points)):
             i = self._owners[(start + j) % len(self._points)]
-            if self.outstanding[i] < cap:
+            if i not in self.down and self.outstanding[i] < cap:
                 if i != home:
                     self.moves.append((req.rid, home, i, self.outstanding[home], cap))
                 return i
