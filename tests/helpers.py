@@ -121,3 +121,27 @@ def run_main(capsys, args) -> tuple:
         rc = e.code
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+class KeySeq:
+    """A stand-in TokenSeq whose whole pages have the stable keys `keys` (router tests)."""
+
+    def __init__(self, keys, page_size: int = 64):
+        import numpy as np
+
+        self.keys = np.asarray(keys, dtype=np.uint64)
+        self.page_size = page_size
+
+    def page_keys(self, page_size):
+        assert page_size == self.page_size
+        return self.keys
+
+
+class KeyReq:
+    """A request whose whole pages have the stable keys `keys` (prompt first), for routers."""
+
+    def __init__(self, rid, keys, prompt=None, output=0, session=None, seq=None, page_size: int = 64):
+        self.rid, self.seq, self.limit, self.session_id, self.rejected = \
+            rid, seq or KeySeq(keys, page_size), None, session, False
+        self.prompt_tokens = len(keys) * page_size if prompt is None else prompt
+        self.output_length = output

@@ -14,26 +14,13 @@ from cache_core.records import TokenSeq
 from fleet.routers import make_router
 from fleet.routers.llm_d import MODEL_HASH as MODEL
 
+from helpers import KeyReq, KeySeq
+
 P = 64
 ROOT = Path(__file__).resolve().parents[1]
 
 
-class Seq:
-    def __init__(self, keys):
-        self.keys = np.asarray(keys, dtype=np.uint64)
-
-    def page_keys(self, page_size):
-        assert page_size == P
-        return self.keys
-
-
-class Req:
-    """A request whose whole pages have the stable keys `keys` (prompt first)."""
-
-    def __init__(self, rid, keys, prompt=None, output=0, seq=None):
-        self.rid, self.seq, self.limit, self.session_id, self.rejected = rid, seq or Seq(keys), None, None, False
-        self.prompt_tokens = len(keys) * P if prompt is None else prompt
-        self.output_length = output
+Seq, Req = KeySeq, KeyReq  # tests/helpers.py (pages of P = 64 tokens)
 
 
 def llm_d(n=2, scorers=(), picker="max-score-picker", seed=0):

@@ -6,32 +6,18 @@ from __future__ import annotations
 import copy
 import math
 
-import numpy as np
 import pytest
 
 from fleet.routers import make_router
 from radixsim.fleet_run import fleet_rows, simulate_fleet
 from scenarios.scenario import resolve
 
+from helpers import KeyReq, KeySeq
+
 P = 64
 
 
-class Seq:
-    def __init__(self, keys):
-        self.keys = np.asarray(keys, dtype=np.uint64)
-
-    def page_keys(self, page_size):
-        assert page_size == P
-        return self.keys
-
-
-class Req:
-    """A request whose whole pages have the stable keys `keys` (prompt first)."""
-
-    def __init__(self, rid, keys, prompt=None, output=0, session=None):
-        self.rid, self.seq, self.limit, self.session_id, self.rejected = rid, Seq(keys), None, session, False
-        self.prompt_tokens = len(keys) * P if prompt is None else prompt
-        self.output_length = output
+Seq, Req = KeySeq, KeyReq  # tests/helpers.py (pages of P = 64 tokens)
 
 
 def router(kind, n=2, **params):
