@@ -113,7 +113,7 @@ def config_rows(run: Run) -> list:
     return [[k, _fmt(v)] for k, v in flatten(run.config).items() if not k.startswith("provenance.")]
 
 
-def _swept_key(runs) -> str | None:
+def swept_key(runs) -> str | None:
     """The one numeric config key whose value differs between the runs, if exactly one."""
     if len(runs) < 2:
         return None
@@ -135,7 +135,7 @@ def report_figures(runs, comparisons=(), sweeps=()) -> list:
     if runs:
         out.append(("fig6", "Hit rate by tier and mean TTFT per run (change vs the first run)",
                     figures.fig6_figure(runs)))
-    key = _swept_key(runs)
+    key = swept_key(runs)
     if key is not None:
         out.append(("capacity", f"Hit rate vs {key}", figures.capacity_figure(runs, key, "hit_rate")))
     sims = [r for r in runs if r.mode == "sim"]
@@ -256,5 +256,5 @@ def write_report(run_dirs, out_path, *, labels=None, title: str = "radixsim repo
     return out
 
 
-__all__ = ["write_report", "key_table", "detail_tables", "config_rows", "report_figures", "fmt_rate", "fmt_s",
+__all__ = ["write_report", "swept_key", "key_table", "detail_tables", "config_rows", "report_figures", "fmt_rate", "fmt_s",
            "fmt_tps"]

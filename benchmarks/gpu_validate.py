@@ -244,11 +244,12 @@ def part_operators(device: str, size: dict, out_dir: Path) -> dict:
     from gpu_backend.calibrate import measure_operators
     from radixsim.outputs import write
     from sim.operators import OperatorCostModel
+    from sim.optable import calibration_plan
 
     cost = OperatorCostModel(SCENARIOS["dense"], "h200x1", 1)
     t0 = time.perf_counter()
-    table = measure_operators(cost, device=device, dtype=torch.bfloat16 if device == "cuda" else torch.float32,
-                              **size["operators"])
+    table = measure_operators(calibration_plan(cost), device=device,
+                              dtype=torch.bfloat16 if device == "cuda" else torch.float32, **size["operators"])
     path = out_dir / f"operators_{SCENARIOS['dense']}.json"
     write(path, table)
     rows = operator_predictions(table, cost)

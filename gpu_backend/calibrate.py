@@ -2,9 +2,10 @@
 (`sim.optable`'s format, what `radixsim calibrate` writes), a fitted step-time table
 (`sim.cost.TableCostModel`'s format) and page-copy bandwidth.
 
-- `measure_operators(cost, ...)`: the operators the simulator's step-time model prices
+- `measure_operators(plan, ...)`: the operators the simulator's step-time model prices
   (`sim.optable.OperatorTableCostModel`), each timed on this device at the shapes that model
-  asks for: the GEMMs of `sim.optable.gemm_shapes(cost)` by rows M, one attention layer
+  asks for (`plan` = `sim.optable.calibration_plan(cost)`, made by the caller: the torch backend
+  never imports the simulator): the GEMMs of its `gemm_shapes` by rows M, one attention layer
   (scaled dot-product attention, the preset's heads per GPU, GQA) per (prefix, new) prefill
   and per decode KV length, and host -> device copies of pinned memory by size;
 - `measure_table(model, ...)`: prefill seconds for (new tokens, cached tokens) pairs and decode
@@ -243,28 +244,27 @@ def h2d_seconds(nbytes: int, *, device, repeats: int = 3) -> float:
     return _timed(lambda: dst.copy_(host, non_blocking=pin), repeats, dev)
 
 
-def measure_operators(cost, *, device="cpu", dtype=torch.bfloat16, rows=GEMM_ROWS, prefixes=PREFIXES,
+def measure_operators(plan: dict, *, device="cpu", dtype=torch.bfloat16, rows=GEMM_ROWS, prefixes=PREFIXES,
                       new=NEW_TOKENS, kv=KV_LENGTHS, copy_bytes=COPY_BYTES, repeats: int = 3, progress=None) -> dict:
-    """The operator table (`sim.optable` format) of cost model `cost` (an `OperatorCostModel`:
-    its preset and TP name the shapes) timed on `device`. `progress(message)` is told each step."""
-    from sim.optable import FORMAT, attention_heads, gemm_shapes
-
+    """The operator table (`sim.optable` format) of `plan` (`sim.optable.calibration_plan(cost)`
+    of an `OperatorCostModel`: its preset and TP name the shapes) timed on `device`.
+    `progress(message)` is told each step."""
     say = progress or (lambda _m: None)
     kw = {"device": device, "dtype": dtype, "repeats": repeats}
     gemm = []
-    for n, k in gemm_shapes(cost):
+    for n, k in plan["gemm_shapes"]:
         say(f"GEMM N x K = {n} x {k}")
         w = torch.randn(k, n, device=device, dtype=dtype)
         gemm.append({"n": n, "k": k, "points": [[m, gemm_seconds(m, n, k, weight=w, **kw)] for m in rows]})
         del w
-    heads = attention_heads(cost)
+    heads = plan["heads"]
     say(f"attention ({heads['q_heads']} query / {heads['kv_heads']} KV heads x {heads['head_dim']})")
     prefill = [[c, n, attention_seconds(c, n, heads, **kw)] for c in prefixes for n in new]
     decode = [[c, attention_seconds(c, 1, heads, **kw)] for c in kv]
     say("copies")
     copies = [[b, h2d_seconds(b, device=device, repeats=repeats)] for b in copy_bytes]
-    return {"format": FORMAT, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-            "model": cost.model.name, "tp": cost.tp, "heads": heads, "gemm": gemm,
+    return {"format": plan["format"], "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+            "model": plan["model"], "tp": plan["tp"], "heads": heads, "gemm": gemm,
             "prefill_attention": prefill, "decode_attention": decode, "copy": copies}
 
 

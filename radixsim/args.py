@@ -179,3 +179,16 @@ def check_device(device: str, option: str) -> None:
                           "expected cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
         raise DeviceError(f"{option} {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def torch_device(args, sc) -> str:
+    """The device a torch command uses (--device, else the scenario's torch.device), checked."""
+    device = args.device or sc.doc.get("torch", {}).get("device") or "cpu"
+    check_device(device, "--device" if args.device else "torch.device")
+    return device
+
+
+def warn(prog: str, warnings) -> None:
+    """One stderr line per warning, after the command's name."""
+    for w in warnings:
+        sys.stderr.write(f"{prog}: warning: {w}\n")

@@ -89,7 +89,7 @@ def _plot(args) -> list:
     from analysis import figures
     from analysis.load import load_runs
     from analysis.metrics import per_round
-    from analysis.report import _swept_key
+    from analysis.report import swept_key
     from analysis.style import save as save_figure
 
     kind, out = args.kind, Path(args.out)
@@ -123,7 +123,7 @@ def _plot(args) -> list:
         if x is None and sweeps and sweeps[0].is_dir():
             keys = figures.sweep_keys(sweeps[0])
             x, y = (keys[0] if keys else None), (y or (keys[1] if len(keys) > 1 else None))
-        x = x or (_swept_key(runs) if kind == "all" else None)
+        x = x or (swept_key(runs) if kind == "all" else None)
         if need(x is not None, "--x: required with --kind capacity (a swept key such as cache.l1_tokens)"):
             need(bool(sweeps) or len(runs) > 1,
                  "--kind capacity: expected a sweep directory, sweep.csv or several runs")

@@ -36,24 +36,21 @@ Every problem raises `ScenarioError("FILE: KEY: problem; expected ...")` (one li
 from __future__ import annotations
 
 import copy
-import math
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from cache_core.config import CacheConfig, MambaConfig, SwaConfig
+from cache_core.config import CacheConfig
 from cache_core.engine_types import EngineConfig
-from cache_core.tiers import TierConfig
 
+from . import cache_pools as pools
 from . import presets
+from .cost_section import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
-from .schema import L2_SIZE_KEYS, LIMITS, as_integer, as_number
-from .units import check_pool, floor_pages, parse_size, tier_warnings
-from .workload_kinds import WorkloadContext, register_workload_kind, workload_kind
+from .schema import L2_SIZE_KEYS
+from .workload_kinds import WorkloadContext, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
-from .workloads import MultiTurnConfig
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 
@@ -132,7 +129,7 @@ class Scenario:
     tp: int
     cache: CacheConfig
     engine: EngineConfig
-    workload: object  # what its kind's build made: MultiTurnConfig | TraceSpec | AgenticSpec | ProgramSpec | ...
+    workload: object  # what its kind's build made (scenarios/workload_builds.py): MultiTurnConfig | TraceSpec | ...
     efficiency: dict
     cost_table: str | None
     source: str
@@ -147,179 +144,107 @@ class Scenario:
 
 
 def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
-    """Validate and resolve a raw scenario mapping (ScenarioError on any problem)."""
+    """Validate and resolve a raw scenario mapping (ScenarioError on any problem). Each step
+    returns what it resolved (the `cache:` section's in scenarios/cache_pools.py); `doc`, what
+    config.yaml records, is assembled from them at the end, the validated sections untouched."""
     doc = _validate(raw, SCHEMA, where)
-    fleet = doc.pop("fleet")  # None: one engine (config.yaml as before)
-    model = _preset(doc, "model", presets.resolve_model, where)
-    hw = _preset(doc, "hardware", presets.resolve_hardware, where)
-    tp = hw.num_gpus if doc["tp"] is None else doc["tp"]
+    model, model_doc = _preset(doc, "model", presets.resolve_model, where)
+    hw, hw_doc = _preset(doc, "hardware", presets.resolve_hardware, where)
+    tp = _tp(doc["tp"], model, hw, where)
+    c, e = doc["cache"], doc["engine"]
+    comps = pools.components(c, model, where)
+    l1 = pools.l1_pool(c, model, hw, tp, where)
+    swa = pools.swa_pool(c, model, l1, where) if "swa" in comps else None
+    mamba = pools.mamba_pool(c, model, l1, where) if "mamba" in comps else None
+    tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
+    cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where)
+    engine = _engine_config(e, c, doc["seed"], where)
+    _check_fits(e, c["page_size"], model, swa, where)
+    wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
+    cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where, attention_backend=e["attention_backend"])
+    _check_attention_curve(e["attention_backend"], tp, model, hw, where)
+    out = {**doc, "model": model_doc, "hardware": hw_doc, "tp": tp,
+           "cache": pools.cache_doc(c, comps, l1, swa, mamba, tiers), "cost": {**doc["cost"], "efficiency": cost.efficiency}}
+    del out["fleet"]  # None: one engine (config.yaml as before)
+    spec = None
+    if doc["fleet"] is not None:
+        from .fleet import resolve_fleet
+
+        spec = resolve_fleet(raw, doc["fleet"], where, resolve)
+        out["fleet"] = spec.doc
+    events = _events(doc["events"], spec, tiers.config, where)
+    if not events:
+        del out["events"]  # config.yaml as before for a run without events
+    return Scenario(doc=out, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
+                    efficiency=dict(cost.efficiency), cost_table=cost.table, source=where, warnings=tiers.warnings,
+                    fleet=spec, workload_kind=doc["workload"]["kind"], events=events)
+
+
+def _events(events, spec, tiers, where: str) -> tuple:
+    """The `events:` timeline (scenarios/events.py), checked against the engines it names."""
+    from .events import parse_events
+
+    kind = None if spec is None else "pd" if spec.pd is not None else "dp" if spec.dp > 1 else "plain"
+    return parse_events(events, where, len(spec.engines) if spec is not None else 1, kind,
+                        l3=tiers is not None and tiers.l3)
+
+
+def _tp(tp, model, hw, where: str) -> int:
+    """The TP degree (default: every GPU of the hardware preset), checked against GPUs and heads."""
+    tp = hw.num_gpus if tp is None else tp
     if tp > hw.num_gpus:
         raise ScenarioError(f"{where}: tp: {tp} exceeds the {hw.num_gpus} GPUs of {hw.name}; expected 1..{hw.num_gpus}")
     _check_tp_heads(model, tp, hw.num_gpus, where)
-    c, e, w = doc["cache"], doc["engine"], doc["workload"]
-    P = c["page_size"]
-    bpt = presets.bytes_per_token(model, "full")
+    return tp
 
-    def size(key, value, unbounded=False):
-        try:
-            return parse_size(value, f"cache.{key}", bpt, unbounded)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: {err}") from None
 
-    def pool(key, tokens, page=P, at_least_one_page=True):
-        try:
-            check_pool(tokens, page, f"cache.{key}", at_least_one_page)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: {err}") from None
-
-    comps = c["components"] or ["full"] + (["swa"] if model.swa_layers else []) + (["mamba"] if model.state_bytes else [])
-    if "swa" in comps and not model.swa_layers or "mamba" in comps and not model.state_bytes:
-        raise ScenarioError(f"{where}: cache.components: {comps} names a component {model.name} does not have; "
-                            f"expected a subset of its own")
-    c["components"] = comps
-    swa_ratio = c["swa_full_tokens_ratio"] if c["swa_full_tokens_ratio"] is not None else model.swa_full_tokens_ratio
-    mamba_ratio = (c["mamba_full_memory_ratio"] if c["mamba_full_memory_ratio"] is not None
-                   else presets.DEFAULT_MAMBA_FULL_MEMORY_RATIO)
-    max_total = size("max_total_tokens", c["max_total_tokens"])
-    plan = None
-    if c["l1_tokens"] == "auto":
-        try:
-            plan = presets.l1_plan(model, hw, tp, c["mem_fraction_static"], swa_full_tokens_ratio=swa_ratio,
-                                   mamba_full_memory_ratio=mamba_ratio, page_size=P, max_total_tokens=max_total)
-        except ValueError as err:
-            raise ScenarioError(f"{where}: cache.l1_tokens: auto: {err}") from None
-        l1 = plan.full_tokens
-    else:
-        l1 = size("l1_tokens", c["l1_tokens"])
-        if max_total is not None:
-            l1 = min(l1, max_total)
-    pool("l1_tokens", l1)
-    l1 = c["l1_tokens"] = floor_pages(l1, P)  # what the pool holds, recorded in config.yaml
-    c["l1_plan"] = None if plan is None else {
-        "budget_bytes_per_gpu": plan.budget_bytes_per_gpu, "cell_bytes_per_gpu": plan.cell_bytes_per_gpu,
-        "kv_shards": plan.kv_shards, "uncapped_full_tokens": plan.uncapped_full_tokens}
-    swa = mamba = None
-    if "swa" in comps:
-        swa_tokens = size("swa_tokens", c["swa_tokens"])
-        if swa_tokens is None:
-            swa_tokens = plan.swa_tokens if plan is not None else int(l1 * swa_ratio)
-        pool("swa_tokens", swa_tokens, at_least_one_page=False)
-        swa_tokens = c["swa_tokens"] = floor_pages(swa_tokens, P)
-        swa = SwaConfig(window_tokens=model.swa_window_tokens, capacity_tokens=swa_tokens)
-    if "mamba" in comps:
-        slots = c["mamba_slots"]
-        if slots is None:
-            slots = (plan.mamba_slots if plan is not None else
-                     int(mamba_ratio * l1 * bpt // max(model.state_bytes, 1)))
-        c["mamba_slots"] = max(1, slots)
-        pool("mamba_slots", c["mamba_slots"], page=None, at_least_one_page=False)
-        every = c["mamba_every_tokens"]
-        if every is not None and every % P:
-            raise ScenarioError(f"{where}: cache.mamba_every_tokens: {every} is not a multiple of cache.page_size "
-                                f"({P}); expected a multiple")
-        mamba = MambaConfig(slots=c["mamba_slots"], every_tokens=every)
-    c["swa_full_tokens_ratio"], c["mamba_full_memory_ratio"] = swa_ratio, mamba_ratio
-    l2_given = [k for k in L2_SIZE_KEYS if c[k] is not None]
-    if len(l2_given) > 1:
-        raise ScenarioError(f"{where}: cache.{l2_given[1]}: conflicts with cache.{l2_given[0]}; expected one "
-                            "L2 size (l2_tokens, hicache_ratio or hicache_size_gb)")
-    l2 = floor_pages(size("l2_tokens", c["l2_tokens"]) if c["hicache_size_gb"] is None
-                     else _host_pool_tokens(c, model, tp, where), P)
-    l3_given = c["l3_tokens"] is not None
-    l3 = floor_pages(size("l3_tokens", c["l3_tokens"], unbounded=True) if l3_given else None, P)
-    tiers = None
-    if l2 is not None or c["hicache_ratio"] is not None or l3_given:
-        if l2 is None and c["hicache_ratio"] is None:
-            raise ScenarioError(f"{where}: cache.l3_tokens: an L3 tier needs L2 (cache.l2_tokens, "
-                                "cache.hicache_ratio or cache.hicache_size_gb); expected one of them too")
-        ssd = floor_pages(size("l3_ssd_tokens", c["l3_ssd_tokens"]), P)
-        if ssd is not None and (not l3_given or c["l3_model"] != "mooncake"):
-            raise ScenarioError(f"{where}: cache.l3_ssd_tokens: an SSD tier needs an L3 with cache.l3_model "
-                                "mooncake; expected both")
-        tiers = TierConfig(l2_tokens=l2, hicache_ratio=c["hicache_ratio"], l3=l3_given, l3_tokens=l3,
-                           l3_model=c["l3_model"], l3_high_watermark=c["l3_eviction_high_watermark"],
-                           l3_eviction_ratio=c["l3_eviction_ratio"], l3_replicas=c["l3_replicas"],
-                           l3_ssd_tokens=ssd, l3_lease_ttl_s=c["l3_lease_ttl_s"],
-                           l3_eviction_shards=c["l3_eviction_shards"], l3_objects_per_page=c["l3_objects_per_page"],
-                           write_policy=c["write_policy"], l3_write=c["l3_write"],
-                           prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
-                           kv_bytes_per_token=int(bpt),
-                           swa_bytes_per_token=int(presets.bytes_per_token(model, "swa")) if swa else 0,
-                           state_bytes=int(model.state_bytes) if mamba else 0)
-        c["l2_tokens"] = floor_pages(tiers.l2_size(l1), P)
-        pool("hicache_size_gb" if c["hicache_size_gb"] is not None else "l2_tokens" if l2 is not None
-             else "hicache_ratio", c["l2_tokens"], at_least_one_page=False)
-        c["l3_tokens"] = "unbounded" if l3_given and l3 is None else l3
-        c["l3_ssd_tokens"] = ssd
+def _cache_config(c: dict, model, l1_tokens: int, swa, mamba, tiers, where: str) -> CacheConfig:
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
-        cache = CacheConfig(page_size=P, capacity_tokens=l1, policy=c["policy"], swa=swa, mamba=mamba,
-                            sidecars=sidecars, tiers=tiers)
-        engine = EngineConfig(max_running_requests=e["max_running_requests"],
-                              max_prefill_tokens=e["max_prefill_tokens"],
-                              chunked_prefill_tokens=e["chunked_prefill_tokens"],
-                              schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
-                              mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
-                              load_overlap=e["load_overlap"], tree_core=e["tree_core"],
-                              overlap_schedule=e["overlap_schedule"], frontend=e["frontend"],
-                              l3_get_batch_pages=e["l3_get_batch_pages"], seed=doc["seed"])
+        return CacheConfig(page_size=c["page_size"], capacity_tokens=l1_tokens, policy=c["policy"], swa=swa,
+                           mamba=mamba, sidecars=sidecars, tiers=tiers)
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
+
+
+def _engine_config(e: dict, c: dict, seed: int, where: str) -> EngineConfig:
+    try:
+        return EngineConfig(max_running_requests=e["max_running_requests"],
+                            max_prefill_tokens=e["max_prefill_tokens"],
+                            chunked_prefill_tokens=e["chunked_prefill_tokens"],
+                            schedule_policy=e["schedule_policy"], new_token_ratio=e["new_token_ratio"],
+                            mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
+                            load_overlap=e["load_overlap"], tree_core=e["tree_core"],
+                            overlap_schedule=e["overlap_schedule"], frontend=e["frontend"],
+                            l3_get_batch_pages=e["l3_get_batch_pages"], seed=seed)
+    except ValueError as err:
+        raise ScenarioError(f"{where}: {err}") from None
+
+
+def _check_fits(e: dict, P: int, model, swa, where: str) -> None:
+    """Whole-page chunks, and an SWA pool that holds one request's window."""
     C = e["chunked_prefill_tokens"]
     if C is not None and C % P:
         raise ScenarioError(f"{where}: engine.chunked_prefill_tokens: {C} is not a multiple of cache.page_size "
                             f"({P}); expected a multiple")
     window = (-(-model.swa_window_tokens // P) + 1) * P if swa is not None else 0
-    if swa is not None and c["swa_tokens"] < window:
-        raise ScenarioError(f"{where}: cache.swa_tokens: {c['swa_tokens']} tokens cannot hold one request's "
+    if swa is not None and swa.capacity_tokens < window:
+        raise ScenarioError(f"{where}: cache.swa_tokens: {swa.capacity_tokens} tokens cannot hold one request's "
                             f"window ({window}); expected at least that")
-    wl = _workload(w, doc["seed"], P, l1, where)
-    eff = doc["cost"]["efficiency"] = {k: as_number(v) for k, v in doc["cost"]["efficiency"].items()}  # 5e-1
-    from_fields = _efficiency_fields()
-    for k, v in eff.items():
-        if k not in from_fields:
-            raise ScenarioError(f"{where}: cost.efficiency.{k}: unknown key; expected one of {', '.join(from_fields)}")
-        frac = k in ("mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency")
-        if (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)
-                or (frac and not 0 < v <= 1) or v < 0):
-            raise ScenarioError(f"{where}: cost.efficiency.{k}: got {v!r}; expected "
-                                + ("a number in (0, 1]" if frac else "a finite number >= 0 (seconds)"))
-    from sim.operators import EFFICIENCY_FIELDS
-    unused = sorted(set(eff) - set(EFFICIENCY_FIELDS))
-    if doc["cost"]["kind"] == "operators" and unused:
-        raise ScenarioError(f"{where}: cost.efficiency.{unused[0]}: not used by cost.kind operators (its GEMM, "
-                            "attention and all-reduce curves are fitted); expected cost.kind: roofline to set it")
-    _check_ep(e["ep_size"], tp, model, doc["cost"]["kind"], where)
-    _check_attention_backend(e["attention_backend"], tp, model, hw, doc["cost"]["kind"], where)
-    table = doc["cost"]["table"]
-    if doc["cost"]["kind"] == "table" and not table:
-        raise ScenarioError(f"{where}: cost.table: missing; expected a file of measured step times with cost.kind: table")
-    if doc["cost"]["kind"] != "table":
-        table = None
-    elif not Path(table).is_file():
-        beside = Path(where).parent / table
-        if not beside.is_file():
-            raise ScenarioError(f"{where}: cost.table: {table}: {_not_a_file(Path(table))}; expected a file of measured step "
-                                "times (JSON or YAML), relative to the working directory or the scenario file")
-        table = str(beside)
-    doc["tp"] = tp
-    warnings = tuple(tier_warnings(l1, c["l2_tokens"], l3, l3_given)) if tiers is not None else ()
-    spec = None
-    if fleet is not None:
-        from .fleet import resolve_fleet
 
-        spec = resolve_fleet(raw, fleet, where, resolve)
-        doc["fleet"] = spec.doc
-    from .events import parse_events
 
-    kind = None if spec is None else "pd" if spec.pd is not None else "dp" if spec.dp > 1 else "plain"
-    events = parse_events(doc["events"], where, len(spec.engines) if spec is not None else 1, kind,
-                          l3=tiers is not None and tiers.l3)
-    if not events:
-        doc.pop("events")  # config.yaml as before for a run without events
-    return Scenario(doc=doc, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
-                    efficiency=dict(eff), cost_table=table, source=where, warnings=warnings, fleet=spec,
-                    workload_kind=w["kind"], events=events)
+def _check_attention_curve(backend, tp: int, model, hw, where: str) -> None:
+    """engine.attention_backend as sim/operators.py models it: a measured curve for the model's
+    per-GPU head layout on the hardware's GPU generation (the cost kind is checked by
+    scenarios/cost_section.py first). An import up a floor, owed: tests/test_layering.py KNOWN_UPWARD."""
+    if backend is None:
+        return
+    from sim.operators import attention_curve
+
+    try:
+        attention_curve(model, hw, tp, backend)
+    except ValueError as err:
+        raise ScenarioError(f"{where}: engine.attention_backend: {err}") from None
 
 
 def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
@@ -339,223 +264,21 @@ def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
     raise ScenarioError(f"{where}: tp: {tp} {why}; expected one of {', '.join(map(str, ok))}")
 
 
-def _check_ep(ep: int, tp: int, model, cost_kind: str, where: str) -> None:
-    """Expert parallelism as sim/operators.py models it: off (1), or every TP rank holding
-    whole experts (ep = tp) of an MoE model, on the operator cost model."""
-    if ep == 1:
-        return
-    from sim.cost import MOE_ROUTING
-
-    if ep != tp:
-        raise ScenarioError(f"{where}: engine.ep_size: {ep} with tp {tp}; expected 1 or {tp} (= tp)")
-    if model.name not in MOE_ROUTING:
-        raise ScenarioError(f"{where}: engine.ep_size: {ep}, but {model.name} has no routed experts; expected 1")
-    if cost_kind != "operators":
-        raise ScenarioError(f"{where}: engine.ep_size: {ep} is modelled by cost.kind operators only; expected 1 "
-                            f"with cost.kind {cost_kind}")
-
-
-def _check_attention_backend(backend, tp: int, model, hw, cost_kind: str, where: str) -> None:
-    """engine.attention_backend as sim/operators.py models it: a measured curve for the model's
-    per-GPU head layout on the hardware's GPU generation, on the operator cost model."""
-    if backend is None:
-        return
-    if cost_kind != "operators":
-        raise ScenarioError(f"{where}: engine.attention_backend: {backend} is modelled by cost.kind operators only; "
-                            f"expected null with cost.kind {cost_kind}")
-    from sim.operators import attention_curve
-
-    try:
-        attention_curve(model, hw, tp, backend)
-    except ValueError as err:
-        raise ScenarioError(f"{where}: engine.attention_backend: {err}") from None
-
-
-@dataclass(frozen=True)
-class TraceSpec:
-    """An open-loop source read from a file (workload.kind trace or azure)."""
-
-    kind: str
-    path: str
-    block_size: int | None = None
-    speedup: float = 1.0
-    max_requests: int | None = None
-
-
-@dataclass(frozen=True)
-class ProgramSpec:
-    """An LM-program workload: instances of one DAG program, calls sent as their parents finish."""
-
-    config: object  # scenarios.programs.ProgramConfig
-    max_parallel: int = 16
-    request_rate: float = math.inf
-    kind: str = "program"
-
-
-@dataclass(frozen=True)
-class AgenticSpec:
-    config: object  # scenarios.agentic.AgenticConfig
-    speedup: float = 1.0
-    kind: str = "agentic"
-    closed_loop: bool = True
-
-
 def _workload(w: dict, seed: int, P: int, l1: int, where: str):
     """The workload object of a validated `workload` section (its kind's build)."""
     return workload_kind(w["kind"]).build(w, WorkloadContext(seed, P, l1, where))
 
 
-def _a(word: str) -> str:
-    """`word` with its indefinite article ("a trace", "an azure")."""
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
-
-
-def _not_a_file(path: Path) -> str:
-    """Why `path` is not a readable file, for a one-line error: a directory or missing."""
-    return "is a directory" if path.is_dir() else "no such file"
-
-
-def _file_workload(w: dict, ctx: WorkloadContext) -> TraceSpec:
-    kind, where = w["kind"], ctx.where
-    if not w["path"]:
-        raise ScenarioError(f"{where}: workload.path: missing; expected {_a(kind)} file")
-    path = Path(w["path"])
-    if not path.is_file() and (Path(where).parent / path).is_file():
-        path = Path(where).parent / path
-    if not path.is_file():
-        raise ScenarioError(f"{where}: workload.path: {w['path']}: {_not_a_file(path)}; expected {_a(kind)} file")
-    if kind == "trace":
-        _check_trace_has_requests(path, w.get("block_size"), where)
-    return TraceSpec(kind, str(path), w.get("block_size"), float(w["speedup"]), w["max_requests"])
-
-
-def _file_smoke(w: dict) -> None:
-    """trace and azure at smoke size: the first 40 requests."""
-    w["max_requests"] = min(40, w.get("max_requests") or 40)
-
-
-def _program_workload(w: dict, ctx: WorkloadContext) -> ProgramSpec:
-    from .programs import program_config
-
-    knobs = {k: as_integer(v) for k, v in w["knobs"].items()}  # every knob is an integer: 2e1 reads as 20
-    knobs.setdefault("seed", ctx.seed)
-    try:
-        cfg = program_config(w["program"], **knobs)
-    except (ValueError, TypeError) as err:
-        raise ScenarioError(f"{ctx.where}: workload.knobs: {err}") from None
-    rate = w["request_rate"]
-    return ProgramSpec(cfg, w["max_parallel"], math.inf if isinstance(rate, str) else float(rate))
-
-
-def _program_smoke(w: dict) -> None:
-    """A program at smoke size: one instance."""
-    w["knobs"] = {**(w.get("knobs") or {}), "num_instances": 1}
-
-
-def _agentic_workload(w: dict, ctx: WorkloadContext) -> AgenticSpec:
-    from .agentic import AgenticConfig
-
-    rate = w["arrival_rate"]
-    knobs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in w.items()
-             if k not in ("kind", "speedup", "closed_loop")}
-    knobs["arrival_rate"] = math.inf if isinstance(rate, str) else float(rate)
-    try:
-        cfg = AgenticConfig(seed=ctx.seed, **knobs)
-    except ValueError as err:
-        raise ScenarioError(f"{ctx.where}: workload.{str(err).removeprefix('AgenticConfig.')}") from None
-    return AgenticSpec(cfg, float(w["speedup"]), closed_loop=w["closed_loop"])
-
-
-def _agentic_smoke(w: dict) -> None:
-    """Agentic at smoke size: sessions / 16 (at least 2), concurrency / 16 (at least 1), 2-3 turns."""
-    d = WORKLOAD_SCHEMAS["agentic"]
-    _shrink(w, "num_sessions", d, lambda n: max(2, n // 16))
-    _shrink(w, "concurrency", d, lambda n: max(1, n // 16))
-    w["turns"] = [2, 3]
-    w["subagent_turns"] = [1, 2]
-
-
-def _shrink(w: dict, key: str, schema: dict, how) -> None:
-    """w[key] (or its default) through `how`, when it is an integer (else left for validation
-    to refuse with its one line)."""
-    n = as_integer(w.get(key, schema[key][0]))
-    if isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= LIMITS[f"workload.{key}"]:
-        w[key] = how(n)
-
-
-def _multiturn_workload(w: dict, ctx: WorkloadContext) -> MultiTurnConfig:
-    P, l1, where = ctx.page_size, ctx.l1_tokens, ctx.where
-    rate = w["request_rate"]
-    rate = math.inf if isinstance(rate, str) else float(rate)
-    try:
-        wl = MultiTurnConfig(num_clients=w["num_clients"], num_rounds=w["num_rounds"],
-                             request_length=w["request_length"], output_length=w["output_length"],
-                             max_parallel=w["max_parallel"], request_rate=rate, round_barrier=w["round_barrier"],
-                             ready_queue_policy=w["ready_queue_policy"], seed=ctx.seed, page_size=P,
-                             vocab_size=w["vocab_size"])
-    except ValueError as err:
-        raise ScenarioError(f"{where}: workload.{str(err).removeprefix('MultiTurnConfig.')}") from None
-    longest = wl.max_prompt_tokens + wl.output_length
-    if -(-longest // P) * P >= l1:
-        raise ScenarioError(f"{where}: cache.l1_tokens: {l1} tokens cannot hold the longest request "
-                            f"({longest} tokens); expected more L1, or fewer rounds")
-    return wl
-
-
-def _multiturn_smoke(w: dict) -> None:
-    """Multi-turn at smoke size: clients / 8 (at least 2), at most 3 rounds."""
-    d = WORKLOAD_SCHEMAS["multiturn"]
-    _shrink(w, "num_clients", d, lambda n: max(2, -(-n // 8)))
-    _shrink(w, "num_rounds", d, lambda n: min(3, n))
-    clients = w.get("num_clients", d["num_clients"][0])
-    if isinstance(clients, int):
-        _shrink(w, "max_parallel", d, lambda n: min(n, clients))
-
-
-for _name, _build, _smoke, _replay in (
-        ("multiturn", _multiturn_workload, _multiturn_smoke, "scenarios.workloads:REPLAY"),
-        ("trace", _file_workload, _file_smoke, None), ("azure", _file_workload, _file_smoke, None),
-        ("agentic", _agentic_workload, _agentic_smoke, "scenarios.agentic:REPLAY"),
-        ("program", _program_workload, _program_smoke, None)):
-    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}", smoke=_smoke, replay=_replay)
-from . import shared_prefix as _shared_prefix  # noqa: E402,F401  (registers the shared_prefix kind)
-
-
-def _check_trace_has_requests(path: Path, block_size, where: str) -> None:
-    """Refuse a trace without a single request (reads up to its first request line)."""
-    from .traces import JsonlTrace, TraceError, TraceRequest
-
-    try:
-        found = any(isinstance(rec, TraceRequest) for rec in JsonlTrace(path, block_size))
-    except TraceError as err:
-        raise ScenarioError(f"{where}: workload.path: {err}") from None
-    if not found:
-        raise ScenarioError(f"{where}: workload.path: {path}: no requests in the trace; expected at least one")
-
-
 def _preset(doc: dict, what: str, resolver, where: str):
-    """The model or hardware preset of `doc[what]` (a name or ``{base: NAME, ...}``); `doc[what]`
-    becomes the resolved preset: base name, every field, the overridden ones."""
+    """(preset, its record) of `doc[what]` (a name or ``{base: NAME, ...}``); the record, what
+    config.yaml keeps, is the base name, every field, the overridden ones."""
     try:
         preset, overridden = resolver(doc[what])
     except ValueError as e:
         text = str(e)
         raise ScenarioError(f"{where}: {text if text.startswith(what + '.') else what + ': ' + text}") from None
     base = doc[what] if isinstance(doc[what], str) else doc[what]["base"]
-    doc[what] = presets.preset_doc(preset, base, overridden)
-    return preset
-
-
-def _host_pool_tokens(c: dict, model, tp: int, where: str) -> int:
-    """cache.hicache_size_gb (SGLang's --hicache-size: GB of 1e9 bytes per rank) as L2 tokens;
-    SGLang lets it override --hicache-ratio silently, a scenario may name one L2 size only (`resolve`)."""
-    return presets.host_pool_tokens(model, tp, c["hicache_size_gb"])
-
-
-def _efficiency_fields() -> list[str]:
-    # the Efficiency dataclass lives in sim/ (a layer above); its field names are mirrored here
-    return ["mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency", "allreduce_latency_s",
-            "per_step_overhead_s", "per_layer_overhead_s"]
+    return preset, presets.preset_doc(preset, base, overridden)
 
 
 def smoke(raw: dict) -> dict:

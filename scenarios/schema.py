@@ -175,9 +175,9 @@ def _workload_union() -> dict:
 
 
 def _cost_model_names() -> list[str]:
-    from sim.cost_models import cost_model_names  # (the simulator's registry; imported when checked)
+    from .cost_kinds import cost_kind_names  # (sim/cost_models.py registers a builder for each)
 
-    return cost_model_names()
+    return cost_kind_names()
 
 
 def _ok(check, v) -> bool:

@@ -94,9 +94,9 @@ _KINDS: dict[str, WorkloadKind] = {}
 
 def _registry() -> dict[str, WorkloadKind]:
     """The registry with the built-in kinds in it, whatever module was imported first (issue 30:
-    `import scenarios.schema` alone left it empty). scenarios/scenario.py registers them when it
-    is imported; this imports it on first use (a lazy import: scenario.py imports this module)."""
-    from . import scenario  # noqa: F401  (registers the built-in kinds)
+    `import scenarios.schema` alone left it empty). scenarios/workload_builds.py registers them
+    when it is imported; this imports it on first use (a lazy import: it imports this module)."""
+    from . import workload_builds  # noqa: F401  (registers the built-in kinds)
 
     return _KINDS
 

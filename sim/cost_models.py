@@ -3,12 +3,17 @@ A builder takes the resolved scenario and returns the model (sim/operators.py, s
 from __future__ import annotations
 
 from cache_core.registry import Registry
+from scenarios.cost_kinds import CostKind, cost_kind, register_cost_kind
 
 _MODELS = Registry("cost model")
 
 
 def register_cost_model(name: str):
-    """Decorator: `builder(sc) -> cost model` is what `cost: {kind: name}` builds."""
+    """Decorator: `builder(sc) -> cost model` is what `cost: {kind: name}` builds. A name the
+    scenario floor does not know yet is declared there (scenarios/cost_kinds.py) as reading
+    every efficiency field, without a table or expert parallelism."""
+    if cost_kind(name) is None:
+        register_cost_kind(CostKind(name))
     return _MODELS.register(name)
 
 

@@ -123,6 +123,13 @@ def attention_heads(cost: OperatorCostModel) -> dict:
             "head_dim": m.head_dim, "v_head_dim": m.v_head_dim or m.head_dim}
 
 
+def calibration_plan(cost: OperatorCostModel) -> dict:
+    """What `gpu_backend.calibrate.measure_operators` times for `cost` (the torch side may not
+    import sim/): the table's format, model and TP, its GEMM shapes and attention heads."""
+    return {"format": FORMAT, "model": cost.model.name, "tp": cost.tp, "gemm_shapes": gemm_shapes(cost),
+            "heads": attention_heads(cost)}
+
+
 class OperatorTableCostModel(OperatorCostModel):
     """``OperatorCostModel`` with GEMM, attention and copy times from an `OperatorTable`."""
 
@@ -181,4 +188,5 @@ def load_cost_table(path, model, hw, tp: int, eff: Efficiency | None = None, *, 
     return TableCostModel.from_file(p, hw=hw)
 
 
-__all__ = ["FORMAT", "OperatorTable", "OperatorTableCostModel", "attention_heads", "gemm_shapes", "load_cost_table"]
+__all__ = ["FORMAT", "OperatorTable", "OperatorTableCostModel", "attention_heads", "calibration_plan", "gemm_shapes",
+           "load_cost_table"]

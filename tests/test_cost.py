@@ -376,6 +376,7 @@ def test_a_registered_cost_model_is_built_by_cost_kind():
     """Cost models are a registry (issue 16 item 4): one registration and `cost.kind` names it."""
     from radixsim.run import make_cost
     from scenarios.scenario import resolve
+    from scenarios.cost_kinds import unregister_cost_kind
     from sim.cost_models import _MODELS, register_cost_model
 
     class Flat:
@@ -394,6 +395,7 @@ def test_a_registered_cost_model_is_built_by_cost_kind():
         assert type(cost) is Flat and cost.s == 0.002
     finally:
         del _MODELS._classes["test-flat"]
+        unregister_cost_kind("test-flat")
 
 
 def test_parsers_take_plain_ints_as_the_checked_path_does():

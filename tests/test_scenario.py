@@ -306,8 +306,10 @@ def test_every_catalog_scenario_resolves():
 
 # -- 4. cost.efficiency mirrors sim/cost.py -------------------------------------------------------
 def test_efficiency_fields_match_dataclass():
-    """scenario.py mirrors the Efficiency field names (it may not import sim/): they must not drift."""
-    assert scenario._efficiency_fields() == [f.name for f in dataclasses.fields(Efficiency)]
+    """scenarios/cost_kinds.py mirrors the Efficiency field names (it may not import sim/): they must not drift."""
+    from scenarios.cost_kinds import EFFICIENCY_FIELDS
+
+    assert list(EFFICIENCY_FIELDS) == [f.name for f in dataclasses.fields(Efficiency)]
 
 
 # -- 5. a tiny valid run --------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import radixsim.cli
+import radixsim.calibrate_cli
 import radixsim.sweep
 from radixsim.sweep import FIGURES
 from scenarios.scenario import apply_sets, load
@@ -75,7 +75,7 @@ def test_replay_and_run_of_an_empty_trace_both_exit_2(tmp_path, capsys):
     ("missing/ops.json", "--out {p}: {parent} is not a directory; expected an existing directory"),
 ])
 def test_calibrate_checks_out_before_the_work(tmp_path, capsys, monkeypatch, name, line):
-    monkeypatch.setattr(radixsim.cli, "_operator_table", no_work)
+    monkeypatch.setattr(radixsim.calibrate_cli, "_operator_table", no_work)
     (tmp_path / "dir").mkdir()
     p = tmp_path / name
     rc, stdout, err = run_inproc(capsys, ["calibrate", "quickstart", "--quick", "--out", str(p)])
