@@ -56,34 +56,7 @@ SIMPY_HELP = ("gpu_validate: simpy is missing (the engine's clock needs it). On 
               "repository root: pip download simpy -d wheels/ ; carry wheels/ to this machine, then: "
               "pip install --no-index wheels/*.whl")
 
-# per device: (a) pool geometry, (b) prompt, (c) operator grid, (d) torch model and workload sizes
-SIZES = {
-    "cuda": {"copy": {"layers": 64, "heads": 8, "head_dim": 128, "pages": 96, "dtype": "bfloat16",
-                      "page_sizes": (16, 64)},
-             "prefill": {"layers": 4, "hidden": 4096, "heads": 32, "head_dim": 128, "tokens": 8192,
-                         "dtype": "bfloat16"},
-             "operators": {"rows": (1, 16, 64, 256, 1024, 4096), "prefixes": (0, 1024, 4096), "new": (64, 512, 2048),
-                           "kv": (512, 4096, 16384), "copy_bytes": (1 << 20, 16 << 20, 64 << 20), "repeats": 3},
-             "torch": {"layers": 4, "hidden": 1024, "num_heads": 8, "head_dim": 128, "vocab": 32000,
-                       "dtype": "bfloat16"},
-             "workload": {"num_clients": 8, "num_rounds": 5, "request_length": 1024, "output_length": 16,
-                          "max_parallel": 4},
-             "cache": {"l1_tokens": 16384, "l2_tokens": 262144},
-             "memory": {"device_gib": 24, "host_gib": 16},
-             "steps": {"prefill_tokens": (16, 128, 512, 2048), "cached": (0, 1024, 4096, 8192), "batches": (1, 4, 8),
-                       "contexts": (512, 2048, 8192), "repeats": 3}},
-    "cpu": {"copy": {"layers": 8, "heads": 2, "head_dim": 64, "pages": 64, "dtype": "float32", "page_sizes": (16, 64)},
-            "prefill": {"layers": 2, "hidden": 256, "heads": 4, "head_dim": 64, "tokens": 2048, "dtype": "float32"},
-            "operators": {"rows": (1, 16), "prefixes": (0, 512), "new": (16, 128), "kv": (128, 1024),
-                          "copy_bytes": (1 << 20, 8 << 20), "repeats": 1},
-            "torch": {"layers": 2, "hidden": 64, "num_heads": 4, "head_dim": 16, "vocab": 1000, "dtype": "float32"},
-            "workload": {"num_clients": 4, "num_rounds": 3, "request_length": 256, "output_length": 4,
-                         "max_parallel": 2},
-            "cache": {"l1_tokens": 1024, "l2_tokens": 16384},
-            "memory": {"device_gib": 0, "host_gib": 1},
-            "steps": {"prefill_tokens": (16, 128, 512), "cached": (0, 256, 1024), "batches": (1, 2, 4),
-                      "contexts": (256, 1024), "repeats": 5}},
-}
+SIZES = Path(__file__).with_name("gpu_validate_sizes.yaml")  # per device: the parts' sizes (read in main)
 SCENARIOS = {"dense": "llama-3.1-8b", "hybrid": "qwen3-next-80b"}
 
 
@@ -379,7 +352,9 @@ def main() -> int:
     if set(args.parts) - set("abcd") or not args.parts:
         print(f"gpu_validate: --parts {args.parts!r}: expected letters of abcd", file=sys.stderr)
         return 2
-    size = SIZES["cpu" if args.quick or device == "cpu" else "cuda"]
+    import yaml  # (the preflight names it when missing; simpy was checked above)
+
+    size = yaml.safe_load(SIZES.read_text())["cpu" if args.quick or device == "cpu" else "cuda"]
     info, problems = preflight(device, size)
     from radixsim.outputs import write
 

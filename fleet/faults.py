@@ -77,7 +77,7 @@ class FaultController:
         new.queues.finished.extend(finished)
         new.arrived = len(new.queues.finished)
         new.timeline[:0] = old.timeline
-        new.listeners.append(lambda r, i=i: fleet._finished(r, i))
+        fleet.listen(new, i)
         fleet.engines[i] = new
         fleet.router.engines[i] = [new]
         fleet.router.forget(i)

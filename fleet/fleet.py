@@ -44,7 +44,11 @@ class Fleet:
         for u, d in enumerate(dispatchers or []):
             d.engines = [[e] for e in units[u]]
         for i, e in enumerate(engines):
-            e.listeners.append(lambda r, i=i: self._finished(r, i))
+            self.listen(e, i)
+
+    def listen(self, engine, i: int) -> None:
+        """Hear of each request `engine` (engine i, or rank i) finishes (a restarted one too)."""
+        engine.listeners.append(lambda r, i=i: self._finished(r, i))
 
     def now(self) -> float:
         return self.engines[0].clock.now()

@@ -16,7 +16,7 @@ from cache_core.engine_types import EngineRequest
 from cache_core.records import TokenSeq
 
 
-class _Fresh:
+class FreshTokens:
     """Token ids nothing else uses: negative for outputs, a high band for unique prompts."""
 
     def __init__(self):
@@ -34,7 +34,7 @@ class _Fresh:
         return a
 
 
-def _request(rid, session, rnd, prompt, output, priority=0) -> EngineRequest:
+def engine_request(rid, session, rnd, prompt, output, priority=0) -> EngineRequest:
     if len(output) > 1:
         seq = TokenSeq.join(prompt, output[:-1])
     else:
@@ -49,7 +49,7 @@ def trace_items(path, block_size=None, max_requests=None):
     """(t_s, request | close) from a JSONL trace."""
     from scenarios.traces import JsonlTrace, TraceEvent
 
-    fresh = _Fresh()
+    fresh = FreshTokens()
     t = 0.0
     n = 0
     for rec in JsonlTrace(path, block_size, time_order=True):  # a timestamp going back is refused
@@ -61,7 +61,7 @@ def trace_items(path, block_size=None, max_requests=None):
         if max_requests is not None and n >= max_requests:
             return
         out = rec.output_tokens if rec.output_tokens is not None else fresh.output(rec.output_length)
-        yield t, _request(n, rec.session_id, None, rec.prompt, np.asarray(out, dtype=np.int64), rec.priority)
+        yield t, engine_request(n, rec.session_id, None, rec.prompt, np.asarray(out, dtype=np.int64), rec.priority)
         n += 1
 
 
@@ -73,16 +73,16 @@ def agentic_items(config):
         if isinstance(rec, AgenticClose):
             yield rec.timestamp_ms / 1000.0, ("close_session", rec.session_id)
             continue
-        yield rec.timestamp_ms / 1000.0, _request(rec.rid, rec.session_id, rec.turn, rec.prompt, rec.output)
+        yield rec.timestamp_ms / 1000.0, engine_request(rec.rid, rec.session_id, rec.turn, rec.prompt, rec.output)
 
 
 def azure_items(path, max_requests=None):
     """(t_s, request) from an Azure CSV: unique prompts and outputs."""
     from scenarios.azure import read_azure
 
-    fresh = _Fresh()
+    fresh = FreshTokens()
     for rec in read_azure(path, max_requests):
-        yield rec.arrival_s, _request(rec.rid, None, None, fresh.prompt_tokens(rec.prompt_tokens),
+        yield rec.arrival_s, engine_request(rec.rid, None, None, fresh.prompt_tokens(rec.prompt_tokens),
                                       fresh.output(rec.output_tokens))
 
 

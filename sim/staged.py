@@ -3,14 +3,14 @@ stage's requests at its timer's times, the stage held until its nominal end and 
 request has finished, then the pause between stages (inference-perf's LoadGenerator.mp_run)."""
 from __future__ import annotations
 
-from .sources import _Fresh, _request
+from .sources import FreshTokens, engine_request
 
 
 def staged_arrivals(env, engine, workload):
     """A SimPy process sending `workload`'s requests stage by stage. Request k (counted over the
     whole run) is rid k, its own session, round = stage + 1 (so rounds.csv is per stage)."""
     cfg = workload.config
-    fresh = _Fresh()
+    fresh = FreshTokens()
     state = {"left": 0, "wake": None}
     mine: set = set()
 
@@ -32,7 +32,7 @@ def staged_arrivals(env, engine, workload):
             at = first + float(t)
             if at > env.now:
                 yield env.timeout(at - env.now)
-            req = _request(k, k, s + 1, workload.prompt(k), fresh.output(cfg.output_len))
+            req = engine_request(k, k, s + 1, workload.prompt(k), fresh.output(cfg.output_len))
             req.arrival_s = env.now
             state["left"] += 1
             mine.add(id(req))
