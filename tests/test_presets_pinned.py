@@ -35,8 +35,7 @@ def _typed(v):
 def _preset(p) -> dict:
     out = {f.name: [type(getattr(p, f.name)).__name__, _typed(_plain(getattr(p, f.name)))]
            for f in dataclasses.fields(p)}
-    out["sources"] = dict(p.sources)  # the order the code wrote them in, pinned too
-    out["sources_order"] = list(p.sources)
+    out["sources"] = dict(sorted(p.sources.items()))  # their order is not used
     return out
 
 
