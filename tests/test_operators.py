@@ -343,7 +343,8 @@ def test_every_preset_names_the_fit_its_gpu_used_before():
     from scenarios.presets import HARDWARE
 
     fits = {name: hw.operator_fit for name, hw in HARDWARE.items()}
-    family = {"h200": "h100", "a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100", "h800": "h100", "b200": "h100"}
+    family = {"h200": "h100", "a100-40gb": "a100", "a100-80gb": "a100", "h100": "h100", "h800": "h100", "b200": "h100",
+              "h20": "h100"}
     assert fits == {f"{key}x{n}": fit for key, fit in family.items() for n in (1, 2, 4, 8)}
     assert all("operator_fit" in hw.sources for hw in HARDWARE.values())
 
