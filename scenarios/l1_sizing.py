@@ -63,6 +63,27 @@ def transfer_shards(model: ModelPreset, tp: int) -> dict:
     return {"full": k, "swa": k, "mamba": tp}
 
 
+def _check_plan(hardware: HardwarePreset, tp, mem_fraction_static, page_size, max_total_tokens) -> None:
+    """ValueError for an `l1_plan` argument out of range (those that need no model)."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= hardware.num_gpus:
+        raise ValueError(f"tp must be an integer in 1..{hardware.num_gpus} on {hardware.name}, got {tp!r}")
+    if not (is_number(mem_fraction_static) and 0 < mem_fraction_static <= 1):
+        raise ValueError(f"mem_fraction_static must be in (0, 1], got {mem_fraction_static!r}")
+    nonneg_int("l1_plan", "page_size", page_size, 1)
+    if max_total_tokens is not None:
+        nonneg_int("l1_plan", "max_total_tokens", max_total_tokens, page_size)
+
+
+def _check_ratios(model: ModelPreset, ratio, mamba_full_memory_ratio) -> bool:
+    """ValueError for a pool ratio out of range; whether the model has a MAMBA state."""
+    if model.swa_layers and not (is_number(ratio) and ratio > 0):
+        raise ValueError(f"swa_full_tokens_ratio must be > 0, got {ratio!r}")
+    has_mamba = model.state_bytes > 0
+    if has_mamba and not (is_number(mamba_full_memory_ratio) and mamba_full_memory_ratio > 0):
+        raise ValueError(f"mamba_full_memory_ratio must be > 0, got {mamba_full_memory_ratio!r}")
+    return has_mamba
+
+
 def l1_plan(model, hardware, tp: int, mem_fraction_static: float, *,
             swa_full_tokens_ratio: float | None = None,
             mamba_full_memory_ratio: float = DEFAULT_MAMBA_FULL_MEMORY_RATIO,
@@ -96,19 +117,9 @@ def l1_plan(model, hardware, tp: int, mem_fraction_static: float, *,
     """
     model = model if isinstance(model, ModelPreset) else get_model(model)
     hardware = hardware if isinstance(hardware, HardwarePreset) else get_hardware(hardware)
-    if isinstance(tp, bool) or not isinstance(tp, int) or not 1 <= tp <= hardware.num_gpus:
-        raise ValueError(f"tp must be an integer in 1..{hardware.num_gpus} on {hardware.name}, got {tp!r}")
-    if not (is_number(mem_fraction_static) and 0 < mem_fraction_static <= 1):
-        raise ValueError(f"mem_fraction_static must be in (0, 1], got {mem_fraction_static!r}")
-    nonneg_int("l1_plan", "page_size", page_size, 1)
-    if max_total_tokens is not None:
-        nonneg_int("l1_plan", "max_total_tokens", max_total_tokens, page_size)
+    _check_plan(hardware, tp, mem_fraction_static, page_size, max_total_tokens)
     ratio = model.swa_full_tokens_ratio if swa_full_tokens_ratio is None else swa_full_tokens_ratio
-    if model.swa_layers and not (is_number(ratio) and ratio > 0):
-        raise ValueError(f"swa_full_tokens_ratio must be > 0, got {ratio!r}")
-    has_mamba = model.state_bytes > 0
-    if has_mamba and not (is_number(mamba_full_memory_ratio) and mamba_full_memory_ratio > 0):
-        raise ValueError(f"mamba_full_memory_ratio must be > 0, got {mamba_full_memory_ratio!r}")
+    has_mamba = _check_ratios(model, ratio, mamba_full_memory_ratio)
 
     budget = hardware.hbm_bytes_per_gpu * mem_fraction_static - model.weight_bytes / tp - reserve_bytes_per_gpu
     if budget <= 0:
