@@ -66,7 +66,8 @@ def _mapping(path, where: str, v, keys: tuple, required: tuple) -> dict:
         _fail(path, where, v, "a mapping")
     unknown = [k for k in v if k not in keys]
     if unknown:
-        _fail(path, f"{where}.{unknown[0]}" if where else str(unknown[0]), "an unknown key", "one of " + ", ".join(keys))
+        at = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        _fail(path, at, "an unknown key", "one of " + ", ".join(keys))
     missing = [k for k in required if k not in v]
     if missing:
         raise PresetFileError(f"{path}: {where + '.' if where else ''}{missing[0]}: missing; expected it")

@@ -18,8 +18,7 @@ from .l1_sizing import (DEFAULT_MAMBA_FULL_MEMORY_RATIO, L1Plan, host_pool_token
                         l1_tokens_auto, transfer_shards)
 from .preset_data import get_hardware, get_model, tables
 from .preset_hardware import CHOICES, SELECTOR, HardwarePreset, rate_field
-from .preset_models import (ATTENTION_KINDS, GB, GiB, ModelPreset, bytes_per_token, describe, is_number,
-                            nonneg_int)
+from .preset_models import ATTENTION_KINDS, GB, GiB, ModelPreset, bytes_per_token, describe, is_number
 
 
 def __getattr__(name: str):
@@ -168,5 +167,5 @@ def preset_doc(preset, base: str, overridden: list) -> dict:
 __all__ = ["ATTENTION_KINDS", "CHOICES", "DEFAULT_MAMBA_FULL_MEMORY_RATIO", "GB", "GiB", "HARDWARE_FIELDS",
            "HARDWARE_OVERRIDES", "HardwarePreset", "KV_DTYPE_BYTES", "L1Plan", "MODEL_OVERRIDES", "ModelPreset",
            "WEIGHT_DTYPE_BYTES", "bytes_per_token", "describe", "get_hardware", "get_model", "host_pool_tokens",
-           "kv_shards", "l1_plan", "l1_tokens_auto", "nonneg_int", "override_keys", "preset_doc", "rate_field",
+           "kv_shards", "l1_plan", "l1_tokens_auto", "override_keys", "preset_doc", "rate_field",
            "resolve_hardware", "resolve_model", "transfer_shards"]
