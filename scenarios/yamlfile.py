@@ -42,17 +42,25 @@ def _check_unique(node, path: str = "", seen_nodes=None) -> None:
             _check_unique(item, f"{path}[{i}]", seen_nodes)
 
 
-def load_yaml(text: str):
-    """`yaml.safe_load` that refuses a key given twice in one mapping (DuplicateKeyError)."""
+def load_yaml(text: str, fast: bool = False):
+    """`yaml.safe_load` that refuses a key given twice in one mapping (DuplicateKeyError).
+    `fast`: parse once with libyaml's composer where PyYAML has it (its error texts differ from
+    the pure-Python parser's: used for the preset data files, not for scenario files)."""
     import yaml
 
+    if fast:
+        node = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        if node is None:
+            return None
+        _check_unique(node)
+        return yaml.constructor.SafeConstructor().construct_document(node)
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     if node is not None:
         _check_unique(node)
     return yaml.safe_load(text)
 
 
-def read_mapping(path, what: str, allow_empty: bool = True) -> dict:
+def read_mapping(path, what: str, allow_empty: bool = True, fast: bool = False) -> dict:
     """The mapping in YAML file `path` ({} for an empty file, refused unless `allow_empty`).
     ValueError, one line naming the file (and the line of a syntax error or a duplicate key)
     and `what` was expected; FileNotFoundError and other OSErrors pass through for the caller
@@ -65,7 +73,7 @@ def read_mapping(path, what: str, allow_empty: bool = True) -> dict:
     except UnicodeDecodeError as e:
         raise ValueError(f"{p}: cannot read: not UTF-8 text (byte {e.start}); expected {what}") from None
     try:
-        doc = load_yaml(text)
+        doc = load_yaml(text, fast)
     except DuplicateKeyError as e:
         raise ValueError(f"{p}:{e.line}: {e}") from None
     except yaml.YAMLError as e:

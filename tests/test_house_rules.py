@@ -195,10 +195,9 @@ def test_no_unused_imports_in_cache_core():
 HOUSE = ROOT.parent
 # module -> its lines when listed: split when it helps (presets.py becomes data, issue 30 item 2)
 HOUSE_BIG_MODULES = {"sim/cost.py": 723, "sim/operators.py": 437, "scenarios/agentic.py": 558,
-                     "scenarios/presets.py": 1422,
                      "benchmarks/regen_docs.py": 913}
 HOUSE_LONG_FUNCTIONS = {("sim/simulator.py", "multiturn_clients"): 78, ("sim/tree_cpu.py", "attach"): 114,
-                        ("scenarios/agentic.py", "_build_plan"): 63, ("scenarios/presets.py", "l1_plan"): 68,
+                        ("scenarios/agentic.py", "_build_plan"): 63,
                         ("radixsim/replay.py", "_replay_into"): 90,
                         ("benchmarks/mutation_check.py", "main"): 107}
 # (module, name): torch's and argparse's own private API (`torch._fused_sdp_choice`,
