@@ -21,7 +21,8 @@ Three parts:
   evict     calls; tree nodes at the call (SGLang's Python RadixCache collects every leaf
             per evict); nodes popped (removed)
   vote      votes (SWA / MAMBA: one per voting component per node on a matched path);
-            tombstones (a voting component's payload dropped from a node that stays)
+            tombstones (a voting component's payload dropped from a node that stays; an SWA
+            leaf inserted longer than the window, whose part before the window starts dropped)
   tier      operations (loads, prefetches, acknowledgements)
   ========  ==============================================================================
 
@@ -191,6 +192,12 @@ class TreeOpCounter:
         cache.match, cache.insert, cache.lock, cache.unlock, cache.evict = (
             counted_match, counted_insert, counted_lock, counted_unlock, counted_evict)
         for c in cache.voters:
+            if hasattr(c, "window_pages"):  # SWA: a new leaf longer than the window starts with tombstones
+                def counted_place(final, leaf, lo, hi, slots, _place=c.place, _c=c):
+                    if leaf is not None and leaf.num_tokens > _c.window:
+                        add("vote.tombstones")  # SGLang splits it at the window and frees the part before
+                    return _place(final, leaf, lo, hi, slots)
+                c.place = counted_place
             drop = getattr(c, "drop_l1", None)
             if drop is not None:
                 def counted_drop(node, _drop=drop):

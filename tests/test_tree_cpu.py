@@ -60,17 +60,23 @@ def test_swa_votes_and_tombstones_are_counted():
     k = TreeOpCounter().attach(c)
     st = ReplayStepper(c)
     st.step(a([1, 2, 3, 4]), a([5, 6]))  # inserts [1..5], split at the prompt: [1,2,3,4] + [5]
-    k.take()
+    # the new leaf [1..5] is longer than the 2-token window: its part before the window starts
+    # as tombstones (SGLang splits it off and frees it): one tombstone
+    assert k.take()["vote.tombstones"] == 1
     r = st.step(a([1, 2, 3, 4, 5, 7]), a([8]))
     assert r.cached_tokens == 5
     got = k.take()
     # the match: root-[1,2,3,4]-[5], one SWA vote per node
     assert {key: got.get(key, 0) for key in ("match.nodes", "match.pages", "vote.votes")} == {
         "match.nodes": 2, "match.pages": 5, "vote.votes": 2}
-    st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
+    assert got.get("vote.tombstones", 0) == 0  # new leaf [7] (1 token): inside the window
+    r = st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
     got = k.take()
-    # the SWA pool (4 tokens) must drop one node's window to take the new request's: one tombstone
-    assert got["vote.tombstones"] == 1
+    # no window before [9,9] survives ([3] is a tombstone): nothing cached; the SWA pool (4
+    # tokens) must drop one node's window to take the new request's (one tombstone), and the
+    # new 6-token leaf is longer than the window (one more)
+    assert r.cached_tokens == 0 and got["insert.new_pages"] == 6
+    assert got["vote.tombstones"] == 2
 
 
 def test_an_unchanged_cache_has_nothing_wrapped():
