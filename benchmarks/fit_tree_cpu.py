@@ -48,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cache_core import CacheConfig, RadixCache, ReplayStepper  # noqa: E402
+from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig  # noqa: E402
 from sim.tree_cpu import KEYS, TABLE, TreeOpCounter  # noqa: E402
 
 GROUPS = {
@@ -77,10 +77,11 @@ def conversation(sessions: int, rounds: int, seed: int):
     return out
 
 
-def radixsim_replay(reqs, capacity):
+def radixsim_replay(reqs, capacity, config: CacheConfig | None = None):
     """Per request: the operation counts and the microseconds of radixsim's match, alloc (lock
-    + evict) and insert (insert + unlock) calls."""
-    cache = RadixCache(CacheConfig(page_size=1, capacity_tokens=capacity))
+    + evict) and insert (insert + unlock) calls. `config` (SWA / MAMBA) replaces the FULL-only
+    cache of `capacity` tokens."""
+    cache = RadixCache(config or CacheConfig(page_size=1, capacity_tokens=capacity))
     counter = TreeOpCounter().attach(cache)
     spent = {"match": 0.0, "alloc": 0.0, "insert": 0.0}
 
@@ -161,6 +162,114 @@ def table_of(counts, times):
     return {k: round(coef.get(k, 0.0), 6) for k in KEYS}, quality
 
 
+# -- SWA / MAMBA votes and tombstones (benchmarks/sglang_hybrid_ref.py) ---------------------
+WINDOW = 128  # gpt-oss-20b's sliding window (shared/MODELS.md); the calibration trace's SWA window
+VOTE_FEATS = ("vote.votes", "vote.tombstones")
+
+
+def hybrid_traces(reqs, sessions):
+    """{name: (component, radixsim CacheConfig, harness options)}: SWA and MAMBA, each unbounded
+    and with a pool small enough to evict from internal nodes (tombstones)."""
+    longest = max(len(p) + len(o) for p, o in ((p, o) for _, p, o in reqs[-sessions:]))
+    swa_cap, slots = 3 * 600, 3 * sessions  # 600: the most tokens one request computes (400 + 200)
+    return {
+        "swa-unbounded": ("swa", CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW)), []),
+        "swa-evicting": ("swa", CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW, capacity_tokens=swa_cap)),
+                         ["--swa-capacity", str(swa_cap)]),
+        "mamba-unbounded": ("mamba", CacheConfig(page_size=1, mamba=MambaConfig()), []),
+        "mamba-evicting": ("mamba", CacheConfig(page_size=1, capacity_tokens=4 * longest, mamba=MambaConfig(slots=slots)),
+                           ["--capacity", str(4 * longest), "--mamba-slots", str(slots)]),
+    }
+
+
+def hybrid_replay(reqs, component, impl, opts, python: str, harness: Path):
+    with tempfile.TemporaryDirectory() as d:
+        trace, out = Path(d) / "trace.jsonl", Path(d) / "out.jsonl"
+        with trace.open("w") as fh:
+            for rid, prompt, output in reqs:
+                fh.write(json.dumps({"rid": rid, "tokens": prompt, "output_tokens": output}) + "\n")
+        cmd = [python, str(ROOT / "benchmarks" / "sglang_hybrid_ref.py"), str(trace), "--component", component,
+               "--impl", impl, "--window", str(WINDOW), "--harness", str(harness), "-o", str(out), *opts]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [r for r in rows if not r.get("summary")]
+    if len(rows) != len(reqs) or any(r.get("oom") for r in rows):
+        raise RuntimeError(f"{component} {impl}: {len(rows)} rows for {len(reqs)} requests or an OOM request")
+    return [r["match_us"] + r["alloc_us"] + r["insert_us"] for r in rows]
+
+
+def fit_votes(counts, extra_us):
+    """Non-negative us per vote and per tombstone: the hybrid cache's time over the FULL-only
+    cache's on the same request (`extra_us`), fitted to the request's vote counts."""
+    X = np.array([[c.get(k, 0) for k in VOTE_FEATS] for c in counts], dtype=float)
+    y = np.array(extra_us, dtype=float)
+    active = [i for i in range(len(VOTE_FEATS)) if X[:, i].any()]
+    while active:
+        coef, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
+        neg = [a for a, v in zip(active, coef) if v < 0]
+        if not neg:
+            break
+        active.remove(min(neg, key=lambda a: coef[active.index(a)]))
+    out = dict.fromkeys(VOTE_FEATS, 0.0)
+    for a, v in zip(active, coef if active else []):
+        out[VOTE_FEATS[a]] = float(v)
+    pred = X @ np.array([out[f] for f in VOTE_FEATS])
+    r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
+    return out, float(r2), float(y.sum())
+
+
+def hybrid_main(a, harness: Path) -> int:
+    """--hybrid: measure SWA and MAMBA through SGLang's hybrid caches and radixsim's, and refit
+    only vote.* of the table in -o (the FULL features stay as the FULL calibration fitted them).
+    Per request, the hybrid time minus the FULL-only time of the same request on the same trace
+    (the same core, the least of --repeat runs each) is fitted to its vote and tombstone counts."""
+    reqs = conversation(a.sessions, a.rounds, a.seed)
+    keep = [i for i in range(len(reqs)) if i >= a.sessions]  # the first round runs cold
+    full = {"sglang-python": None, "sglang-rust": None, "radixsim": None}
+    for _ in range(a.repeat):
+        got = {"radixsim": [sum(t.values()) for t in radixsim_replay(reqs, None)[1]]}
+        for core, impl in (("sglang-python", "unified"), ("sglang-rust", "unified-rust")):
+            got[core] = [sum(t.values()) for t in sglang_replay(reqs, None, impl, harness, a.harness_python)[0]]
+        for core, t in got.items():
+            full[core] = t if full[core] is None else [min(x, y) for x, y in zip(full[core], t)]
+    counts, extra = [], {core: [] for core in full}
+    quality = {core: {} for core in full}
+    for name, (component, cfg, opts) in hybrid_traces(reqs, a.sessions).items():
+        best = dict.fromkeys(full)
+        for _ in range(a.repeat):
+            c, t = radixsim_replay(reqs, None, cfg)
+            got = {"radixsim": [sum(x.values()) for x in t]}
+            for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
+                got[core] = hybrid_replay(reqs, component, impl, opts, a.harness_python, harness)
+            for core, t in got.items():
+                best[core] = t if best[core] is None else [min(x, y) for x, y in zip(best[core], t)]
+        c = [c[i] for i in keep]
+        counts += c
+        for core in full:
+            e = [best[core][i] - full[core][i] for i in keep]
+            extra[core] += e
+            v, r2, tot = fit_votes(c, e)
+            quality[core][name] = {"us_per_unit": {k: round(x, 6) for k, x in v.items()}, "r2": round(r2, 4),
+                                   "extra_us": round(tot, 1), "votes": sum(x.get("vote.votes", 0) for x in c),
+                                   "tombstones": sum(x.get("vote.tombstones", 0) for x in c)}
+        print(f"{name}: {len(reqs)} requests", file=sys.stderr)
+    doc = json.loads(Path(a.out).read_text())
+    for core in full:
+        v, r2, tot = fit_votes(counts, extra[core])
+        doc["cores"][core]["us_per_unit"].update({k: round(x, 6) for k, x in v.items()})
+        doc["cores"][core]["fit"]["vote"] = {"r2": round(r2, 4), "extra_us": round(tot, 1), "per_trace": quality[core]}
+        print(core, json.dumps(v), f"r2 {r2:.3f}")
+    doc["what"] = ("us per unit of each tree operation feature (sim/tree_cpu.py FEATURES), fitted by "
+                   "benchmarks/fit_tree_cpu.py (vote.* by its --hybrid pass; tier.ops is not measured)")
+    doc["calibration"]["hybrid"] = {"sessions": a.sessions, "rounds": a.rounds, "seed": a.seed, "repeat": a.repeat,
+                                    "window": WINDOW, "machine_cpu": cpu_model(),
+                                    "date": datetime.date.today().isoformat(),
+                                    "traces": {k: {"component": v[0], "harness_options": v[2]}
+                                               for k, v in hybrid_traces(reqs, a.sessions).items()}}
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -184,12 +293,16 @@ def main(argv=None) -> int:
                     help="the sglang_ref directory (default: $SGLANG_REF, else ../shared/tools/sglang_ref)")
     ap.add_argument("--harness-python", default=str(Path("~/.cache/sglang-ref/bin/python").expanduser()))
     ap.add_argument("-o", "--out", default=str(TABLE))
+    ap.add_argument("--hybrid", action="store_true",
+                    help="refit only vote.* (SWA/MAMBA) of the table in -o through benchmarks/sglang_hybrid_ref.py")
     a = ap.parse_args(argv)
     harness = Path(a.harness)
     if not a.from_raw and not (harness / "run_sglang_radix.py").is_file():
         print(f"fit_tree_cpu: --harness: {harness}: no run_sglang_radix.py; expected the sglang_ref directory",
               file=sys.stderr)
         return 2
+    if a.hybrid:
+        return hybrid_main(a, harness)
     if a.from_raw:  # refit saved measurements (--raw) without measuring again
         raw = json.loads(Path(a.from_raw).read_text())
         reqs = conversation(a.sessions, a.rounds, a.seed)  # the counts again (deterministic), the times as saved

@@ -220,3 +220,26 @@ def test_a_closed_loop_client_hears_of_a_finish_after_the_post_work():
     assert r1.first_token_s == t_pre + c_pre
     assert r1.finish_s == t_fin + c_fin == r2.arrival_s  # round 2 is sent once round 1's result is out
     assert c_fin > c_pre > 0
+
+
+# sha256 (first 16 hex) of the sorted (round, arrival, first token, finish, cached tokens) of every
+# request, computed with the code before engine.tree_core existed (commit 570f585), same sets
+_BEFORE = {"tree-core-200-qwen3-32b": "20cf2f7e6d2dde8b", "tree-core-200-gpt-oss-20b": "4ffc0725d7c15bbb",
+           "tree-core-200-qwen3-next-80b": "2b7b1b8783c37f98"}
+
+
+def _figures_hash(name, extra=()):
+    import hashlib
+
+    from radixsim.run import simulate
+
+    sets = ["workload.num_rounds=3", "workload.num_clients=2", "workload.max_parallel=2", *extra]
+    eng, *_ = simulate(resolve(apply_sets(load(scenario_path(name)), sets), name), progress=False)
+    rows = sorted((r.round, r.arrival_s, r.first_token_s, r.finish_s, r.cached_tokens) for r in eng.finished)
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name", sorted(_BEFORE))
+def test_tree_core_unset_gives_the_figures_of_the_code_before_it(name):
+    assert _figures_hash(name) == _BEFORE[name]
+    assert _figures_hash(name, ["engine.tree_core=sglang-python"]) != _BEFORE[name]  # the hash sees the tree time
