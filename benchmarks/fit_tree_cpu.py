@@ -168,34 +168,40 @@ VOTE_FEATS = ("vote.votes", "vote.tombstones")
 
 
 def hybrid_traces(reqs, sessions):
-    """{name: (component, radixsim CacheConfig, harness options)}: SWA and MAMBA, each unbounded
-    and with a pool small enough to evict from internal nodes (tombstones)."""
-    longest = max(len(p) + len(o) for p, o in ((p, o) for _, p, o in reqs[-sessions:]))
-    swa_cap, slots = 3 * 600, 3 * sessions  # 600: the most tokens one request computes (400 + 200)
+    """{name: (radixsim CacheConfigs {full, swa, mamba}, harness options)}: unbounded, and with
+    pools small enough to evict (SWA windows and MAMBA states from internal nodes: tombstones)."""
+    longest = max(len(p) + len(o) for _, p, o in reqs[-sessions:])
+    cap, swa_cap, slots = 4 * longest, 3 * 600, 3 * sessions  # 600: the most tokens one request computes
     return {
-        "swa-unbounded": ("swa", CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW)), []),
-        "swa-evicting": ("swa", CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW, capacity_tokens=swa_cap)),
-                         ["--swa-capacity", str(swa_cap)]),
-        "mamba-unbounded": ("mamba", CacheConfig(page_size=1, mamba=MambaConfig()), []),
-        "mamba-evicting": ("mamba", CacheConfig(page_size=1, capacity_tokens=4 * longest, mamba=MambaConfig(slots=slots)),
-                           ["--capacity", str(4 * longest), "--mamba-slots", str(slots)]),
+        "unbounded": ({"full": CacheConfig(page_size=1), "swa": CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW)),
+                       "mamba": CacheConfig(page_size=1, mamba=MambaConfig())}, []),
+        "evicting": ({"full": CacheConfig(page_size=1, capacity_tokens=cap),
+                      "swa": CacheConfig(page_size=1, capacity_tokens=cap,
+                                         swa=SwaConfig(window_tokens=WINDOW, capacity_tokens=swa_cap)),
+                      "mamba": CacheConfig(page_size=1, capacity_tokens=cap, mamba=MambaConfig(slots=slots))},
+                     ["--capacity", str(cap), "--swa-capacity", str(swa_cap), "--mamba-slots", str(slots)]),
     }
 
 
-def hybrid_replay(reqs, component, impl, opts, python: str, harness: Path):
+def hybrid_replay(reqs, impl, opts, python: str, harness: Path):
+    """{full, swa, mamba: [us per request]}: one harness process serves each request with the three
+    caches one after the other (the same machine load for the three)."""
     with tempfile.TemporaryDirectory() as d:
         trace, out = Path(d) / "trace.jsonl", Path(d) / "out.jsonl"
         with trace.open("w") as fh:
             for rid, prompt, output in reqs:
                 fh.write(json.dumps({"rid": rid, "tokens": prompt, "output_tokens": output}) + "\n")
-        cmd = [python, str(ROOT / "benchmarks" / "sglang_hybrid_ref.py"), str(trace), "--component", component,
-               "--impl", impl, "--window", str(WINDOW), "--harness", str(harness), "-o", str(out), *opts]
+        cmd = [python, str(ROOT / "benchmarks" / "sglang_hybrid_ref.py"), str(trace), "--component", "full",
+               "--paired", "swa,mamba", "--impl", impl, "--window", str(WINDOW), "--harness", str(harness),
+               "-o", str(out), *opts]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         rows = [json.loads(line) for line in out.read_text().splitlines()]
     rows = [r for r in rows if not r.get("summary")]
-    if len(rows) != len(reqs) or any(r.get("oom") for r in rows):
-        raise RuntimeError(f"{component} {impl}: {len(rows)} rows for {len(reqs)} requests or an OOM request")
-    return [r["match_us"] + r["alloc_us"] + r["insert_us"] for r in rows]
+    if len(rows) != len(reqs) or any(r.get("oom") or r["swa"].get("oom") or r["mamba"].get("oom") for r in rows):
+        raise RuntimeError(f"{impl}: {len(rows)} rows for {len(reqs)} requests or an OOM request")
+    total = ("match_us", "alloc_us", "insert_us")
+    return {"full": [sum(r[g] for g in total) for r in rows],
+            **{k: [sum(r[k][g] for g in total) for r in rows] for k in ("swa", "mamba")}}
 
 
 def fit_votes(counts, extra_us):
@@ -221,54 +227,66 @@ def fit_votes(counts, extra_us):
 def hybrid_main(a, harness: Path) -> int:
     """--hybrid: measure SWA and MAMBA through SGLang's hybrid caches and radixsim's, and refit
     only vote.* of the table in -o (the FULL features stay as the FULL calibration fitted them).
-    Per request, the hybrid time minus the FULL-only time of the same request on the same trace
-    (the same core, the least of --repeat runs each) is fitted to its vote and tombstone counts."""
+    Per request: the hybrid cache's time minus the FULL-only cache's on the same request (served
+    right after each other, the least of --repeat runs each), less what the FULL table prices the
+    difference of their FULL operation counts at, is fitted to the hybrid request's vote and
+    tombstone counts."""
     reqs = conversation(a.sessions, a.rounds, a.seed)
     keep = [i for i in range(len(reqs)) if i >= a.sessions]  # the first round runs cold
-    full = {"sglang-python": None, "sglang-rust": None, "radixsim": None}
-    for _ in range(a.repeat):
-        got = {"radixsim": [sum(t.values()) for t in radixsim_replay(reqs, None)[1]]}
-        for core, impl in (("sglang-python", "unified"), ("sglang-rust", "unified-rust")):
-            got[core] = [sum(t.values()) for t in sglang_replay(reqs, None, impl, harness, a.harness_python)[0]]
-        for core, t in got.items():
-            full[core] = t if full[core] is None else [min(x, y) for x, y in zip(full[core], t)]
-    counts, extra = [], {core: [] for core in full}
-    quality = {core: {} for core in full}
-    for name, (component, cfg, opts) in hybrid_traces(reqs, a.sessions).items():
-        best = dict.fromkeys(full)
-        for _ in range(a.repeat):
-            c, t = radixsim_replay(reqs, None, cfg)
-            got = {"radixsim": [sum(x.values()) for x in t]}
-            for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
-                got[core] = hybrid_replay(reqs, component, impl, opts, a.harness_python, harness)
-            for core, t in got.items():
-                best[core] = t if best[core] is None else [min(x, y) for x, y in zip(best[core], t)]
-        c = [c[i] for i in keep]
-        counts += c
-        for core in full:
-            e = [best[core][i] - full[core][i] for i in keep]
-            extra[core] += e
-            v, r2, tot = fit_votes(c, e)
-            quality[core][name] = {"us_per_unit": {k: round(x, 6) for k, x in v.items()}, "r2": round(r2, 4),
-                                   "extra_us": round(tot, 1), "votes": sum(x.get("vote.votes", 0) for x in c),
-                                   "tombstones": sum(x.get("vote.tombstones", 0) for x in c)}
-        print(f"{name}: {len(reqs)} requests", file=sys.stderr)
     doc = json.loads(Path(a.out).read_text())
-    for core in full:
+    full_coef = {core: {k: v for k, v in doc["cores"][core]["us_per_unit"].items() if not k.startswith("vote.")}
+                 for core in doc["cores"]}
+    counts, extra = [], {core: [] for core in doc["cores"]}
+    quality = {core: {} for core in doc["cores"]}
+    totals = {}
+    for name, (cfgs, opts) in hybrid_traces(reqs, a.sessions).items():
+        best: dict = {}
+        cnt = {}
+        for _ in range(a.repeat):
+            got = {}
+            for kind, cfg in cfgs.items():
+                c, t = radixsim_replay(reqs, None, cfg)
+                cnt[kind] = c
+                got[("radixsim", kind)] = [sum(x.values()) for x in t]
+            for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
+                for kind, t in hybrid_replay(reqs, impl, opts, a.harness_python, harness).items():
+                    got[(core, kind)] = t
+            for key, t in got.items():
+                best[key] = t if key not in best else [min(x, y) for x, y in zip(best[key], t)]
+        for kind in ("swa", "mamba"):
+            c = [cnt[kind][i] for i in keep]
+            counts += c
+            for k, v in (x for cc in c for x in cc.items()):
+                totals[k] = totals.get(k, 0) + v
+            for core in doc["cores"]:
+                coef = full_coef[core]
+                e = []
+                for i in keep:
+                    d_full = sum(coef.get(k, 0.0) * (cnt[kind][i].get(k, 0) - cnt["full"][i].get(k, 0))
+                                 for k in set(cnt[kind][i]) | set(cnt["full"][i]) if not k.startswith("vote."))
+                    e.append(best[(core, kind)][i] - best[(core, "full")][i] - d_full)
+                extra[core] += e
+                v, r2, tot = fit_votes(c, e)
+                quality[core][f"{kind}-{name}"] = {
+                    "us_per_unit": {k: round(x, 6) for k, x in v.items()}, "r2": round(r2, 4),
+                    "extra_us": round(tot, 1), "median_extra_us": round(float(np.median(e)), 1),
+                    "votes": sum(x.get("vote.votes", 0) for x in c), "tombstones": sum(x.get("vote.tombstones", 0) for x in c)}
+        print(f"{name}: {len(reqs)} requests", file=sys.stderr)
+    for core in doc["cores"]:
         v, r2, tot = fit_votes(counts, extra[core])
         doc["cores"][core]["us_per_unit"].update({k: round(x, 6) for k, x in v.items()})
-        doc["cores"][core]["fit"]["vote"] = {"r2": round(r2, 4), "extra_us": round(tot, 1), "per_trace": quality[core]}
-        print(core, json.dumps(v), f"r2 {r2:.3f}")
+        doc["cores"][core]["fit"]["vote"] = {"r2": round(r2, 4), "extra_us": round(tot, 1),
+                                             "per_trace": quality[core]}
+        print(core, json.dumps(v), f"r2 {r2:.3f}", json.dumps({k: q["median_extra_us"] for k, q in quality[core].items()}))
     doc["what"] = ("us per unit of each tree operation feature (sim/tree_cpu.py FEATURES), fitted by "
                    "benchmarks/fit_tree_cpu.py (vote.* by its --hybrid pass; tier.ops is not measured)")
     doc["calibration"]["hybrid"] = {"sessions": a.sessions, "rounds": a.rounds, "seed": a.seed, "repeat": a.repeat,
                                     "window": WINDOW, "machine_cpu": cpu_model(),
                                     "date": datetime.date.today().isoformat(),
-                                    "traces": {k: {"component": v[0], "harness_options": v[2]}
-                                               for k, v in hybrid_traces(reqs, a.sessions).items()}}
+                                    "traces": {k: v[1] for k, v in hybrid_traces(reqs, a.sessions).items()},
+                                    "requests_fitted": len(counts), "op_totals": totals}
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0
-
 
 def cpu_model() -> str:
     try:

@@ -56,7 +56,10 @@ def fail(msg: str) -> None:
 def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
-    ap.add_argument("--component", choices=("swa", "mamba"), required=True)
+    ap.add_argument("--component", choices=("swa", "mamba", "full"), required=True)
+    ap.add_argument("--paired", default="", help="comma-separated caches (full,swa,mamba) that serve each request "
+                                                  "right after --component's, timed the same way (in the row under "
+                                                  "their name): a difference measured under the same machine load")
     ap.add_argument("--impl", choices=("python", "rust"), default="python")
     ap.add_argument("--window", type=int, default=128, help="SWA sliding window (tokens)")
     ap.add_argument("--capacity", type=int, default=0, help="full KV slots (0: the whole trace)")
@@ -66,6 +69,10 @@ def parse(argv=None):
                                                                           / "sglang_ref")))
     ap.add_argument("-o", "--out", required=True)
     a = ap.parse_args(argv)
+    a.paired = [k for k in a.paired.split(",") if k]
+    bad = [k for k in a.paired if k not in ("full", "swa", "mamba")]
+    if bad:
+        fail(f"--paired: {bad[0]!r}: expected full, swa or mamba")
     if not (Path(a.harness) / "sglang_stubs.py").is_file():
         fail(f"--harness: {a.harness}: no sglang_stubs.py; expected the sglang_ref directory")
     for name in ("window", "capacity", "swa_capacity", "mamba_slots"):
@@ -114,107 +121,138 @@ def main(argv=None) -> int:
     N = a.capacity or need
     longest = max(len(t) + len(o) for _, t, o in reqs) + 2
     dev, dt = "cpu", torch.bfloat16
-    if a.component == "mamba":
-        slots = a.mamba_slots or 2 * len(reqs) + 2
-        with envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
-            shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=16, n_groups=1, num_heads=1,
-                                            head_dim=16, state_size=4, conv_kernel=4)
-            params = Mamba2CacheParams(shape=shape, layers=[0])
-        pool = HybridReqToTokenPool(size=2, mamba_size=slots, mamba_spec_state_size=2, max_context_len=longest,
-                                    device=dev, enable_memory_saver=False, cache_params=params, mamba_layer_ids=[0],
-                                    enable_mamba_extra_buffer=False, speculative_num_draft_tokens=3)
-        kv = HybridLinearKVPool(size=N, dtype=dt, page_size=1, head_num=1, head_dim=8, full_attention_layer_ids=[1],
-                                device=dev, enable_memory_saver=False, mamba_pool=pool.mamba_pool)
-        alloc = TokenToKVPoolAllocator(size=N, dtype=dt, device=dev, kvcache=kv, need_sort=False)
-        comps, window = (ComponentType.FULL, ComponentType.MAMBA), None
-    else:
-        NS = a.swa_capacity or N
-        pool = ReqToTokenPool(size=2, max_context_len=longest, device=dev, enable_memory_saver=False)
-        kv = SWAKVPool(size=N, size_swa=NS, page_size=1, dtype=dt, head_num=1, head_dim=8,
-                       swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device=dev)
-        alloc = SWATokenToKVPoolAllocator(size=N, size_swa=NS, page_size=1, dtype=dt, device=dev, kvcache=kv,
-                                          need_sort=False)
-        comps, window = (ComponentType.FULL, ComponentType.SWA), a.window
-    cache = UnifiedRadixCache(params=CacheInitParams(
-        req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, disable=False,
-        sliding_window_size=window, tree_components=comps, eviction_policy="lru", tree_core_backend=a.impl))
-    got = type(cache.tree_core).__name__
-    if (a.impl == "rust") != (got == "RustUnifiedTreeCore"):
-        fail(f"--impl {a.impl}: SGLang built {got} for {a.component}")
 
-    swa = a.component == "swa"
-    total_evicted = 0
+    class Replayer:
+        """One cache (full, swa or mamba) and its pools; `run_one` serves a request."""
+
+        def __init__(self, kind):
+            self.kind = kind
+            window = None
+            if kind == "mamba":
+                slots = a.mamba_slots or 2 * len(reqs) + 2
+                with envs.SGLANG_MAMBA_SSM_DTYPE.override("bfloat16"):
+                    shape = Mamba2StateShape.create(tp_world_size=1, intermediate_size=16, n_groups=1, num_heads=1,
+                                                    head_dim=16, state_size=4, conv_kernel=4)
+                    params = Mamba2CacheParams(shape=shape, layers=[0])
+                pool = HybridReqToTokenPool(size=2, mamba_size=slots, mamba_spec_state_size=2, max_context_len=longest,
+                                            device=dev, enable_memory_saver=False, cache_params=params,
+                                            mamba_layer_ids=[0], enable_mamba_extra_buffer=False,
+                                            speculative_num_draft_tokens=3)
+                kv = HybridLinearKVPool(size=N, dtype=dt, page_size=1, head_num=1, head_dim=8,
+                                        full_attention_layer_ids=[1], device=dev, enable_memory_saver=False,
+                                        mamba_pool=pool.mamba_pool)
+                alloc = TokenToKVPoolAllocator(size=N, dtype=dt, device=dev, kvcache=kv, need_sort=False)
+                comps = (ComponentType.FULL, ComponentType.MAMBA)
+            elif kind == "swa":
+                NS = a.swa_capacity or N
+                pool = ReqToTokenPool(size=2, max_context_len=longest, device=dev, enable_memory_saver=False)
+                kv = SWAKVPool(size=N, size_swa=NS, page_size=1, dtype=dt, head_num=1, head_dim=8,
+                               swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device=dev)
+                alloc = SWATokenToKVPoolAllocator(size=N, size_swa=NS, page_size=1, dtype=dt, device=dev, kvcache=kv,
+                                                  need_sort=False)
+                comps, window = (ComponentType.FULL, ComponentType.SWA), a.window
+            else:  # FULL only, as the shared harness's --impl unified / unified-rust
+                pool = None
+                alloc = TokenToKVPoolAllocator(N, torch.int64, dev, None, False)
+                comps = (ComponentType.FULL,)
+            self.pool, self.alloc, self.window = pool, alloc, window
+            self.cache = UnifiedRadixCache(params=CacheInitParams(
+                req_to_token_pool=pool, token_to_kv_pool_allocator=alloc, page_size=1, disable=False,
+                sliding_window_size=window, tree_components=comps, eviction_policy="lru", tree_core_backend=a.impl))
+            self.tree_core = type(self.cache.tree_core).__name__
+            if (a.impl == "rust") != (self.tree_core == "RustUnifiedTreeCore"):
+                fail(f"--impl {a.impl}: SGLang built {self.tree_core} for {kind}")
+            self.evicted = 0
+
+        def run_one(self, rid, tokens, outputs):
+            cache, alloc, pool, kind, window = self.cache, self.alloc, self.pool, self.kind, self.window
+            t0 = time.perf_counter()
+            lp = len(tokens)
+            seq = array("q", tokens)
+            if outputs:
+                seq.extend(outputs[:-1])
+            kv_len = len(seq)
+            m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens), limit=max(lp - 1, 0))))
+            prefix_len, last = m.device_prefix_len, m.last_device_node
+            t1 = time.perf_counter()
+            lock = cache.lock(last)
+            prefix_idx = cache.path_device_indices(last)[:prefix_len]
+            n = kv_len - prefix_len
+            evicted = 0
+            if kind == "swa":
+                short_full = n - alloc.full_available_size()
+                short_swa = n - alloc.swa_available_size()
+                if short_full > 0 or short_swa > 0:
+                    r = cache.evict_for_alloc(EvictParams(num_tokens=max(short_full, 0),
+                                                          swa_num_tokens=max(short_swa, 0)))
+                    evicted = r.num_tokens_evicted
+            elif kind == "mamba":
+                short_full = n - alloc.available_size()
+                short_mamba = 1 - pool.mamba_allocator.available_size()
+                if short_full > 0 or short_mamba > 0:
+                    r = cache.evict_for_alloc(EvictParams(num_tokens=max(short_full, 0),
+                                                          mamba_num=max(short_mamba, 0)))
+                    evicted = r.num_tokens_evicted
+            elif n - alloc.available_size() > 0:
+                evicted = cache.evict_for_alloc(EvictParams(num_tokens=n - alloc.available_size())).num_tokens_evicted
+            new_idx = alloc.alloc(n)
+            slot = pool.mamba_allocator.alloc(1) if kind == "mamba" else None
+            t2 = time.perf_counter()
+            rec = {"rid": rid, "prompt_tokens": lp, "cached_tokens": prefix_len, "kv_tokens": kv_len,
+                   "evicted_tokens": evicted}
+            if new_idx is None or (kind == "mamba" and slot is None):
+                cache.unlock(lock)
+                rec["oom"] = True
+                return rec
+            self.evicted += evicted
+            row = torch.cat([prefix_idx.to(torch.int64), new_idx.to(torch.int64)])
+            ins = InsertParams(key=RadixKey(seq), value=row[:kv_len].clone(), prev_prefix_len=prefix_len)
+            if kind == "swa":
+                ws = kv_len - window  # the request's own slots before its last window left the SWA pool
+                if ws > prefix_len:
+                    alloc.free_swa(row[prefix_len:ws])
+                    ins.component_evicted_seqlens = {ComponentType.SWA: ws}
+            elif kind == "mamba":
+                ins.mamba_value = slot
+            res = cache.insert(ins)
+            if kind == "mamba" and res.mamba_exist:
+                pool.mamba_allocator.free(slot)
+            if 0 < lp < kv_len:
+                pins = InsertParams(key=RadixKey(array("q", tokens)), value=row[:lp].clone(), prev_prefix_len=lp,
+                                    inserted_len=lp, priority=1)
+                if kind == "mamba":  # a state at the prompt boundary: its own slot (cache_unfinished_req copies one)
+                    pins.mamba_value = pool.mamba_allocator.alloc(1)
+                if kind != "mamba" or pins.mamba_value is not None:
+                    pres = cache.insert(pins)
+                    if kind == "mamba" and pres.mamba_exist:
+                        pool.mamba_allocator.free(pins.mamba_value)
+            cache.unlock(lock)
+            t3 = time.perf_counter()
+            rec.update(match_us=round((t1 - t0) * 1e6, 1), alloc_us=round((t2 - t1) * 1e6, 1),
+                       insert_us=round((t3 - t2) * 1e6, 1), t_us=round((t3 - t0) * 1e6, 1))
+            return rec
+
+    kinds = [a.component] + [k for k in a.paired if k != a.component]
+    reps = {k: Replayer(k) for k in kinds}
     rows_out = []
     wall0 = time.perf_counter()
     for rid, tokens, outputs in reqs:
-        t0 = time.perf_counter()
-        lp = len(tokens)
-        seq = array("q", tokens)
-        if outputs:
-            seq.extend(outputs[:-1])
-        kv_len = len(seq)
-        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens), limit=max(lp - 1, 0))))
-        prefix_len, last = m.device_prefix_len, m.last_device_node
-        t1 = time.perf_counter()
-        lock = cache.lock(last)
-        prefix_idx = cache.path_device_indices(last)[:prefix_len]
-        n = kv_len - prefix_len
-        evicted = 0
-        if swa:
-            short_full = n - alloc.full_available_size()
-            short_swa = n - alloc.swa_available_size()
-            if short_full > 0 or short_swa > 0:
-                r = cache.evict_for_alloc(EvictParams(num_tokens=max(short_full, 0), swa_num_tokens=max(short_swa, 0)))
-                evicted = r.num_tokens_evicted
-        else:
-            short_full = n - alloc.available_size()
-            short_mamba = 1 - pool.mamba_allocator.available_size()
-            if short_full > 0 or short_mamba > 0:
-                r = cache.evict_for_alloc(EvictParams(num_tokens=max(short_full, 0), mamba_num=max(short_mamba, 0)))
-                evicted = r.num_tokens_evicted
-        new_idx = alloc.alloc(n)
-        slot = None if swa else pool.mamba_allocator.alloc(1)
-        t2 = time.perf_counter()
-        rec = {"rid": rid, "prompt_tokens": lp, "cached_tokens": prefix_len, "kv_tokens": kv_len,
-               "evicted_tokens": evicted}
-        if new_idx is None or (not swa and slot is None):
-            cache.unlock(lock)
-            rec["oom"] = True
-            rows_out.append(rec)
-            continue
-        total_evicted += evicted
-        row = torch.cat([prefix_idx.to(torch.int64), new_idx.to(torch.int64)])
-        ins = InsertParams(key=RadixKey(seq), value=row[:kv_len].clone(), prev_prefix_len=prefix_len)
-        if swa:
-            ws = kv_len - window  # the request's own slots before its last window left the SWA pool
-            if ws > prefix_len:
-                alloc.free_swa(row[prefix_len:ws])
-                ins.component_evicted_seqlens = {ComponentType.SWA: ws}
-        else:
-            ins.mamba_value = slot
-        res = cache.insert(ins)
-        if not swa and res.mamba_exist:
-            pool.mamba_allocator.free(slot)
-        if 0 < lp < kv_len:
-            pins = InsertParams(key=RadixKey(array("q", tokens)), value=row[:lp].clone(), prev_prefix_len=lp,
-                                inserted_len=lp, priority=1)
-            if not swa:  # a state at the prompt boundary: its own slot (cache_unfinished_req copies one)
-                pins.mamba_value = pool.mamba_allocator.alloc(1)
-            if swa or pins.mamba_value is not None:
-                pres = cache.insert(pins)
-                if not swa and pres.mamba_exist:
-                    pool.mamba_allocator.free(pins.mamba_value)
-        cache.unlock(lock)
-        t3 = time.perf_counter()
-        rec.update(match_us=round((t1 - t0) * 1e6, 1), alloc_us=round((t2 - t1) * 1e6, 1),
-                   insert_us=round((t3 - t2) * 1e6, 1), t_us=round((t3 - t0) * 1e6, 1))
+        rec = None
+        for k in kinds:  # the paired caches serve the same request right after: the same machine load
+            r = reps[k].run_one(rid, tokens, outputs)
+            if rec is None:
+                rec = r
+            else:
+                rec[k] = {g: r.get(g) for g in ("cached_tokens", "match_us", "alloc_us", "insert_us", "t_us", "oom")
+                          if g in r}
         rows_out.append(rec)
     wall = time.perf_counter() - wall0
     tot_p = sum(r["prompt_tokens"] for r in rows_out)
     tot_c = sum(r["cached_tokens"] for r in rows_out)
-    summary = {"summary": True, "component": a.component, "impl": a.impl, "tree_core": got, "window": window,
+    summary = {"summary": True, "component": a.component, "impl": a.impl, "tree_core": reps[a.component].tree_core,
+               "window": reps[a.component].window, "paired": kinds[1:],
                "num_requests": len(rows_out), "total_prompt_tokens": tot_p, "total_cached_tokens": tot_c,
-               "hit_rate": tot_c / tot_p if tot_p else 0.0, "total_evicted_tokens": total_evicted,
+               "hit_rate": tot_c / tot_p if tot_p else 0.0, "total_evicted_tokens": reps[a.component].evicted,
                "oom_requests": sum(1 for r in rows_out if r.get("oom")), "wall_s": round(wall, 3)}
     with open(a.out, "w") as fh:
         for r in rows_out + [summary]:
