@@ -178,6 +178,11 @@ def test_on_the_calibration_data_the_native_core_is_cheaper_for_every_operation_
     py_us, rs_us = py.by_kind_us(totals), rs.by_kind_us(totals)
     for kind in kinds:
         assert rs_us[kind] < py_us[kind], (kind, rs_us[kind], py_us[kind])
+    # SWA / MAMBA: the votes and tombstones of the hybrid calibration (fit_tree_cpu.py --hybrid)
+    hybrid = doc["calibration"]["hybrid"]["op_totals"]
+    assert hybrid["vote.votes"] > 0 and hybrid["vote.tombstones"] > 0
+    py_v, rs_v = py.by_kind_us(hybrid)["vote"], rs.by_kind_us(hybrid)["vote"]
+    assert rs_v < py_v, (rs_v, py_v)
 
 
 def test_host_cpu_speed_divides_the_time():
