@@ -22,10 +22,13 @@ and the fit redone), per timed group:
     insert_us ~ insert.calls + insert.nodes + insert.pages + insert.copy_pages + insert.new_pages
                 + insert.splits (the unlock's walk, priced at the alloc fit's lock.nodes, taken out first)
 
-Not calibrated (the harness has no SWA/MAMBA allocators and the Rust core no tiers): vote.*
-costs are taken as lock.nodes' cost of the same core (a vote visits one node's payload, as a
-lock's walk visits one node), and tier.ops as one lock call, the Python core's for both SGLang
-tables (the Rust core is L1 only); docs/figure7.md says so.
+SWA and MAMBA (``--hybrid``, after the FULL fit: it keeps the FULL features and refits vote.*):
+benchmarks/sglang_hybrid_ref.py serves each request with SGLang's FULL-only, SWA and MAMBA caches
+one after the other (the same machine load); per request the hybrid time over the FULL time,
+less the FULL table's price of the difference of their FULL counts, is fitted to the votes and
+tombstones (SWA and MAMBA apart). Without --hybrid vote.* are set to lock.nodes' cost of the same
+core (a placeholder until --hybrid runs). tier.ops is not measured: one lock call, the Python
+core's for both SGLang tables (the Rust core is L1 only); docs/figure7.md says so.
 
     python benchmarks/fit_tree_cpu.py [--sessions 4] [--rounds 100] [--harness DIR] [--harness-python PY]
         [-o sim/opdata/tree_cpu.json]
@@ -158,13 +161,14 @@ def table_of(counts, times):
         quality[g] = {"r2": round(r2, 4), "measured_us": round(total, 1)}
     coef["vote.votes"] = coef["lock.nodes"]  # not measured: one per-node payload visit, as a lock's per-node step
     coef["vote.tombstones"] = coef["lock.nodes"]
+    coef["vote.mamba_votes"] = coef["vote.mamba_tombstones"] = coef["lock.nodes"]  # until --hybrid measures them
     coef["tier.ops"] = coef["lock.calls"]  # not measured: one bookkeeping call
     return {k: round(coef.get(k, 0.0), 6) for k in KEYS}, quality
 
 
 # -- SWA / MAMBA votes and tombstones (benchmarks/sglang_hybrid_ref.py) ---------------------
 WINDOW = 128  # gpt-oss-20b's sliding window (shared/MODELS.md); the calibration trace's SWA window
-VOTE_FEATS = ("vote.votes", "vote.tombstones")
+VOTE_FEATS = ("vote.votes", "vote.tombstones", "vote.mamba_votes", "vote.mamba_tombstones")
 
 
 def hybrid_traces(reqs, sessions):
@@ -270,7 +274,7 @@ def hybrid_main(a, harness: Path) -> int:
                 quality[core][f"{kind}-{name}"] = {
                     "us_per_unit": {k: round(x, 6) for k, x in v.items()}, "r2": round(r2, 4),
                     "extra_us": round(tot, 1), "median_extra_us": round(float(np.median(e)), 1),
-                    "votes": sum(x.get("vote.votes", 0) for x in c), "tombstones": sum(x.get("vote.tombstones", 0) for x in c)}
+                    **{k: sum(x.get(k, 0) for x in c) for k in VOTE_FEATS}}
         print(f"{name}: {len(reqs)} requests", file=sys.stderr)
     for core in doc["cores"]:
         v, r2, tot = fit_votes(counts, extra[core])

@@ -79,6 +79,27 @@ def test_swa_votes_and_tombstones_are_counted():
     assert got["vote.tombstones"] == 2
 
 
+def test_mamba_votes_and_tombstones_are_counted_apart_from_swa():
+    from cache_core.config import MambaConfig
+
+    c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None, mamba=MambaConfig(slots=3)))
+    k = TreeOpCounter().attach(c)
+    st = ReplayStepper(c)
+    st.step(a([1, 2, 3, 4]), a([5, 6]))  # [1..5], split at the prompt; a state at 5
+    k.take()
+    r = st.step(a([1, 2, 3, 4, 5, 7]), a([8]))
+    got = k.take()
+    # the match: root-[1,2,3,4]-[5] (state at 5), one MAMBA vote per node, none for SWA
+    assert r.cached_tokens == 5 and got["vote.mamba_votes"] == 2 and "vote.votes" not in got
+    st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
+    k.take()
+    st.step(a([11, 12, 13]), a([8]))
+    got = k.take()
+    # 3 state slots: states at 5, 7 and 9 (the last request's) fill them; the new request's
+    # private slot drops the least recent state from a node that stays: one MAMBA tombstone
+    assert got["vote.mamba_tombstones"] == 1 and "vote.tombstones" not in got
+
+
 def test_an_unchanged_cache_has_nothing_wrapped():
     c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None))
     assert "match" not in vars(c) and "insert" not in vars(c)
