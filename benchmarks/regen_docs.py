@@ -683,6 +683,26 @@ def _policy_lab_curve_agentic(ctx) -> str:
             " / ".join(f"{100 * abs(p['curve'] - p['replay']):.1f}" for p in chk["points"]) + " points")
 
 
+# docs/figure7.md ----------------------------------------------------------------------------
+def _fig7():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fig7_tree_core
+
+    return fig7_tree_core
+
+
+@entry("figure7-reductions", "docs/figure7.md", cheap=False, seconds=300,
+       command="python benchmarks/fig7_tree_core.py (figure7.json reduction_pct)")
+def _figure7_reductions(ctx) -> str:
+    return _fig7().reduction_table()
+
+
+@entry("figure7-tree-cpu", "docs/figure7.md", cheap=False, seconds=300,
+       command="python benchmarks/fig7_tree_core.py (figure7.json tree_cpu_us_per_request)")
+def _figure7_tree_cpu(ctx) -> str:
+    return _fig7().cpu_table()
+
+
 # -- driver -----------------------------------------------------------------------------------
 def marked(root: Path, doc: str) -> dict:
     """name -> (start, end) of the text between its markers in `doc` (each name at most once)."""

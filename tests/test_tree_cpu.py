@@ -194,7 +194,7 @@ def test_on_the_calibration_data_the_native_core_is_cheaper_for_every_operation_
     doc = json.loads(TABLE.read_text())
     totals = doc["calibration"]["op_totals"]
     py, rs = (TreeCpuModel.load(c) for c in ("sglang-python", "sglang-rust"))
-    kinds = [k for k in KINDS if any(totals[key] for key in KEYS if key.startswith(k + "."))]
+    kinds = [k for k in KINDS if any(totals.get(key, 0) for key in KEYS if key.startswith(k + "."))]
     assert {"match", "insert", "lock", "evict"} <= set(kinds)  # what the calibration exercised
     py_us, rs_us = py.by_kind_us(totals), rs.by_kind_us(totals)
     for kind in kinds:
