@@ -66,6 +66,43 @@ def run(name: str, rounds: int, core: str | None, overlap: bool):
             "tree_cpu_s": tc.cpu_s if tc is not None else 0.0, "exposed_s": tc.exposed_s if tc is not None else 0.0}
 
 
+_RUNS: dict = {}
+
+
+def runs(rounds: int = 200, overlap: bool = True, cores=(None,) + ALL_CORES) -> dict:
+    """{scenario: {core: run(...)}} (memoised: docs/figure7.md's regen entries share them)."""
+    for name in SCENARIOS:
+        for c in cores:
+            key = (name, rounds, c, overlap)
+            if key not in _RUNS:
+                _RUNS[key] = run(name, rounds, c, overlap)
+    return {name: {c: _RUNS[(name, rounds, c, overlap)] for c in cores} for name in SCENARIOS}
+
+
+def reduction_table(rounds: int = 200) -> str:
+    """docs/figure7.md's table: the seed's six TTFT reductions beside ours."""
+    res = runs(rounds, cores=CORES)
+    lines = ["| model | setup | seed all | ours all | seed 176-200 | ours 176-200 |", "|---|---|---|---|---|---|"]
+    for name, (label, seed) in SCENARIOS.items():
+        py, rs = res[name]["sglang-python"], res[name]["sglang-rust"]
+        model, setup = label.split(" ", 1)
+        lines.append(f"| {model} | {setup} | {seed[0]}% | {100 * (1 - rs['ttft_mean_s'] / py['ttft_mean_s']):.1f}% | "
+                     f"{seed[1]}% | {100 * (1 - rs['ttft_last25_s'] / py['ttft_last25_s']):.1f}% |")
+    return "\n".join(lines)
+
+
+def cpu_table(rounds: int = 200) -> str:
+    """docs/figure7.md's table: tree CPU time per request at rounds 1, R/2 and R, per core (ms)."""
+    res = runs(rounds, cores=ALL_CORES)
+    at = sorted({1, max(rounds // 2, 1), rounds})
+    lines = ["| core | " + " | ".join(label.split(",")[0] for label, _ in SCENARIOS.values()) + " |",
+             "|---|---|---|---|"]
+    for c in ALL_CORES:
+        cells = [" / ".join(f"{1e3 * res[name][c]['cpu_per_req_s'][k - 1]:.2f}" for k in at) for name in SCENARIOS]
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=200)
@@ -77,7 +114,7 @@ def main(argv=None) -> int:
     R = a.rounds
     res, doc = {}, {"rounds": R, "overlap_schedule": not a.no_overlap, "scenarios": {}}
     for name, (label, seed) in SCENARIOS.items():
-        res[name] = {c: run(name, R, c, not a.no_overlap) for c in (None,) + ALL_CORES}
+        res[name] = runs(R, not a.no_overlap)[name]
         py, rs, base = res[name]["sglang-python"], res[name]["sglang-rust"], res[name][None]
         red_all = 100 * (1 - rs["ttft_mean_s"] / py["ttft_mean_s"])
         red_last = 100 * (1 - rs["ttft_last25_s"] / py["ttft_last25_s"])

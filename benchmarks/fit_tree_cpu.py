@@ -22,10 +22,13 @@ and the fit redone), per timed group:
     insert_us ~ insert.calls + insert.nodes + insert.pages + insert.copy_pages + insert.new_pages
                 + insert.splits (the unlock's walk, priced at the alloc fit's lock.nodes, taken out first)
 
-Not calibrated (the harness has no SWA/MAMBA allocators and the Rust core no tiers): vote.*
-costs are taken as lock.nodes' cost of the same core (a vote visits one node's payload, as a
-lock's walk visits one node), and tier.ops as one lock call, the Python core's for both SGLang
-tables (the Rust core is L1 only); docs/figure7.md says so.
+SWA and MAMBA (``--hybrid``, after the FULL fit: it keeps the FULL features and refits vote.*):
+benchmarks/sglang_hybrid_ref.py serves each request with SGLang's FULL-only, SWA and MAMBA caches
+one after the other (the same machine load); per request the hybrid time over the FULL time,
+less the FULL table's price of the difference of their FULL counts, is fitted to the votes and
+tombstones (SWA and MAMBA apart). Without --hybrid vote.* are set to lock.nodes' cost of the same
+core (a placeholder until --hybrid runs). tier.ops is not measured: one lock call, the Python
+core's for both SGLang tables (the Rust core is L1 only); docs/figure7.md says so.
 
     python benchmarks/fit_tree_cpu.py [--sessions 4] [--rounds 100] [--harness DIR] [--harness-python PY]
         [-o sim/opdata/tree_cpu.json]
@@ -48,7 +51,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cache_core import CacheConfig, RadixCache, ReplayStepper  # noqa: E402
+from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig  # noqa: E402
 from sim.tree_cpu import KEYS, TABLE, TreeOpCounter  # noqa: E402
 
 GROUPS = {
@@ -77,10 +80,11 @@ def conversation(sessions: int, rounds: int, seed: int):
     return out
 
 
-def radixsim_replay(reqs, capacity):
+def radixsim_replay(reqs, capacity, config: CacheConfig | None = None):
     """Per request: the operation counts and the microseconds of radixsim's match, alloc (lock
-    + evict) and insert (insert + unlock) calls."""
-    cache = RadixCache(CacheConfig(page_size=1, capacity_tokens=capacity))
+    + evict) and insert (insert + unlock) calls. `config` (SWA / MAMBA) replaces the FULL-only
+    cache of `capacity` tokens."""
+    cache = RadixCache(config or CacheConfig(page_size=1, capacity_tokens=capacity))
     counter = TreeOpCounter().attach(cache)
     spent = {"match": 0.0, "alloc": 0.0, "insert": 0.0}
 
@@ -157,9 +161,136 @@ def table_of(counts, times):
         quality[g] = {"r2": round(r2, 4), "measured_us": round(total, 1)}
     coef["vote.votes"] = coef["lock.nodes"]  # not measured: one per-node payload visit, as a lock's per-node step
     coef["vote.tombstones"] = coef["lock.nodes"]
+    coef["vote.mamba_votes"] = coef["vote.mamba_tombstones"] = coef["lock.nodes"]  # until --hybrid measures them
     coef["tier.ops"] = coef["lock.calls"]  # not measured: one bookkeeping call
     return {k: round(coef.get(k, 0.0), 6) for k in KEYS}, quality
 
+
+# -- SWA / MAMBA votes and tombstones (benchmarks/sglang_hybrid_ref.py) ---------------------
+WINDOW = 128  # gpt-oss-20b's sliding window (shared/MODELS.md); the calibration trace's SWA window
+VOTE_FEATS = ("vote.votes", "vote.tombstones", "vote.mamba_votes", "vote.mamba_tombstones")
+
+
+def hybrid_traces(reqs, sessions):
+    """{name: (radixsim CacheConfigs {full, swa, mamba}, harness options)}: unbounded, and with
+    pools small enough to evict (SWA windows and MAMBA states from internal nodes: tombstones)."""
+    longest = max(len(p) + len(o) for _, p, o in reqs[-sessions:])
+    cap, swa_cap, slots = 4 * longest, 3 * 600, 3 * sessions  # 600: the most tokens one request computes
+    return {
+        "unbounded": ({"full": CacheConfig(page_size=1), "swa": CacheConfig(page_size=1, swa=SwaConfig(window_tokens=WINDOW)),
+                       "mamba": CacheConfig(page_size=1, mamba=MambaConfig())}, []),
+        "evicting": ({"full": CacheConfig(page_size=1, capacity_tokens=cap),
+                      "swa": CacheConfig(page_size=1, capacity_tokens=cap,
+                                         swa=SwaConfig(window_tokens=WINDOW, capacity_tokens=swa_cap)),
+                      "mamba": CacheConfig(page_size=1, capacity_tokens=cap, mamba=MambaConfig(slots=slots))},
+                     ["--capacity", str(cap), "--swa-capacity", str(swa_cap), "--mamba-slots", str(slots)]),
+    }
+
+
+def hybrid_replay(reqs, impl, opts, python: str, harness: Path):
+    """{full, swa, mamba: [us per request]}: one harness process serves each request with the three
+    caches one after the other (the same machine load for the three)."""
+    with tempfile.TemporaryDirectory() as d:
+        trace, out = Path(d) / "trace.jsonl", Path(d) / "out.jsonl"
+        with trace.open("w") as fh:
+            for rid, prompt, output in reqs:
+                fh.write(json.dumps({"rid": rid, "tokens": prompt, "output_tokens": output}) + "\n")
+        cmd = [python, str(ROOT / "benchmarks" / "sglang_hybrid_ref.py"), str(trace), "--component", "full",
+               "--paired", "swa,mamba", "--impl", impl, "--window", str(WINDOW), "--harness", str(harness),
+               "-o", str(out), *opts]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+    rows = [r for r in rows if not r.get("summary")]
+    if len(rows) != len(reqs) or any(r.get("oom") or r["swa"].get("oom") or r["mamba"].get("oom") for r in rows):
+        raise RuntimeError(f"{impl}: {len(rows)} rows for {len(reqs)} requests or an OOM request")
+    total = ("match_us", "alloc_us", "insert_us")
+    return {"full": [sum(r[g] for g in total) for r in rows],
+            **{k: [sum(r[k][g] for g in total) for r in rows] for k in ("swa", "mamba")}}
+
+
+def fit_votes(counts, extra_us):
+    """Non-negative us per vote and per tombstone: the hybrid cache's time over the FULL-only
+    cache's on the same request (`extra_us`), fitted to the request's vote counts."""
+    X = np.array([[c.get(k, 0) for k in VOTE_FEATS] for c in counts], dtype=float)
+    y = np.array(extra_us, dtype=float)
+    active = [i for i in range(len(VOTE_FEATS)) if X[:, i].any()]
+    while active:
+        coef, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
+        neg = [a for a, v in zip(active, coef) if v < 0]
+        if not neg:
+            break
+        active.remove(min(neg, key=lambda a: coef[active.index(a)]))
+    out = dict.fromkeys(VOTE_FEATS, 0.0)
+    for a, v in zip(active, coef if active else []):
+        out[VOTE_FEATS[a]] = float(v)
+    pred = X @ np.array([out[f] for f in VOTE_FEATS])
+    r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
+    return out, float(r2), float(y.sum())
+
+
+def hybrid_main(a, harness: Path) -> int:
+    """--hybrid: measure SWA and MAMBA through SGLang's hybrid caches and radixsim's, and refit
+    only vote.* of the table in -o (the FULL features stay as the FULL calibration fitted them).
+    Per request: the hybrid cache's time minus the FULL-only cache's on the same request (served
+    right after each other, the least of --repeat runs each), less what the FULL table prices the
+    difference of their FULL operation counts at, is fitted to the hybrid request's vote and
+    tombstone counts."""
+    reqs = conversation(a.sessions, a.rounds, a.seed)
+    keep = [i for i in range(len(reqs)) if i >= a.sessions]  # the first round runs cold
+    doc = json.loads(Path(a.out).read_text())
+    full_coef = {core: {k: v for k, v in doc["cores"][core]["us_per_unit"].items() if not k.startswith("vote.")}
+                 for core in doc["cores"]}
+    counts, extra = [], {core: [] for core in doc["cores"]}
+    quality = {core: {} for core in doc["cores"]}
+    totals = {}
+    for name, (cfgs, opts) in hybrid_traces(reqs, a.sessions).items():
+        best: dict = {}
+        cnt = {}
+        for _ in range(a.repeat):
+            got = {}
+            for kind, cfg in cfgs.items():
+                c, t = radixsim_replay(reqs, None, cfg)
+                cnt[kind] = c
+                got[("radixsim", kind)] = [sum(x.values()) for x in t]
+            for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
+                for kind, t in hybrid_replay(reqs, impl, opts, a.harness_python, harness).items():
+                    got[(core, kind)] = t
+            for key, t in got.items():
+                best[key] = t if key not in best else [min(x, y) for x, y in zip(best[key], t)]
+        for kind in ("swa", "mamba"):
+            c = [cnt[kind][i] for i in keep]
+            counts += c
+            for k, v in (x for cc in c for x in cc.items()):
+                totals[k] = totals.get(k, 0) + v
+            for core in doc["cores"]:
+                coef = full_coef[core]
+                e = []
+                for i in keep:
+                    d_full = sum(coef.get(k, 0.0) * (cnt[kind][i].get(k, 0) - cnt["full"][i].get(k, 0))
+                                 for k in set(cnt[kind][i]) | set(cnt["full"][i]) if not k.startswith("vote."))
+                    e.append(best[(core, kind)][i] - best[(core, "full")][i] - d_full)
+                extra[core] += e
+                v, r2, tot = fit_votes(c, e)
+                quality[core][f"{kind}-{name}"] = {
+                    "us_per_unit": {k: round(x, 6) for k, x in v.items()}, "r2": round(r2, 4),
+                    "extra_us": round(tot, 1), "median_extra_us": round(float(np.median(e)), 1),
+                    **{k: sum(x.get(k, 0) for x in c) for k in VOTE_FEATS}}
+        print(f"{name}: {len(reqs)} requests", file=sys.stderr)
+    for core in doc["cores"]:
+        v, r2, tot = fit_votes(counts, extra[core])
+        doc["cores"][core]["us_per_unit"].update({k: round(x, 6) for k, x in v.items()})
+        doc["cores"][core]["fit"]["vote"] = {"r2": round(r2, 4), "extra_us": round(tot, 1),
+                                             "per_trace": quality[core]}
+        print(core, json.dumps(v), f"r2 {r2:.3f}", json.dumps({k: q["median_extra_us"] for k, q in quality[core].items()}))
+    doc["what"] = ("us per unit of each tree operation feature (sim/tree_cpu.py FEATURES), fitted by "
+                   "benchmarks/fit_tree_cpu.py (vote.* by its --hybrid pass; tier.ops is not measured)")
+    doc["calibration"]["hybrid"] = {"sessions": a.sessions, "rounds": a.rounds, "seed": a.seed, "repeat": a.repeat,
+                                    "window": WINDOW, "machine_cpu": cpu_model(),
+                                    "date": datetime.date.today().isoformat(),
+                                    "traces": {k: v[1] for k, v in hybrid_traces(reqs, a.sessions).items()},
+                                    "requests_fitted": len(counts), "op_totals": totals}
+    Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
 
 def cpu_model() -> str:
     try:
@@ -184,12 +315,16 @@ def main(argv=None) -> int:
                     help="the sglang_ref directory (default: $SGLANG_REF, else ../shared/tools/sglang_ref)")
     ap.add_argument("--harness-python", default=str(Path("~/.cache/sglang-ref/bin/python").expanduser()))
     ap.add_argument("-o", "--out", default=str(TABLE))
+    ap.add_argument("--hybrid", action="store_true",
+                    help="refit only vote.* (SWA/MAMBA) of the table in -o through benchmarks/sglang_hybrid_ref.py")
     a = ap.parse_args(argv)
     harness = Path(a.harness)
     if not a.from_raw and not (harness / "run_sglang_radix.py").is_file():
         print(f"fit_tree_cpu: --harness: {harness}: no run_sglang_radix.py; expected the sglang_ref directory",
               file=sys.stderr)
         return 2
+    if a.hybrid:
+        return hybrid_main(a, harness)
     if a.from_raw:  # refit saved measurements (--raw) without measuring again
         raw = json.loads(Path(a.from_raw).read_text())
         reqs = conversation(a.sessions, a.rounds, a.seed)  # the counts again (deterministic), the times as saved

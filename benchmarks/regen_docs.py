@@ -222,24 +222,10 @@ def _serving_terms(ctx) -> str:
     return p.stdout.strip()
 
 
-# docs/sources/clock_terms.md ------------------------------------------------------------------
 @entry("clock-residual-after", "docs/sources/clock_terms.md", cheap=False, seconds=15,
        command="radixsim validate --explain (each full case's residual fits, as mapped today)")
 def _clock_residual_after(ctx) -> str:
-    from radixsim.validate_explain import explain
-
-    def coefs(c) -> str:
-        return f"{1e3 * c[0]:.1f}, {1e6 * c[1]:.2f}, {1e6 * c[2]:.2f}"
-
-    out = ["| case | direct nnls a (ms/req), b, c (us/token) | rms left | queue-scaled nnls a, b, c | rms left | rank |",
-           "|---|---|---|---|---|---|"]
-    for res in explain():
-        if "skipped" in res:
-            continue
-        f, q = res["fit"], res["fit_queued"]
-        out.append(f"| {res['case'].split('-')[0]} | {coefs(f['nnls'])} | {1e3 * f['rms_nnls']:.1f} ms | "
-                   f"{coefs(q['nnls'])} | {1e3 * q['rms_nnls']:.1f} ms | {f['rank']} |")
-    return "\n".join(out)
+    return _clock().clock_residual_after(ctx)
 
 
 # docs/store_model.md ------------------------------------------------------------------------
@@ -742,76 +728,46 @@ def _policy_lab_curve_agentic(ctx) -> str:
             " / ".join(f"{100 * abs(p['curve'] - p['replay']):.1f}" for p in chk["points"]) + " points")
 
 
-# docs/sources/attention_backends.md ---------------------------------------------------------
-ATTN_POINTS = ((64, 0), (64, 4096), (608, 0), (608, 6080), (608, 15200), (2560, 0), (2560, 12800), (4096, 0),
-               (4096, 4096), (4096, 8192), (4096, 12288), (8192, 0), (8192, 8192), (12288, 0))
+# docs/sources/attention_backends.md, docs/sources/clock_terms.md (renderers: benchmarks/regen_clock.py)
+def _clock():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import regen_clock
+
+    return regen_clock
 
 
 @entry("attention-backend-curve", "docs/sources/attention_backends.md", cheap=True, seconds=1,
        command="sim/opdata/attention_backends.json (flashinfer, a100) against OperatorCostModel('Qwen3-8B', "
                "'a100-40gbx1', 1).breakdown(((n, c),)) per layer")
 def _attention_backend_curve(ctx) -> str:
-    import json
-
-    import numpy as np
-
-    from sim.attention_backends import BACKENDS_FILE, curve_for
-    from sim.operators import OperatorCostModel
-
-    data = json.loads(BACKENDS_FILE.read_text())["backends"]["flashinfer"]["curves"][0]["points_ms"]
-    curve = curve_for("flashinfer", "a100", 32, 8, 128)
-    own = OperatorCostModel("Qwen3-8B", "a100-40gbx1", 1)
-    rows = []
-    for n, c in ATTN_POINTS:
-        ms = dict(map(tuple, data[str(n)]))[c]
-        b = own.breakdown(((n, c),))
-        mine = (b["attn_new"] + b["attn_prefix"]) / own.model.full_layers * 1e3
-        e = float(curve.efficiency(np.array([n]), np.array([c]))[0])
-        rows.append([f"{n:,}", f"{c:,}", f"{ms:.3f}", f"{e:.3f}", f"{mine:.3f}", f"{ms / mine:.2f}"])
-    return table(["new tokens (chunk)", "prefix", "FlashInfer ms/layer", "efficiency", "model's own ms/layer",
-                  "measured / own"], rows)
+    return _clock().attention_backend_curve(ctx, table)
 
 
 @entry("attention-backend-effect", "docs/sources/attention_backends.md", cheap=False, seconds=150,
        command="radixsim validate A1..A4 as mapped (engine.attention_backend triton, the runs' flag) and with "
                "the key removed (the model's own curve), seed 0")
 def _attention_backend_effect(ctx) -> str:
-    from radixsim.validate import compare
-
-    rows = []
-    for res in ctx.validate():
-        case = res["row"]["case"]
-        if res["series"] is None or res["scenario"]["engine"].get("attention_backend") is None:
-            continue
-        pub = res["series"]
-        off = _case_series(case, drop_backend=True)
-        was = compare(off[0], off[1], pub["published_hit_rate"], pub["published_ttft_mean_s"])
-        now = res["row"]
-        rows.append([case, res["scenario"]["engine"]["attention_backend"],
-                     f"{was['ttft_ratio_gmean']:.3f}", f"**{now['ttft_ratio_gmean']:.3f}**",
-                     f"{was['ttft_ratio_min']:.2f}-{was['ttft_ratio_max']:.2f}",
-                     f"{now['ttft_ratio_min']:.2f}-{now['ttft_ratio_max']:.2f}",
-                     f"{was['hit_mae_pts']:.1f}", f"{now['hit_mae_pts']:.1f}",
-                     f"{was['shape_error']:.3f}", f"{now['shape_error']:.3f}"])
-    return table(["case", "backend", "TTFT gmean, own curve", "with backend", "min-max, own", "with backend",
-                  "hit MAE, own", "with backend", "shape, own", "with backend"], rows)
+    return _clock().attention_backend_effect(ctx, table)
 
 
-def _case_series(case_id: str, *, drop_backend: bool) -> tuple:
-    """(hit rate, mean TTFT) per round of one validation case as mapped, optionally without its
-    engine.attention_backend."""
-    from radixsim import results
-    from radixsim.run import request_rows, simulate
-    from radixsim.validate_cases import case_files, scenario_of
-    from scenarios.scenario import resolve
+# docs/figure7.md ----------------------------------------------------------------------------
+def _fig7():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import fig7_tree_core
 
-    (_path, case), = case_files([case_id])
-    raw, _notes = scenario_of(case, 0)
-    if drop_backend:
-        raw["engine"].pop("attention_backend", None)
-    eng, *_ = simulate(resolve(raw, case_id), progress=False)
-    rounds = results.round_table(request_rows(eng))
-    return [r["hit_rate"] or 0.0 for r in rounds], [r["ttft_mean_s"] or 0.0 for r in rounds]
+    return fig7_tree_core
+
+
+@entry("figure7-reductions", "docs/figure7.md", cheap=False, seconds=300,
+       command="python benchmarks/fig7_tree_core.py (figure7.json reduction_pct)")
+def _figure7_reductions(ctx) -> str:
+    return _fig7().reduction_table()
+
+
+@entry("figure7-tree-cpu", "docs/figure7.md", cheap=False, seconds=300,
+       command="python benchmarks/fig7_tree_core.py (figure7.json tree_cpu_us_per_request)")
+def _figure7_tree_cpu(ctx) -> str:
+    return _fig7().cpu_table()
 
 
 # -- driver -----------------------------------------------------------------------------------

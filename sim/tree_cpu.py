@@ -20,8 +20,10 @@ Three parts:
             inc_lock_ref / dec_lock_ref walk every ancestor)
   evict     calls; tree nodes at the call (SGLang's Python RadixCache collects every leaf
             per evict); nodes popped (removed)
-  vote      votes (SWA / MAMBA: one per voting component per node on a matched path);
-            tombstones (a voting component's payload dropped from a node that stays)
+  vote      votes (SWA and any other voter but MAMBA: one per voting component per node on a
+            matched path; MAMBA's apart: mamba_votes, mamba_tombstones, measured ~20x cheaper);
+            tombstones (a voting component's payload dropped from a node that stays; an SWA
+            leaf inserted longer than the window, whose part before the window starts dropped)
   tier      operations (loads, prefetches, acknowledgements)
   ========  ==============================================================================
 
@@ -65,7 +67,7 @@ FEATURES = {
     "insert": ("calls", "nodes", "pages", "copy_pages", "new_pages", "splits"),
     "lock": ("calls", "nodes"),
     "evict": ("calls", "tree_nodes", "popped"),
-    "vote": ("votes", "tombstones"),
+    "vote": ("votes", "tombstones", "mamba_votes", "mamba_tombstones"),
     "tier": ("ops",),
 }
 KINDS = tuple(FEATURES)
@@ -100,7 +102,8 @@ class TreeOpCounter:
         self.cache = cache
         P = cache.page_size
         add = self.add
-        nvoters = len(cache.voters)
+        nmamba = sum(1 for c in cache.voters if getattr(c, "name", "") == "mamba")
+        nvoters = len(cache.voters) - nmamba
         match, insert, lock, unlock, evict = cache.match, cache.insert, cache.lock, cache.unlock, cache.evict
         tree = cache.tree
         on_split, on_remove = tree._on_split, tree._on_remove
@@ -154,6 +157,7 @@ class TreeOpCounter:
             add("match.copy_pages", left // P)
             add("match.splits", state["splits"] - s0)
             add("vote.votes", nodes * nvoters)
+            add("vote.mamba_votes", nodes * nmamba)
             return m
 
         def counted_insert(seq, num_tokens, *args, **kw):
@@ -191,10 +195,17 @@ class TreeOpCounter:
         cache.match, cache.insert, cache.lock, cache.unlock, cache.evict = (
             counted_match, counted_insert, counted_lock, counted_unlock, counted_evict)
         for c in cache.voters:
+            if hasattr(c, "window_pages"):  # SWA: a new leaf longer than the window starts with tombstones
+                def counted_place(final, leaf, lo, hi, slots, _place=c.place, _c=c):
+                    if leaf is not None and leaf.num_tokens > _c.window:
+                        add("vote.tombstones")  # SGLang splits it at the window and frees the part before
+                    return _place(final, leaf, lo, hi, slots)
+                c.place = counted_place
             drop = getattr(c, "drop_l1", None)
             if drop is not None:
-                def counted_drop(node, _drop=drop):
-                    add("vote.tombstones")
+                def counted_drop(node, _drop=drop, _key="vote.mamba_tombstones" if getattr(c, "name", "") == "mamba"
+                                 else "vote.tombstones"):
+                    add(_key)
                     return _drop(node)
                 c.drop_l1 = counted_drop
         for name in ("load", "prefetch", "ack"):

@@ -47,8 +47,8 @@ def test_every_entry_has_its_marker_and_every_marker_its_entry():
     regen.check_markers(ROOT, list(regen.REGISTRY.values()))  # raises on a mismatch
     docs = {e.doc for e in regen.REGISTRY.values()}
     assert docs == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/fleet.md",
-                    "docs/figure4.md", "docs/figure6.md", "docs/policy_lab.md", "docs/sources/attention_backends.md",
-                    "docs/sources/clock_terms.md"}
+                    "docs/figure4.md", "docs/figure6.md", "docs/figure7.md", "docs/policy_lab.md",
+                    "docs/sources/attention_backends.md", "docs/sources/clock_terms.md"}
 
 
 def test_a_changed_figure_is_a_diff_and_write_restores_it(tree, capsys):

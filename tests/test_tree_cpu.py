@@ -60,17 +60,44 @@ def test_swa_votes_and_tombstones_are_counted():
     k = TreeOpCounter().attach(c)
     st = ReplayStepper(c)
     st.step(a([1, 2, 3, 4]), a([5, 6]))  # inserts [1..5], split at the prompt: [1,2,3,4] + [5]
-    k.take()
+    # the new leaf [1..5] is longer than the 2-token window: its part before the window starts
+    # as tombstones (SGLang splits it off and frees it): one tombstone
+    assert k.take()["vote.tombstones"] == 1
     r = st.step(a([1, 2, 3, 4, 5, 7]), a([8]))
     assert r.cached_tokens == 5
     got = k.take()
     # the match: root-[1,2,3,4]-[5], one SWA vote per node
     assert {key: got.get(key, 0) for key in ("match.nodes", "match.pages", "vote.votes")} == {
         "match.nodes": 2, "match.pages": 5, "vote.votes": 2}
-    st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
+    assert got.get("vote.tombstones", 0) == 0  # new leaf [7] (1 token): inside the window
+    r = st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
     got = k.take()
-    # the SWA pool (4 tokens) must drop one node's window to take the new request's: one tombstone
-    assert got["vote.tombstones"] == 1
+    # no window before [9,9] survives ([3] is a tombstone): nothing cached; the SWA pool (4
+    # tokens) must drop one node's window to take the new request's (one tombstone), and the
+    # new 6-token leaf is longer than the window (one more)
+    assert r.cached_tokens == 0 and got["insert.new_pages"] == 6
+    assert got["vote.tombstones"] == 2
+
+
+def test_mamba_votes_and_tombstones_are_counted_apart_from_swa():
+    from cache_core.config import MambaConfig
+
+    c = RadixCache(CacheConfig(page_size=1, capacity_tokens=None, mamba=MambaConfig(slots=3)))
+    k = TreeOpCounter().attach(c)
+    st = ReplayStepper(c)
+    st.step(a([1, 2, 3, 4]), a([5, 6]))  # [1..5], split at the prompt; a state at 5
+    k.take()
+    r = st.step(a([1, 2, 3, 4, 5, 7]), a([8]))
+    got = k.take()
+    # the match: root-[1,2,3,4]-[5] (state at 5), one MAMBA vote per node, none for SWA
+    assert r.cached_tokens == 5 and got["vote.mamba_votes"] == 2 and "vote.votes" not in got
+    st.step(a([1, 2, 3, 4, 9, 9]), a([8]))
+    k.take()
+    st.step(a([11, 12, 13]), a([8]))
+    got = k.take()
+    # 3 state slots: states at 5, 7 and 9 (the last request's) fill them; the new request's
+    # private slot drops the least recent state from a node that stays: one MAMBA tombstone
+    assert got["vote.mamba_tombstones"] == 1 and "vote.tombstones" not in got
 
 
 def test_an_unchanged_cache_has_nothing_wrapped():
@@ -167,11 +194,16 @@ def test_on_the_calibration_data_the_native_core_is_cheaper_for_every_operation_
     doc = json.loads(TABLE.read_text())
     totals = doc["calibration"]["op_totals"]
     py, rs = (TreeCpuModel.load(c) for c in ("sglang-python", "sglang-rust"))
-    kinds = [k for k in KINDS if any(totals[key] for key in KEYS if key.startswith(k + "."))]
+    kinds = [k for k in KINDS if any(totals.get(key, 0) for key in KEYS if key.startswith(k + "."))]
     assert {"match", "insert", "lock", "evict"} <= set(kinds)  # what the calibration exercised
     py_us, rs_us = py.by_kind_us(totals), rs.by_kind_us(totals)
     for kind in kinds:
         assert rs_us[kind] < py_us[kind], (kind, rs_us[kind], py_us[kind])
+    # SWA / MAMBA: the votes and tombstones of the hybrid calibration (fit_tree_cpu.py --hybrid)
+    hybrid = doc["calibration"]["hybrid"]["op_totals"]
+    assert hybrid["vote.votes"] > 0 and hybrid["vote.tombstones"] > 0
+    py_v, rs_v = py.by_kind_us(hybrid)["vote"], rs.by_kind_us(hybrid)["vote"]
+    assert rs_v < py_v, (rs_v, py_v)
 
 
 def test_host_cpu_speed_divides_the_time():
@@ -214,3 +246,26 @@ def test_a_closed_loop_client_hears_of_a_finish_after_the_post_work():
     assert r1.first_token_s == t_pre + c_pre
     assert r1.finish_s == t_fin + c_fin == r2.arrival_s  # round 2 is sent once round 1's result is out
     assert c_fin > c_pre > 0
+
+
+# sha256 (first 16 hex) of the sorted (round, arrival, first token, finish, cached tokens) of every
+# request, computed with the code before engine.tree_core existed (commit 570f585), same sets
+_BEFORE = {"tree-core-200-qwen3-32b": "20cf2f7e6d2dde8b", "tree-core-200-gpt-oss-20b": "4ffc0725d7c15bbb",
+           "tree-core-200-qwen3-next-80b": "2b7b1b8783c37f98"}
+
+
+def _figures_hash(name, extra=()):
+    import hashlib
+
+    from radixsim.run import simulate
+
+    sets = ["workload.num_rounds=3", "workload.num_clients=2", "workload.max_parallel=2", *extra]
+    eng, *_ = simulate(resolve(apply_sets(load(scenario_path(name)), sets), name), progress=False)
+    rows = sorted((r.round, r.arrival_s, r.first_token_s, r.finish_s, r.cached_tokens) for r in eng.finished)
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name", sorted(_BEFORE))
+def test_tree_core_unset_gives_the_figures_of_the_code_before_it(name):
+    assert _figures_hash(name) == _BEFORE[name]
+    assert _figures_hash(name, ["engine.tree_core=sglang-python"]) != _BEFORE[name]  # the hash sees the tree time
