@@ -49,6 +49,7 @@ class ReplayOptions:
     tiers: TierConfig | None = None
     miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
     close_delay: int | None = 0  # session closes: after this many more requests (None: dropped)
+    engine: str = "sglang"  # "vllm": vLLM v1's hash-block prefix cache (cache_core/vllm_blocks.py)
 
 
 def parse_components(spec: str) -> dict:
@@ -290,6 +291,10 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
 
 
 def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
+    if opts.engine == "vllm":
+        from .replay_vllm import replay_vllm
+
+        return replay_vllm(opts, out, command)
     config = build_config(opts)
     items, total, source, future = _workload_items(opts) if opts.workload else _trace_items(opts)
     items = delay_closes(items, opts.close_delay)
