@@ -89,3 +89,13 @@ def test_a_hit_refreshes_the_blocks_position_in_the_lru_order():
 def test_bad_sizes_are_refused(bad):
     with pytest.raises(ValueError):
         VllmBlockCache(**bad)
+
+
+def test_a_hash_held_by_two_blocks_hits_the_one_cached_first():
+    c = VllmBlockCache(block_size=4, num_blocks=6)
+    for prompt, out in (A, B, C):  # after C, H2 is held by block 2 (A's) and block 4 (C's copy)
+        c.step(prompt, out)
+    assert c.free_queue() == [(5, False), (3, True), (2, True), (4, True), (1, True)]
+    r = c.step(list(range(1, 10)), [])  # hits 1 and 2 (not 4); its third block: 5, unhashed
+    assert r.cached_tokens == 8
+    assert c.free_queue() == [(5, False), (3, True), (4, True), (2, True), (1, True)]
