@@ -99,3 +99,41 @@ def test_a_hash_held_by_two_blocks_hits_the_one_cached_first():
     r = c.step(list(range(1, 10)), [])  # hits 1 and 2 (not 4); its third block: 5, unhashed
     assert r.cached_tokens == 8
     assert c.free_queue() == [(5, False), (3, True), (4, True), (2, True), (1, True)]
+
+
+def _trace(tmp_path):
+    import json
+
+    p = tmp_path / "t.jsonl"
+    p.write_text("".join(json.dumps({"rid": r, "tokens": t, "output_length": len(o)}) + "\n"
+                         for r, (t, o) in zip("abcde", STEPS)))
+    return p
+
+
+def test_radixsim_replay_engine_vllm_writes_vllms_cached_tokens_per_request(tmp_path):
+    import csv
+
+    from radixsim.cli import main
+
+    out = tmp_path / "run"
+    assert main(["replay", str(_trace(tmp_path)), "--engine", "vllm", "--page-size", "4",
+                 "--capacity-tokens", "20", "--out", str(out), "--no-progress", "--check-invariants"]) == 0
+    with open(out / "requests.csv") as f:
+        rows = [(r["rid"], int(r["cached_tokens"]), int(r["evicted_tokens"])) for r in csv.DictReader(f)]
+    assert rows == [("a", 0, 0), ("b", 8, 0), ("c", 4, 0), ("d", 0, 8), ("e", 8, 4)]
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--policy", "lfu"], "--policy lfu"),
+    (["--l2-tokens", "64"], "--l2-tokens/--hicache-ratio/--l3-tokens"),
+    (["--components", "full,swa:64"], "--components full,swa:64"),
+    (["--capacity-tokens", "32,64"], "--capacity-tokens"),
+])
+def test_a_replay_option_the_vllm_flavour_does_not_model_is_one_line_naming_it(tmp_path, capsys, args, option):
+    from radixsim.cli import main
+
+    out = tmp_path / "run"
+    assert main(["replay", str(_trace(tmp_path)), "--engine", "vllm", "--out", str(out), "--no-progress", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"radixsim replay: {option}:") and "--engine vllm" in err
+    assert not out.exists()
