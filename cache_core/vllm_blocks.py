@@ -56,7 +56,8 @@ class VllmBlockCache:
         self.num_blocks = num_blocks
         self.ref: dict[int, int] = {}  # block id -> references (absent: 0)
         self.hash_of: dict[int, int] = {}  # block id -> its hash (absent: none)
-        self.by_hash: dict[int, list[int]] = {}  # hash -> block ids holding it, first cached first
+        self.by_hash: dict[int, int] = {}  # hash -> the block holding it that was cached first
+        self.copies: dict[int, list[int]] = {}  # hash -> the later copies, in caching order
         self.unhashed: deque[int] = deque()  # free queue head: unhashed blocks freed
         self.fresh = 1  # next never-used block id
         self.hashed: OrderedDict[int, None] = OrderedDict()  # free queue tail: hashed blocks, LRU first
@@ -76,57 +77,73 @@ class VllmBlockCache:
                 + [(b, True) for b in self.hashed])
 
     def _take(self, n: int) -> list[int]:
-        out = []
-        for _ in range(n):
-            if self.unhashed:
-                out.append(self.unhashed.popleft())
-            elif self.num_blocks is None or self.fresh < self.num_blocks:
-                out.append(self.fresh)
-                self.fresh += 1
-            else:
-                b, _ = self.hashed.popitem(last=False)
-                self._drop_hash(b)
-                out.append(b)
+        """n blocks from the queue's head: unhashed ones, never-used ones, then hashed ones,
+        whose hashes are dropped (evicted)."""
+        unhashed = self.unhashed
+        out = [unhashed.popleft() for _ in range(min(n, len(unhashed)))]
+        if len(out) < n:
+            top = self.fresh + n - len(out)
+            if self.num_blocks is not None:
+                top = min(top, self.num_blocks)
+            out.extend(range(self.fresh, top))
+            self.fresh = top
+        evicted = [self.hashed.popitem(last=False)[0] for _ in range(n - len(out))]
+        if evicted:
+            self._drop_hashes(evicted)
+            out += evicted
+        ref = self.ref
         for b in out:
-            self.ref[b] = 1
+            ref[b] = 1
         return out
 
-    def _drop_hash(self, b: int) -> None:
-        h = self.hash_of.pop(b)
-        holders = self.by_hash[h]
-        holders.remove(b)
-        if not holders:
-            del self.by_hash[h]
-        self.evicted_blocks += 1
+    def _drop_hashes(self, blocks: list[int]) -> None:
+        hash_of, by_hash, copies = self.hash_of, self.by_hash, self.copies
+        for b in blocks:
+            h = hash_of.pop(b)
+            if h in copies:  # a hash held twice (rare): keep the others in caching order
+                holders = [by_hash[h], *copies.pop(h)]
+                holders.remove(b)
+                by_hash[h] = holders[0]
+                if len(holders) > 1:
+                    copies[h] = holders[1:]
+            else:
+                del by_hash[h]
+        self.evicted_blocks += len(blocks)
         if self.evicted_log is not None:
-            self.evicted_log.append(b)
+            self.evicted_log.extend(blocks)
 
     def _free(self, blocks: list[int]) -> None:
         first, last = [], []
+        ref, hash_of = self.ref, self.hash_of
         for b in reversed(blocks):
-            self.ref[b] -= 1
-            if self.ref[b] == 0:
-                del self.ref[b]
-                (last if b in self.hash_of else first).append(b)
+            r = ref[b] - 1
+            if r:
+                ref[b] = r
+                continue
+            del ref[b]
+            (last if b in hash_of else first).append(b)
         self.unhashed.extendleft(reversed(first))
-        for b in last:
-            self.hashed[b] = None
+        self.hashed.update(dict.fromkeys(last))
 
     def _cache(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
-        for i in range(start, end):
-            b, h = blocks[i], keys[i]
-            self.hash_of[b] = h
-            self.by_hash.setdefault(h, []).append(b)
+        hash_of, by_hash = self.hash_of, self.by_hash
+        for b, h in zip(blocks[start:end], keys[start:end]):
+            hash_of[b] = h
+            if h in by_hash:
+                self.copies.setdefault(h, []).append(b)
+            else:
+                by_hash[h] = b
 
     # -- one request -----------------------------------------------------------------------
     def lookup(self, keys: list[int], prompt_len: int) -> list[int]:
         """The hit blocks of a prompt whose full-block keys start `keys` (no state change)."""
         hit = []
+        by_hash = self.by_hash
         for h in keys[: (prompt_len - 1) // self.block_size]:
-            holders = self.by_hash.get(h)
-            if holders is None:
+            b = by_hash.get(h)
+            if b is None:
                 break
-            hit.append(holders[0])
+            hit.append(b)
         return hit
 
     def step(self, prompt, output=None) -> StepResult:
@@ -171,6 +188,7 @@ class VllmBlockCache:
         assert len(set(free)) == len(free), "a block is twice in the free queue"
         assert not set(free) & set(self.ref), "a referenced block is in the free queue"
         assert all(b in self.hash_of for b in self.hashed) and not any(b in self.hash_of for b in self.unhashed)
-        assert sum(len(v) for v in self.by_hash.values()) == len(self.hash_of)
+        assert len(self.by_hash) + sum(len(v) for v in self.copies.values()) == len(self.hash_of)
+        assert all(self.hash_of[b] == h for h, b in self.by_hash.items())
         if self.num_blocks is not None:
             assert len(free) + len(self.ref) + (self.num_blocks - self.fresh) == self.num_blocks - 1
