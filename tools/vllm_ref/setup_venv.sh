@@ -8,11 +8,11 @@ python3 -m venv "$VENV"
 PIP="$VENV/bin/pip"
 # CPU torch: this exact version resolves to the local CPU wheel on this machine (a looser spec
 # pulls a multi-GB CUDA build). vLLM's KV-cache specs name torch dtypes.
-"$PIP" install -q torch==2.13.0 numpy
+"$PIP" install -q --no-compile torch==2.13.0 numpy
 # vLLM itself without its GPU dependency tree (a 336 MB wheel: most of it compiled kernels).
-"$PIP" install -q --no-deps vllm==0.33.0
+"$PIP" install -q --no-compile --no-deps vllm==0.33.0
 # Only what `import vllm.v1.core.kv_cache_manager, vllm.v1.request` needs, also --no-deps.
-"$PIP" install -q --no-deps -r "$HERE/requirements-nodeps.txt"
+"$PIP" install -q --no-compile --no-deps -r "$HERE/requirements-nodeps.txt"
 cd "$HERE" && "$VENV/bin/python" -W ignore -c "
 import vllm_stubs; vllm_stubs.install()
 import vllm.v1.core.kv_cache_manager, vllm.v1.request
