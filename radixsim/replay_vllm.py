@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from cache_core.vllm_blocks import VllmBlockCache
-from scenarios.workload_kinds import ReplayRequest
 
 from . import results
 
@@ -40,15 +39,12 @@ def num_blocks(capacity_tokens: int | None, block_size: int) -> int | None:
 
 
 def replay_vllm(opts, out: Path, command: str | None) -> dict:
-    from .replay import _trace_items, _workload_items, no_requests
+    from .replay import no_requests, replay_requests
 
     B = opts.page_size
     cache = VllmBlockCache(B, num_blocks(opts.capacity_tokens, B))
-    items = (_workload_items(opts) if opts.workload else _trace_items(opts))[0]
     rows = []
-    for it in items:
-        if not isinstance(it, ReplayRequest):
-            continue
+    for it in replay_requests(opts):
         r = cache.step(it.prompt, it.output)
         if opts.check_invariants:
             cache.check()
