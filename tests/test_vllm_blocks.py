@@ -128,6 +128,7 @@ def test_radixsim_replay_engine_vllm_writes_vllms_cached_tokens_per_request(tmp_
     (["--l2-tokens", "64"], "--l2-tokens/--hicache-ratio/--l3-tokens"),
     (["--components", "full,swa:64"], "--components full,swa:64"),
     (["--capacity-tokens", "32,64"], "--capacity-tokens"),
+    (["--model", "qwen3-next-80b"], "--model qwen3-next-80b"),
 ])
 def test_a_replay_option_the_vllm_flavour_does_not_model_is_one_line_naming_it(tmp_path, capsys, args, option):
     from radixsim.cli import main
