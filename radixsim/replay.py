@@ -26,6 +26,7 @@ from sim.recorder import evictions
 
 from . import results
 from .outputs import result_dir
+from .replay_vllm import replay_vllm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,6 +50,7 @@ class ReplayOptions:
     tiers: TierConfig | None = None
     miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
     close_delay: int | None = 0  # session closes: after this many more requests (None: dropped)
+    engine: str = "sglang"  # "vllm": vLLM v1's hash-block prefix cache (cache_core/vllm_blocks.py)
 
 
 def parse_components(spec: str) -> dict:
@@ -286,7 +288,7 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
     exactly this run (`outputs.result_dir`). Returns the summary.
     Raises TraceError / ValueError on bad input (a trace without requests included)."""
     with result_dir(out_dir) as out:
-        return _replay_into(opts, out, command)
+        return (replay_vllm if opts.engine == "vllm" else _replay_into)(opts, out, command)
 
 
 def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
@@ -386,8 +388,13 @@ def no_requests(opts: ReplayOptions) -> ValueError:
     return ValueError(f"{opts.trace or opts.workload}: no requests in the trace; expected at least one")
 
 
+def replay_requests(opts: ReplayOptions):
+    """The `ReplayRequest`s of the trace or workload `opts` names, in order (session events left out)."""
+    items = (_workload_items(opts) if opts.workload else _trace_items(opts))[0]
+    return (it for it in items if isinstance(it, ReplayRequest))
+
+
 def request_stream(opts: ReplayOptions):
     """(prompt, output or None) token arrays of every request `run_replay(opts)` would serve, in
     order (session events left out): the input of one-pass curves (radixsim/curve.py)."""
-    items = (_workload_items(opts) if opts.workload else _trace_items(opts))[0]
-    return ((it.prompt, it.output) for it in items if isinstance(it, ReplayRequest))
+    return ((it.prompt, it.output) for it in replay_requests(opts))

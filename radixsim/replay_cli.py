@@ -22,7 +22,11 @@ def add_replay(sub) -> None:
                    help="generate requests instead of reading a trace: %(choices)s (knobs: --set workload.KEY=VALUE)")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a workload knob, e.g. --set workload.num_clients=48 (repeatable)")
-    r.add_argument("--page-size", type=_page_size, default=1, help="tokens per KV page (default 1)")
+    r.add_argument("--page-size", type=_page_size, default=None,
+                   help="tokens per KV page (default 1; with --engine vllm its block size, default 16)")
+    r.add_argument("--engine", choices=["sglang", "vllm"], default="sglang",
+                   help="whose prefix cache: sglang (the radix tree, default) or vllm (vLLM v1's hash blocks, "
+                        "cache_core/vllm_blocks.py)")
     r.add_argument("--capacity-tokens", "--l1-tokens", dest="capacity_tokens", type=_sizes, default=None,
                    help="L1 KV capacity: tokens, or bytes with a unit (500GiB; needs --kv-bytes-per-token); "
                         "usable = floor(N / page) * page (default: unbounded)")
@@ -154,6 +158,8 @@ def _replay_options(args):
 
     from .replay import ReplayOptions
 
+    if args.page_size is None:
+        args.page_size = 16 if args.engine == "vllm" else 1  # vllm 0.33.0 CacheConfig.DEFAULT_BLOCK_SIZE
     if (args.trace is None) == (args.workload is None):
         raise ValueError("give a trace file or --workload (exactly one)")
     if args.sets and args.workload is None:
@@ -189,7 +195,13 @@ def _replay_options(args):
         components=args.components, model=args.model, swa_tokens=args.swa_tokens,
         swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
         mamba_every=args.mamba_every, mamba_full_memory_ratio=args.mamba_full_memory_ratio,
-        progress=not args.no_progress, miss_split=not args.no_miss_split)
+        progress=not args.no_progress, miss_split=not args.no_miss_split, engine=args.engine)
+    if args.engine == "vllm":
+        from .replay_vllm import vllm_option_errors
+
+        err = vllm_option_errors(args.policy, tiers, args.components, args.model, caps)
+        if err:
+            raise ValueError(err)
     return opts, caps
 
 
