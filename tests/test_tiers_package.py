@@ -31,3 +31,29 @@ def test_every_store_concept_has_one_name():
     twice = {k for k, v in classes.items() if len(v) > 1}
     assert twice == KNOWN_TWICE, f"classes defined in two places: {sorted(twice - KNOWN_TWICE)}; " \
                                  f"no longer twice: {sorted(KNOWN_TWICE - twice)}"
+
+
+def self_reads_not_owned(src: str) -> dict[str, set[str]]:
+    """Per class: the `self.X` it reads that it neither assigns (`self.X = ...`) nor defines as
+    a method: what a mixin reads from the class it is mixed into."""
+    out = {}
+    for cls in ast.parse(src).body:
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        own = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+        own |= {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                and isinstance(n.value, ast.Name) and n.value.id == "self"}
+        out[cls.name] = {n.attr for n in ast.walk(cls) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load)
+                         and isinstance(n.value, ast.Name) and n.value.id == "self"} - own
+    return out
+
+
+def test_sharded_eviction_is_a_strategy_the_store_owns_not_a_mixin():
+    from cache_core.store import MooncakeStore, StorageIndex
+    from cache_core.store_shards import ShardedEviction
+    assert MooncakeStore.__bases__ == (StorageIndex,)
+    assert self_reads_not_owned((ROOT / "cache_core" / "store_shards.py").read_text()) == {"ShardedEviction": set()}
+    s = MooncakeStore(20, high_watermark=0.5, eviction_ratio=0.1, shards=2)
+    assert isinstance(s.sharding, ShardedEviction) and MooncakeStore(20).sharding is None
+    mixin = "class M:\n    _keys: dict\n    def f(self):\n        self.n = 1\n        return self._keys, self.n, self.f\n"
+    assert self_reads_not_owned(mixin) == {"M": {"_keys"}}
