@@ -24,9 +24,9 @@ def top_level(kind) -> dict[str, list[str]]:
 
 def test_every_store_concept_has_one_name():
     classes, functions = top_level(ast.ClassDef), top_level(ast.FunctionDef)
-    assert classes["MooncakeStore"] == ["cache_core/store.py"]
+    assert classes["MooncakeStore"] == ["cache_core/tiers/store.py"]
     assert classes["MooncakeClientStore"] == ["gpu_backend/store_mooncake.py"]
-    assert functions["make_store"] == ["cache_core/store.py"]
+    assert functions["make_store"] == ["cache_core/tiers/store.py"]
     assert functions["make_page_store"] == ["gpu_backend/backend.py"]
     twice = {k for k, v in classes.items() if len(v) > 1}
     assert twice == KNOWN_TWICE, f"classes defined in two places: {sorted(twice - KNOWN_TWICE)}; " \
@@ -49,11 +49,24 @@ def self_reads_not_owned(src: str) -> dict[str, set[str]]:
 
 
 def test_sharded_eviction_is_a_strategy_the_store_owns_not_a_mixin():
-    from cache_core.store import MooncakeStore, StorageIndex
-    from cache_core.store_shards import ShardedEviction
+    from cache_core.tiers.store import MooncakeStore, StorageIndex
+    from cache_core.tiers.store_shards import ShardedEviction
     assert MooncakeStore.__bases__ == (StorageIndex,)
-    assert self_reads_not_owned((ROOT / "cache_core" / "store_shards.py").read_text()) == {"ShardedEviction": set()}
+    assert self_reads_not_owned((ROOT / "cache_core" / "tiers" / "store_shards.py").read_text()) == {"ShardedEviction": set()}
     s = MooncakeStore(20, high_watermark=0.5, eviction_ratio=0.1, shards=2)
     assert isinstance(s.sharding, ShardedEviction) and MooncakeStore(20).sharding is None
     mixin = "class M:\n    _keys: dict\n    def f(self):\n        self.n = 1\n        return self._keys, self.n, self.f\n"
     assert self_reads_not_owned(mixin) == {"M": {"_keys"}}
+
+
+def test_the_tier_modules_are_one_package():
+    core = ROOT / "cache_core"
+    assert sorted(p.name for p in (core / "tiers").glob("*.py")) == [
+        "__init__.py", "access.py", "config.py", "failures.py", "hierarchy.py", "match.py", "read_log.py",
+        "store.py", "store_shards.py", "votes.py"]
+    flat = sorted(p.name for p in core.glob("*.py") if "tier" in p.name or "store" in p.name or p.name == "read_log.py")
+    assert flat == []
+    from cache_core import tiers
+    assert tiers.make_store.__module__ == "cache_core.tiers.store"
+    assert tiers.TierConfig.__module__ == "cache_core.tiers.config"
+    assert tiers.Hierarchy.__module__ == "cache_core.tiers.hierarchy"

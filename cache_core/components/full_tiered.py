@@ -1,4 +1,4 @@
-"""FULL with L1/L2 residency (tiers.py): device leaves are demoted, not removed, when backed
+"""FULL with L1/L2 residency (cache_core/tiers/hierarchy.py): device leaves are demoted, not removed, when backed
 up; the hierarchy that builds it owns the L2 pool, its queue and the transfers."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failed L3 reads (tiers.py): a prefetch L3 -> L2 that the data plane acknowledges
+"""Failed L3 reads (hierarchy.py): a prefetch L3 -> L2 that the data plane acknowledges
 ``ok=False``, of FULL pages or of a component's payloads (`failed_transfer`, at the ack; a
 FULL prefetch's node: `failed_prefetch`, in its callback).
 
@@ -21,7 +21,7 @@ node stays in the tree on no tier.
 """
 from __future__ import annotations
 
-from .actions import PREFETCH
+from ..actions import PREFETCH
 
 
 def failed_prefetch(hier, pieces, pages) -> None:

@@ -8,7 +8,7 @@ as it is emitted.
 Residency (FULL): ``node.value`` = L1 pages or None, ``node.host`` = L2 pages or None; a node
 is in the tree while it holds either. L3 is not in the tree: it is a key-value store of
 pages addressed by their stable page keys (cache_core.keys), shared across engines, with
-its own capacity and eviction (cache_core.store: ``l3_model`` "prefix" LRU or "mooncake"). Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
+its own capacity and eviction (cache_core.tiers.store: ``l3_model`` "prefix" LRU or "mooncake"). Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
 a node on L2 its parent on L2 (backups go top-down), so a match is a device run, then a host
 run, then (beyond the tree) a run of pages found in L3.
 
@@ -30,14 +30,14 @@ run, then (beyond the tree) a run of pages found in L3.
 """
 from __future__ import annotations
 
-from .actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE, Transfer
-from .allocator import PagePool
-from .components.full_tiered import TieredFull
-from .components.ports import TierLink
-from .eviction import EvictionQueue
+from ..actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE, Transfer
+from ..allocator import PagePool
+from ..components.full_tiered import TieredFull
+from ..components.ports import TierLink
+from ..eviction import EvictionQueue
+from .config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
+from .failures import drop_stranded, failed_prefetch, failed_transfer
 from .store import make_store
-from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
-from .tier_failures import drop_stranded, failed_prefetch, failed_transfer
 
 __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
 
@@ -61,7 +61,7 @@ class Hierarchy:
         self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
         self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
         self.ids = 0  # transfers emitted so far
-        self.finished = 0  # transfers acknowledged (or failed) so far (a match's version, tier_match.py)
+        self.finished = 0  # transfers acknowledged (or failed) so far (a match's version, match.py)
         self.tokens_moved = {f"{a}->{b}": 0 for a, b in ((L1, L2), (L2, L1), (L2, L3), (L3, L2))}  # FULL tokens
         self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
         self.evicted_l2_tokens = 0
@@ -362,7 +362,7 @@ class Hierarchy:
         self.storage.touch(keys)
 
         def done(ok, pieces, pages=pages, node=node):
-            if not ok:  # unreadable in L3: forgotten there (tier_failures.py)
+            if not ok:  # unreadable in L3: forgotten there (failures.py)
                 return failed_prefetch(self, pieces, pages)
             for x, sl in pieces:
                 x.host = pages[sl]

@@ -56,8 +56,8 @@ from itertools import takewhile
 
 import numpy as np
 
+from ..registry import Registry
 from .read_log import ReadLog
-from .registry import Registry
 from .store_shards import ShardedEviction
 
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
@@ -85,7 +85,7 @@ class StorageIndex:
         self._keys: dict = {}  # key -> its put's stamp while reads are logged; then an OrderedDict, LRU first
         self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
-        self.evicted_pages = self.changes = 0  # changes: put batches and removals (tier_match.py)
+        self.evicted_pages = self.changes = 0  # changes: put batches and removals (match.py)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -125,7 +125,7 @@ class StorageIndex:
 
     def _removed(self) -> None:
         """A key left the store: the runs `leading` remembers may have lost a page, and a kept
-        match (tier_match.py) may count it (a discard on one engine of a shared store)."""
+        match (match.py) may count it (a discard on one engine of a shared store)."""
         self._runs.clear()
         self.changes += 1
 
