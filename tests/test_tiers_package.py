@@ -62,11 +62,33 @@ def test_sharded_eviction_is_a_strategy_the_store_owns_not_a_mixin():
 def test_the_tier_modules_are_one_package():
     core = ROOT / "cache_core"
     assert sorted(p.name for p in (core / "tiers").glob("*.py")) == [
-        "__init__.py", "access.py", "config.py", "failures.py", "hierarchy.py", "match.py", "read_log.py",
-        "store.py", "store_shards.py", "votes.py"]
+        "__init__.py", "access.py", "config.py", "failures.py", "hierarchy.py", "ledger.py", "match.py",
+        "read_log.py", "store.py", "store_shards.py", "votes.py"]
     flat = sorted(p.name for p in core.glob("*.py") if "tier" in p.name or "store" in p.name or p.name == "read_log.py")
     assert flat == []
     from cache_core import tiers
     assert tiers.make_store.__module__ == "cache_core.tiers.store"
     assert tiers.TierConfig.__module__ == "cache_core.tiers.config"
     assert tiers.Hierarchy.__module__ == "cache_core.tiers.hierarchy"
+
+
+def test_full_gets_a_port_and_the_ledger_owns_the_transfers_no_back_reference():
+    """FULL is handed a FullTierLink, not the hierarchy; the ledger keeps the transfers (emit,
+    pending, spans, ack, failures) that the hierarchy hands out through the ports."""
+    import numpy as np
+
+    from cache_core import CacheConfig, RadixCache, ReplayStepper
+    from cache_core.components.ports import FullTierLink
+    from cache_core.tiers import Hierarchy, TierConfig
+    from cache_core.tiers.ledger import TransferLedger
+    c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, tiers=TierConfig(hicache_ratio=2)), auto_ack=False)
+    h = c.hier
+    assert isinstance(c.full.tiers, FullTierLink) and not hasattr(c.full, "hier")
+    assert [k for k, v in vars(c.full).items() if isinstance(v, Hierarchy)] == []
+    assert isinstance(h.ledger, TransferLedger) and c.full.tiers.split_in_flight == h.ledger.split_in_flight
+    assert c.full.tiers.host_pool is h.pool and c.full.tiers.write_back is False
+    ReplayStepper(c).step(np.arange(16, dtype=np.int64), np.asarray([9999], dtype=np.int64))  # one backup in flight
+    (tid,) = h.ledger.pending
+    assert h.pending is h.ledger.pending and list(h.ledger.spans) == [tid] and h.ids == h.ledger.ids == 1
+    c.ack(tid, ok=False)
+    assert (h.ledger.pending, h.ledger.spans, h.ledger.finished, h.ledger.failed) == ({}, {}, 1, 1)

@@ -3,7 +3,10 @@ what each module holds:
 
 - `config`: `TierConfig` and the write, L3-write and prefetch policy names;
 - `hierarchy`: `Hierarchy`, the L2 pool and queue, the L3 store, write policies, loads,
-  prefetch and acknowledged transfers (`make_hierarchy`);
+  prefetch (`make_hierarchy`); it hands FULL a `FullTierLink` and the other components a
+  `TierLink` (components/ports.py);
+- `ledger`: `TransferLedger`, the transfers from emission to acknowledgement (emit, pending,
+  spans, ack, failures counted), owned by the hierarchy;
 - `failures`: failed transfers and failed L3 reads;
 - `match`, `votes`, `access`: the tiered match (device, host, then L3 runs), what the voting
   components say about tier boundaries, and `TieredAccess` (load, prefetch) the cache holds;

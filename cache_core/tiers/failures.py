@@ -34,9 +34,8 @@ def failed_prefetch(hier, pieces, pages) -> None:
 
 
 def failed_transfer(hier, t) -> None:
-    """Count failed transfer `t`; a failed read from L3 forgets there what it read: FULL page
-    keys, or a component's payloads under (component, page key)."""
-    hier.failed += 1
+    """A failed transfer `t` (the ledger counts it): a failed read from L3 forgets there what it
+    read: FULL page keys, or a component's payloads under (component, page key)."""
     if t.kind == PREFETCH:
         hier.storage.discard(t.keys if t.component == "full" else [(t.component, k) for k in t.keys.tolist()])
 
