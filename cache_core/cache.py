@@ -19,7 +19,6 @@ from __future__ import annotations
 import numpy as np
 
 from .allocator import INDEX_DTYPE
-from .cache_tiers import TieredAccess
 from .components.full import FullComponent
 from .components.mamba import MambaComponent
 from .components.swa import SwaComponent
@@ -29,8 +28,9 @@ from .l1_match import L1Match
 from .optional import present
 from .records import InsertResult, LockHandle, MatchResult, TokenSeq  # noqa: F401 (public names)
 from .sessions import SessionRegistry
-from .tier_match import TieredMatch
 from .tiers import make_hierarchy
+from .tiers.access import TieredAccess
+from .tiers.match import TieredMatch
 from .topology import Topology
 
 _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
@@ -104,7 +104,7 @@ class RadixCache:
         root and each visited node get it; a split's upper half gets a fresh later tick.
         With voting components: the deepest boundary all of them accept (split there if
         needed). `touch(query(...))`, a request's query kept while the state it reads is
-        unchanged (l1_match.py; with tiers tier_match.py)."""
+        unchanged (l1_match.py; with tiers tiers/match.py)."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         return self.matcher.match(seq, self.matcher.span(seq, limit_tokens))
 
@@ -140,7 +140,7 @@ class RadixCache:
     def unlock(self, m: MatchResult) -> None:
         self.topo.unlock(m.handle.node)
 
-    # -- tiers (cache_tiers.TieredAccess) ----------------------------------------------------------
+    # -- tiers (tiers.access.TieredAccess) ----------------------------------------------------------
     def load(self, m: MatchResult, seq) -> MatchResult:
         """Load a locked match's host and storage hits into L1 (TieredAccess.load); returns
         the match to use from now on (locked, `m` unlocked). Without tiers: `m` itself."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .eviction import make_policy
 
 if TYPE_CHECKING:
-    from .tier_config import TierConfig
+    from .tiers.config import TierConfig
 
 
 def _int_or_none(name: str, v, lo: int = 0) -> None:

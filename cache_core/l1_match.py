@@ -16,7 +16,7 @@ of a request's query while the cache's state is unchanged (issue 16 item 3).
 removal) plus every component pool's frees (evictions, SWA tombstones; an allocation hands
 pages to a caller and places nothing on a node: the tree takes them at an insert). Locks
 are not part of it: no query reads a lock (they decide only which nodes a queue takes, which
-`touch` offers afresh). Used with the built-in components; tiers match through tier_match.py
+`touch` offers afresh). Used with the built-in components; tiers match through tiers/match.py
 (residency changes with acknowledgements and L3 contents)."""
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def path_tokens(path) -> int:
 
 class PlanMemo:
     """Match plans kept per request (by its `TokenSeq`) while the version they were queried
-    at holds (shared with tier_match.py)."""
+    at holds (shared with tiers/match.py)."""
 
     def __init__(self):
         self.kept: dict = {}  # id(seq) -> (seq, n, plan)
@@ -71,7 +71,7 @@ class PlanMemo:
 
 class MemoMatch:
     """`match` = touch(query(...)); a query whose plan needs no split is kept per request
-    while `version` holds (`memo` None: every match queries). Shared with tier_match.py.
+    while `version` holds (`memo` None: every match queries). Shared with tiers/match.py.
 
     `repeat` answers a match without its effects when they would only repeat the last
     match's: the same kept plan with no tick taken since. The same nodes would get the newest

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from cache_core.actions import L2, L3
-from cache_core.store import make_store
+from cache_core.tiers.store import make_store
 
 from .fleet import Fleet
 from .pd import PDFleet

@@ -5,7 +5,7 @@ sim/program_clients.py): ``arrive``, ``close_input``, ``close_session``, ``liste
 Each arrival is routed (`fleet.routers`) and handed to that engine's ``arrive`` unchanged, so a
 fleet of one engine is the single-engine run exactly.
 
-A shared L3 (``fleet.shared_l3``, built in `fleet/build.py`): one store object (cache_core.store,
+A shared L3 (``fleet.shared_l3``, built in `fleet/build.py`): one store object (cache_core.tiers.store,
 the first engine's configuration: capacity, model) is built first and every engine's cache is built on it
 (``RadixCache(storage=...)``: its hierarchy and every component, SWA and MAMBA payloads too, use
 it from the start), and one pair of L3 links and the SSD read link of the store's SSD tier (the

@@ -53,12 +53,12 @@ class TorchOptions:
 CLOCKS = ("modelled", "measured", "realtime")
 
 
-def make_store(opts: TorchOptions):
+def make_page_store(opts: TorchOptions):
     """The L3 page store the options name."""
     if opts.store == "mooncake":
-        from .store_mooncake import MooncakeStore
+        from .store_mooncake import MooncakeClientStore
 
-        return MooncakeStore(opts.mooncake_master, opts.mooncake_metadata)
+        return MooncakeClientStore(opts.mooncake_master, opts.mooncake_metadata)
     if opts.store != "local":
         raise ValueError(f"torch.store {opts.store!r}: expected local or mooncake")
     import tempfile
@@ -114,7 +114,7 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     pools = KVPools(spec, full_pages=full, swa_pages=swa, state_slots=state, layout=opts.layout,
                     device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
-        store = make_store(opts)
+        store = make_page_store(opts)
     plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale, overlap=load_overlap)
     ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
                        swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1],
@@ -124,4 +124,4 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     return model, pools, plane, ex
 
 
-__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_store", "synthetic_model", "DTYPES"]
+__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_page_store", "synthetic_model", "DTYPES"]

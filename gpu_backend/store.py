@@ -11,7 +11,7 @@ Contract of every store: a key reads back either the exact tensor put under it o
 (missing, corrupt, truncated, written by another format): never wrong data. A miss is
 normal (the core treats a failed prefetch as a miss and recomputes).
 
-Two stores implement it: `LocalDirStore` (files in a directory) and `MooncakeStore`
+Two stores implement it: `LocalDirStore` (files in a directory) and `MooncakeClientStore`
 (`store_mooncake.py`: Mooncake Store's distributed client, chosen by `torch.store: mooncake`).
 Both move the same encoded blob (header + blake2b checksum + payload, `encode_page` /
 `decode_page`), so a corrupt or partial object is a miss in either. Mooncake evicts on its own,

@@ -24,7 +24,7 @@ DEFAULT_MASTER = "127.0.0.1:50051"
 DEFAULT_METADATA = "http://127.0.0.1:8080/metadata"
 
 
-class MooncakeStore(PageStore):
+class MooncakeClientStore(PageStore):
     def __init__(self, master: str = DEFAULT_MASTER, metadata: str = DEFAULT_METADATA, *,
                  local_hostname: str = "127.0.0.1", segment_bytes: int = 256 << 20, buffer_bytes: int = 64 << 20,
                  protocol: str = "tcp"):
@@ -69,4 +69,4 @@ class MooncakeStore(PageStore):
         self._s.close()
 
 
-__all__ = ["MooncakeStore", "DEFAULT_MASTER", "DEFAULT_METADATA"]
+__all__ = ["MooncakeClientStore", "DEFAULT_MASTER", "DEFAULT_METADATA"]

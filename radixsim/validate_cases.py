@@ -16,7 +16,7 @@ simulator cannot express is said in the case's notes:
 - L3: ``--hicache-storage-backend``; its size is the Mooncake pool (``MOONCAKE_GLOBAL_SEGMENT_SIZE``
   in bytes, or ``--global_segment_size=80GB`` with GB = GiB as Mooncake's size parser reads it);
   every TP rank stores its own KV shard, so tokens = pool bytes / (per-rank KV bytes x tp);
-- a Mooncake backend is the Mooncake store model (``cache.l3_model: mooncake``, cache_core/store.py),
+- a Mooncake backend is the Mooncake store model (``cache.l3_model: mooncake``, cache_core/tiers/store.py),
   any other the prefix LRU index; SSD offload below a Mooncake pool is its SSD tier, sized by the
   case's ``ssd_bytes`` (not modelled without it);
 - links: ``--hicache-io-backend`` is the hardware's ``pcie_io_backend`` (``--hicache-mem-layout

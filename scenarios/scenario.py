@@ -15,7 +15,7 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
           mamba_every_tokens, components, l2_tokens, hicache_ratio, hicache_size_gb (GB per
           rank, SGLang's --hicache-size; one of these three), l3_tokens (null: no L3;
           unbounded; tokens; bytes), policy, write_policy, l3_write, prefetch_policy,
-          min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/store.py),
+          min_prefetch_tokens, l3_model (prefix | mooncake: cache_core/tiers/store.py),
           l3_eviction_high_watermark, l3_eviction_ratio, l3_replicas, l3_ssd_tokens, l3_lease_ttl_s,
           l3_eviction_shards, l3_objects_per_page (mooncake)
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,

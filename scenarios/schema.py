@@ -12,7 +12,7 @@ import re
 from cache_core.engine_types import FRONTENDS, LOAD_OVERLAPS, TREE_CORES
 from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
-from cache_core.store import l3_model_names
+from cache_core.tiers.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 from sim.attention_backends import backend_names as attention_backend_names
 

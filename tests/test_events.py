@@ -274,7 +274,7 @@ def test_an_l3_transfer_fails_at_once_during_an_outage_and_moves_nothing():
 
 
 def test_the_outage_rebuilds_the_index_and_a_restart_loses_it():
-    from cache_core.store import MooncakeStore, StorageIndex
+    from cache_core.tiers.store import MooncakeStore, StorageIndex
     from sim.events import _l3_outage, _store_restart
 
     env = simpy.Environment()

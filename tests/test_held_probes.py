@@ -18,7 +18,7 @@ from cache_core import CacheConfig, RadixCache
 from cache_core.engine_steps import Probes
 from cache_core.l1_match import MemoMatch
 from cache_core.records import TokenSeq
-from cache_core.tier_config import TierConfig
+from cache_core.tiers.config import TierConfig
 
 P = 4
 

@@ -1,6 +1,6 @@
 """The L3 probe's work (issue 16): a queued request is matched again and again; each match
 probes the L3 run after the tree (`store.leading`) and the deepest boundary of it that SWA and
-MAMBA accept (`tier_votes.storage_boundary`). The probe costs what can change its answer: the
+MAMBA accept (`tiers.votes.storage_boundary`). The probe costs what can change its answer: the
 boundary is searched bottom-up from the run's end, and a run found before is not walked again
 while no key has left the store. Counted here: store lookups (`key in` the store's index)."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The L3 prefix store's reads (issue 16 item 6): a prefetch reads (`touch`) its whole storage
 run, and a conversation's prefix is read again every round, so the pages read grow with the
 square of the rounds (Inkling figure-4 L3: 0.35 M pages at 30 rounds, 12 M at 120). Before the
-store first evicts, the LRU order is unobservable: a read is logged (cache_core/read_log.py),
+store first evicts, the LRU order is unobservable: a read is logged (cache_core/tiers/read_log.py),
 not applied page by page to the index; the first eviction orders the index once. Pinned here:
 no index update per page read while the store does not fill, and the eviction order of an
 ordinary LRU by put or read (reads of keys not present, repeated keys, component keys,
@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from cache_core.store import StorageIndex
+from cache_core.tiers.store import StorageIndex
 
 PAGES, ROUNDS = 1000, 50
 

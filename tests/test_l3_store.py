@@ -1,4 +1,4 @@
-"""The L3 store models (cache_core/store.py): Mooncake Store's watermark batch eviction, its
+"""The L3 store models (cache_core/tiers/store.py): Mooncake Store's watermark batch eviction, its
 lease order (never-read objects first), failed puts on a full pool, the SSD tier below it, and
 what they do to a request's hits (a lost middle page cuts the run; the SSD serves it)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cache_core.store import MooncakeStore, StorageIndex, make_store
+from cache_core.tiers.store import MooncakeStore, StorageIndex, make_store
 from cache_core.tiers import TierConfig
 from test_tiers import ABC, A, Y, in_l3, keys_of, make, request
 
@@ -329,7 +329,7 @@ def test_a_registered_l3_model_is_built_by_name():
     """L3 stores are a registry (issue 16 item 4): one registration line and `l3_model` (the
     core's TierConfig and the scenario schema) builds it."""
     from cache_core import CacheConfig, RadixCache
-    from cache_core.store import _MODELS, register_l3_model
+    from cache_core.tiers.store import _MODELS, register_l3_model
     from scenarios.schema import SCHEMA, _validate
 
     class HalfStore(StorageIndex):

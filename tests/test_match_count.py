@@ -11,7 +11,7 @@ import pytest
 from cache_core import CacheConfig, RadixCache
 from cache_core.records import TokenSeq
 from cache_core.config import SwaConfig
-from cache_core.tier_config import TierConfig
+from cache_core.tiers.config import TierConfig
 from cache_core.tree import RadixTree
 from test_engine import make, req, run
 
@@ -78,7 +78,7 @@ def _tiered_groups(l3, swa):
 
 
 @pytest.mark.parametrize("l3,swa,walks_per_request,hits", [
-    # device hits for rids 6..11, then host (L2) or storage (L3) hits. Before tier_match.py
+    # device hits for rids 6..11, then host (L2) or storage (L3) hits. Before tiers/match.py
     # (every match walked): FULL+L2 [5, 5, 8, 13, 12, 17, 5, 7, 8, 12, 15, 17, 5, 8, 8, 11, 6, 5]
     # (167), FULL+L2+L3 [6, 6, 9, 14, 13, 18, 6, 8, 9, 13, 16, 18, 7, 12, 7, 18, 12, 11] (203),
     # SWA+L2 [4, 4, 16, 10, 22, 16, 6, 6, 12, 12, 21, 18, 4, 14, 5, 11, 11, 10] (202); while pool

@@ -56,9 +56,9 @@ def master():
 
 @pytest.fixture(scope="module")
 def store(master):
-    from gpu_backend.store_mooncake import MooncakeStore
+    from gpu_backend.store_mooncake import MooncakeClientStore
 
-    s = MooncakeStore(*master)
+    s = MooncakeClientStore(*master)
     yield s
     s.close()
 

@@ -1,4 +1,4 @@
-"""A failed L3 read whose node was split while in flight (cache_core/tier_failures.py): both
+"""A failed L3 read whose node was split while in flight (cache_core/tiers/failures.py): both
 pieces go, bottom-up, so no upper piece is left in the tree on no tier.
 benchmarks/mutants_failed_transfers.txt lists the mutants these tests kill."""
 from cache_core import TokenSeq

@@ -1,12 +1,12 @@
-"""The Mooncake store model's lease order and per-shard eviction by hand (cache_core/store.py,
-cache_core/store_shards.py; docs/store_model.md): a renewed lease moves the object to the
+"""The Mooncake store model's lease order and per-shard eviction by hand (cache_core/tiers/store.py,
+cache_core/tiers/store_shards.py; docs/store_model.md): a renewed lease moves the object to the
 young end, a lease expires at its timeout (Mooncake: now >= lease_timeout), each shard evicts
 ceil(objects so far x target) - evicted so far, and a second pass takes the oldest candidates
 left up to max(target / 2, used - watermark) of the pool. benchmarks/mutants_l3_store.txt lists
 the mutants these tests kill."""
 import numpy as np
 
-from cache_core.store import MooncakeStore
+from cache_core.tiers.store import MooncakeStore
 from test_l3_store import FakeClock, held
 
 SHARD1 = [1, 9, 10, 11]  # with shards=2 (checked below); every other key below 12 is in shard 0

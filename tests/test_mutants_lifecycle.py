@@ -1,6 +1,6 @@
 """Admission and prefetch rules by hand: a request refused for its MAMBA slots gives its FULL
 pages back (cache_core/lifecycle.py), and the default min_prefetch_tokens is 256
-(cache_core/tier_config.py): a 255-token L3 run is recomputed, a 256-token one prefetched.
+(cache_core/tiers/config.py): a 255-token L3 run is recomputed, a 256-token one prefetched.
 benchmarks/mutants_lifecycle.txt and mutants_prefetch.txt list the mutants these tests kill."""
 import pytest
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from cache_core import TokenSeq
 from cache_core.components.swa.payload import SwaPayload, window_runs
-from cache_core.store import StorageIndex
+from cache_core.tiers.store import StorageIndex
 from helpers import hybrid_l3_cache
 
 P, W, PAGES = 4, 8, 1000  # the window is 2 pages; a 1000-page run in L3 only
@@ -39,7 +39,7 @@ def test_the_l3_boundary_probe_asks_the_store_per_run_not_per_page():
     store.put_many(keys + [(name, k) for name in ("swa", "mamba") for k in keys])
     m = c.match(seq)
     assert (m.storage_tokens, m.cached_tokens) == (PAGES * P, PAGES * P)
-    # the deepest boundary SWA and MAMBA accept (the run's last 2 pages, tier_votes.storage_boundary):
+    # the deepest boundary SWA and MAMBA accept (the run's last 2 pages, tiers.votes.storage_boundary):
     # one contains_each per component, no `key in store` (before: one per page and component, 4)
     assert store.per_page == 0
 

@@ -1,4 +1,4 @@
-"""HiCache tiers (cache_core/tiers.py): exact tier transitions, demotion vs drop, storage hits,
+"""HiCache tiers (cache_core/tiers/hierarchy.py): exact tier transitions, demotion vs drop, storage hits,
 the device/host/storage split of a match, in-flight protection with manual acks, and the
 per-round shape of a small multi-turn workload on L1 / L1+L2 / L1+L2+L3.
 
@@ -6,7 +6,7 @@ Every test drives a `RadixCache` through its public calls (match -> lock -> load
 -> insert -> unlock, `ack`, or `ReplayStepper.step`) and reads the tree only to name the node
 that holds a given prefix (`tree.path_nodes`, read-only).
 
-Behaviour that once contradicted the tiers.py docstring or the Transfer contract in
+Behaviour that once contradicted the tiers/hierarchy.py docstring or the Transfer contract in
 actions.py is pinned here by minimal reproducers that assert the correct behaviour.
 """
 from __future__ import annotations
@@ -633,7 +633,7 @@ def test_failed_prefetch_frees_l2_slots_and_drops_the_node():
     c.ack(tid, ok=False)
     assert c.num_nodes == 1 and l2_free(c) == 4
     m = c.match(seq)
-    assert (m.cached_tokens, m.storage_tokens) == (0, 0)  # unreadable: L3 forgot it (tier_failures.py)
+    assert (m.cached_tokens, m.storage_tokens) == (0, 0)  # unreadable: L3 forgot it (tiers/failures.py)
     check(c)
 
 

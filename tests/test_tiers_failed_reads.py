@@ -1,4 +1,4 @@
-"""Failed L3 reads (cache_core/tiers.py prefetch): a prefetch whose transfer fails (the data
+"""Failed L3 reads (cache_core/tiers/hierarchy.py prefetch): a prefetch whose transfer fails (the data
 plane acknowledges it ``ok=False``: on the torch backend a page missing or corrupt in the page
 store) drops its page keys from the L3 index, so later requests do not probe and prefetch the
 same unreadable run again; and a node whose prefetch fails while a request holds it locked is
@@ -11,7 +11,7 @@ import pytest
 from cache_core import CacheConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq
 from cache_core.lifecycle import request_slots
 from cache_core.records import MatchResult
-from cache_core.store import MooncakeStore, StorageIndex
+from cache_core.tiers.store import MooncakeStore, StorageIndex
 from cache_core.tiers import TierConfig
 from tests.test_tiers import A, AB, ack_all, check, in_l3, l2_free, make, node_at, request, transfers
 
@@ -119,7 +119,7 @@ def test_a_read_that_fails_on_one_engine_is_seen_by_another_engines_kept_match()
     """Two caches on one shared L3 store (a fleet): engine A's failed prefetch drops the run
     from the store, which must change the store's version, or engine B keeps reusing a match
     that still counts the dropped run (8 storage tokens instead of 0)."""
-    from cache_core.store import make_store
+    from cache_core.tiers.store import make_store
 
     cfg = CacheConfig(page_size=4, capacity_tokens=32, tiers=TierConfig(l2_tokens=32, l3=True, min_prefetch_tokens=0))
     store = make_store(cfg.tiers, 4)

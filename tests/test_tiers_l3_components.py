@@ -264,7 +264,7 @@ def test_l3_boundary_respects_min_prefetch_tokens():
 def test_failed_fetch_frees_its_slots_and_the_request_recomputes(comp):
     """auto_ack=False. `load` emits the prefetch and, with nothing reusable yet, returns the
     match at 0 (the request would recompute). A failed ack frees the L2 slot(s); the node keeps
-    no payload; L3 forgets the payload it could not read (tier_failures.py), so the match no
+    no payload; L3 forgets the payload it could not read (tiers/failures.py), so the match no
     longer offers 16 through L3 and a second load reads nothing (before: it offered 16 again,
     and every later request read the same unreadable payload)."""
     kw = {"W": 8} if comp == "swa" else {"slots": 4}

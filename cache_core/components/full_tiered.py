@@ -1,17 +1,22 @@
-"""FULL with L1/L2 residency (tiers.py): device leaves are demoted, not removed, when backed
-up; the hierarchy that builds it owns the L2 pool, its queue and the transfers."""
+"""FULL with L1/L2 residency (cache_core/tiers/hierarchy.py): device leaves are demoted, not removed, when backed
+up; the hierarchy that builds it owns the L2 pool, its queue and the transfers, and hands it a
+`FullTierLink` (components/ports.py), never itself."""
 from __future__ import annotations
 
 from .full import FullComponent
+from .ports import FullTierLink
 
 
 class TieredFull(FullComponent):
     """FULL with L1/L2 residency: device leaves are demoted, not removed, when backed up."""
 
-    def __init__(self, tree, capacity_tokens, policy, useless, hier):
+    def __init__(self, tree, capacity_tokens, policy, useless):
         super().__init__(tree, capacity_tokens, policy, useless)
-        self.hier = hier  # the hierarchy that built it (it owns FULL's tiers)
+        self.tiers: FullTierLink | None = None  # given by the hierarchy that built it
         self.demoted_tokens = 0
+
+    def attach_tiers_port(self, link: FullTierLink) -> None:
+        self.tiers = link
 
     @staticmethod
     def is_candidate(node) -> bool:
@@ -36,8 +41,8 @@ class TieredFull(FullComponent):
             upper.host, lower.host = lower.host[:cut], lower.host[cut:]
         if lower.pkeys is not None:
             upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
-        if lower.pending and self.hier is not None:
-            self.hier.split_in_flight(upper, lower)
+        if lower.pending and self.tiers is not None:
+            self.tiers.split_in_flight(upper, lower)
 
     def on_remove(self, node) -> None:
         if node.value is not None:
@@ -46,7 +51,7 @@ class TieredFull(FullComponent):
                 self.evictable_tokens -= node.num_tokens
             node.value = None
         if node.host is not None:
-            self.hier.pool.free(node.host)
+            self.tiers.host_pool.free(node.host)
             node.host = None
 
     def lock(self, node) -> None:
@@ -73,7 +78,7 @@ class TieredFull(FullComponent):
                 if n.value is not None:
                     delta += n.num_tokens
                 self.touched(n)
-                self.hier.touched(n)
+                self.tiers.host_touched(n)
             n = n.parent
         self.evictable_tokens += delta
         self.protected_tokens -= delta
@@ -90,20 +95,20 @@ class TieredFull(FullComponent):
     def remove_leaf(self, node):
         """Evict a device leaf: demote it when it has (or, write_back, gets) an L2 copy,
         else remove it from the tree. Returns (parent, L1 tokens freed)."""
-        hier = self.hier
-        if node.host is None and hier.cfg.write_policy == "write_back" and hier.pool is not None:
-            hier.backup_chain(node)
+        tiers = self.tiers
+        if node.host is None and tiers.write_back and tiers.host_pool is not None:
+            tiers.backup_chain(node)
         n = node.num_tokens
         if node.host is not None and not node.pending:
             self.pool.free(node.value)
             node.value = None
-            for c in hier.voters:
+            for c in tiers.voters:
                 c.demote(node)
             self.evictable_tokens -= n
             self.demoted_tokens += n
             self.evicted_tokens += n
             self.evicted_nodes += 1
-            hier.touched(node)
+            tiers.host_touched(node)
             return node.parent, n
         if node.children or node.pending:
             return node.parent, 0  # cannot go yet (a backup in flight)

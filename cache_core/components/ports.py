@@ -5,9 +5,13 @@
   ancestor that became useless; returns (parent, FULL tokens)) and `record` (append an
   action record when the cache records actions, else a no-op).
 - `TierLink` (components with tiers, `Component.attach_tiers`): the L3 store, the page size,
-  `emit` (record a transfer; see `tiers.Hierarchy.emit`), `settled` (a transfer on a node
+  `emit` (record a transfer; see `TransferLedger.emit`, `cache_core/tiers/ledger.py`), `settled` (a transfer on a node
   finished: offer it again to every queue), `evict_host` (free L2 by evicting host-only
   leaves) and the write settings (`auto_ack`, `l3_write`).
+- `FullTierLink` (FULL with tiers, `TieredFull.attach_tiers_port`): the L2 pool, whether L1
+  eviction backs up first (`write_back`), the other components (demoted with a node),
+  `backup_chain`, `host_touched` (a node may be an L2 eviction candidate again) and the
+  ledger's `split_in_flight`; FULL holds no reference to the hierarchy.
 """
 from __future__ import annotations
 
@@ -28,6 +32,16 @@ class TreeLink:
     slot: int
     remove_leaf: Callable
     record: Callable
+
+
+@dataclass(frozen=True, kw_only=True)
+class FullTierLink:
+    host_pool: Any  # the L2 pool, or None
+    write_back: bool
+    voters: Any  # the other components
+    backup_chain: Callable  # backup_chain(node)
+    host_touched: Callable  # host_touched(node)
+    split_in_flight: Callable  # split_in_flight(upper, lower)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -154,7 +154,7 @@ class SwaComponent(Component):
         if len(rest):
             self.release_slots(rest)
 
-    # -- tiers (cache_core/tiers.py moves FULL; SWA pages follow their node: tiers.py here) ----
+    # -- tiers (tiers/hierarchy.py moves FULL; SWA pages follow their node: tiers.py here) ----
     def attach_tiers(self, tiers, l2_ratio: float | None) -> None:
         self.attach_l2_pool(tiers, l2_ratio)
 

@@ -1,13 +1,13 @@
 """`TieredAccess`: the tiered matcher and loader a `RadixCache` with tiers holds (composed, not
-a mixin): the tiered match (its `matcher`, tier_match.py: a pure query plus a touch), loads,
-prefetches, acknowledgements and healing of host-only nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in tiers.py, tier_votes.py and each component's tiers module;
+a mixin): the tiered match (its `matcher`, match.py: a pure query plus a touch), loads,
+prefetches, acknowledgements and healing of host-only nodes. It is given the topology, the hierarchy and the page size, never the cache. The mechanics of residency live in hierarchy.py, votes.py and each component's tiers module;
 this is the orchestration on the cache."""
 from __future__ import annotations
 
-from .records import LockHandle, MatchResult, TokenSeq
-from .tier_match import TieredMatch
-from .tier_votes import fetch_boundary, load_boundary, prefetch_components
-from .vote import vote
+from ..records import LockHandle, MatchResult, TokenSeq
+from ..vote import vote
+from .match import TieredMatch
+from .votes import fetch_boundary, load_boundary, prefetch_components
 
 
 class TieredAccess:
@@ -25,7 +25,7 @@ class TieredAccess:
 
     def _fetch_l3(self, m: MatchResult, seq):
         """Start the L3 -> L2 fetch of the component payloads that reuse at `m.l3_boundary`
-        needs (tier_votes.fetch_boundary), splitting the node there. Returns (node ending
+        needs (votes.fetch_boundary), splitting the node there. Returns (node ending
         at the boundary, True when every missing payload is on its way), or (None, False)."""
         b, tree = m.l3_boundary, self.tree
         path = tree.path_nodes(seq.data, b)
@@ -36,7 +36,7 @@ class TieredAccess:
             bnode = tree.split(bnode, k)
         for c in self.voters:
             c.prepare_fetch(bnode)  # before the lock: it counts on the payload
-        self.topo.version += 1  # a payload placeholder may be new (tier_match.py reads payloads)
+        self.topo.version += 1  # a payload placeholder may be new (match.py reads payloads)
         self.topo.lock(bnode)  # no L2 eviction (for the slots) takes the path meanwhile
         try:
             ok = fetch_boundary(self.voters, bnode, seq.page_keys(self.page_size))

@@ -1,5 +1,5 @@
 """Tier configuration (`TierConfig`): L2 size, L3, write/prefetch policies, bytes per token.
-The mechanics live in tiers.py."""
+The mechanics live in hierarchy.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ class TierConfig:
     write_policy: str = "write_through"
     write_through_threshold: int = 2  # hits before write_through_selective backs a node up
     l3_write: str = "on_insert"
-    l3_model: str = "prefix"  # cache_core.store: "prefix" LRU index or "mooncake" store model
+    l3_model: str = "prefix"  # cache_core.tiers.store: "prefix" LRU index or "mooncake" store model
     l3_high_watermark: float = 0.90  # mooncake: Mooncake's eviction_high_watermark_ratio
     l3_eviction_ratio: float = 0.05  # mooncake: Mooncake's eviction_ratio
     l3_replicas: int = 1  # mooncake: copies of each object in the pool

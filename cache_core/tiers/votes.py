@@ -1,5 +1,5 @@
 """Tiers x voting components: the hierarchy asks every component (components/*: their tier
-hooks) and combines the answers. FULL decides where a node lives (tiers.py); the other
+hooks) and combines the answers. FULL decides where a node lives (hierarchy.py); the other
 components' payloads follow it:
 - votes see the union of tiers; an L3 run or a tree boundary whose payloads only L3 holds is
   reusable at the deepest boundary every component accepts (`storage_boundary`,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .vote import gap_validators, look_back
+from ..vote import gap_validators, look_back
 
 
 def storage_boundary(voters, validators, keys, run_pages: int, page_size: int) -> int:

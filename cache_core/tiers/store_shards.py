@@ -1,31 +1,27 @@
 """Mooncake's sharded batch eviction (``MooncakeStore`` with ``shards`` > 1; store.py's module
 docstring describes it): before #2286 its ``BatchEvict`` walked the metadata shards from a
-random one, evicting per shard, then took the oldest candidates left in a second pass."""
+random one, evicting per shard, then took the oldest candidates left in a second pass.
+
+A strategy the store owns (``MooncakeStore.sharding``) and calls through ``evict``, handing it
+the two maps of its objects (read only here) and a callback that evicts one object."""
 from __future__ import annotations
 
 import math
 import random
 import zlib
-from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from itertools import chain
 
 _M64 = (1 << 64) - 1
 
 
 class ShardedEviction:
-    """The MooncakeStore methods of sharded eviction (a mixin: the store's objects are its
-    ``_fresh`` and ``_keys`` maps, ``_drop`` evicts one, ``_start`` draws the first shard)."""
+    """Mooncake's per-shard batch eviction over ``shards`` metadata shards."""
 
-    _fresh: OrderedDict
-    _keys: OrderedDict
-    _start: random.Random
-    shards: int
-    objects_per_page: int
-    clock: Callable[[], float] | None
-
-    def _drop(self, obj) -> None:
-        raise NotImplementedError
+    def __init__(self, shards: int, objects_per_page: int) -> None:
+        self.shards = shards
+        self.objects_per_page = objects_per_page
+        self._start = random.Random(0)  # stand-in for Mooncake's rand() % kNumShards (docs/store_model.md)
 
     def shard(self, obj) -> int:
         """The metadata shard of an object (Mooncake: std::hash of SGLang's key string % shards;
@@ -39,11 +35,12 @@ class ShardedEviction:
         x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
         return (x ^ (x >> 31)) % self.shards
 
-    def _candidates(self) -> dict:
-        """Evictable objects -> their lease (never read: -1, the epoch; no clock: lease order)."""
-        out = dict.fromkeys(self._fresh, -1.0)
-        now = None if self.clock is None else self.clock()
-        for i, (k, until) in enumerate(self._keys.items()):
+    @staticmethod
+    def candidates(fresh: Mapping, leased: Mapping, now: float | None) -> dict:
+        """Evictable objects -> their lease (never read: -1, the epoch; no clock: lease order).
+        `fresh`: never-read objects; `leased`: read objects -> lease timeout, oldest first."""
+        out = dict.fromkeys(fresh, -1.0)
+        for i, (k, until) in enumerate(leased.items()):
             if now is None:
                 out[k] = float(i)
             elif until > now:
@@ -52,11 +49,13 @@ class ShardedEviction:
                 out[k] = until
         return out
 
-    def evict_by_shard(self, target: float, lowerbound: float) -> int:
-        """Mooncake's BatchEvict before #2286 (see the module docstring); returns the objects evicted."""
-        lease, S = self._candidates(), self.shards
+    def evict(self, fresh: Mapping, leased: Mapping, now: float | None, drop: Callable[[object], None],
+              target: float, lowerbound: float) -> int:
+        """Mooncake's BatchEvict before #2286 (see the module docstring): `drop(obj)` evicts one
+        object from the store; returns the objects evicted."""
+        lease, S = self.candidates(fresh, leased, now), self.shards
         groups: list = [[] for _ in range(S)]
-        for o in chain(self._fresh, self._keys):
+        for o in chain(fresh, leased):
             groups[self.shard(o)].append(o)
         start, count, evicted, rest = self._start.randrange(S), 0, 0, []
         for i in range(S):
@@ -70,7 +69,7 @@ class ShardedEviction:
             cut = sorted(lease[o] for o in cands)[min(ideal, len(cands)) - 1]
             for o in cands:
                 if lease[o] <= cut:
-                    self._drop(o)
+                    drop(o)
                     evicted += 1
                 else:
                     rest.append(o)
@@ -78,6 +77,9 @@ class ShardedEviction:
         if want > 0:  # second pass: the oldest candidates left, in shard order
             cut = sorted(lease[o] for o in rest)[want - 1]
             for o in [o for o in rest if lease[o] <= cut][:want]:
-                self._drop(o)
+                drop(o)
             evicted += want
         return evicted
+
+
+__all__ = ["ShardedEviction"]

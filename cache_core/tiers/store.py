@@ -50,15 +50,14 @@ first eviction a read is logged, not applied page by page (read_log.py: ordered 
 from __future__ import annotations
 
 import math
-import random
 from collections import OrderedDict
 from collections.abc import Callable
 from itertools import takewhile
 
 import numpy as np
 
+from ..registry import Registry
 from .read_log import ReadLog
-from .registry import Registry
 from .store_shards import ShardedEviction
 
 LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
@@ -86,7 +85,7 @@ class StorageIndex:
         self._keys: dict = {}  # key -> its put's stamp while reads are logged; then an OrderedDict, LRU first
         self.reads: ReadLog | None = ReadLog()  # None from the first eviction on (then ordered)
         self._runs: dict = {}  # first key -> (n, n-th key): `leading`'s last run from it
-        self.evicted_pages = self.changes = 0  # changes: put batches and removals (tier_match.py)
+        self.evicted_pages = self.changes = 0  # changes: put batches and removals (match.py)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -126,7 +125,7 @@ class StorageIndex:
 
     def _removed(self) -> None:
         """A key left the store: the runs `leading` remembers may have lost a page, and a kept
-        match (tier_match.py) may count it (a discard on one engine of a shared store)."""
+        match (match.py) may count it (a discard on one engine of a shared store)."""
         self._runs.clear()
         self.changes += 1
 
@@ -193,7 +192,7 @@ class StorageIndex:
         return {"l3_pages": len(self), "l3_evicted_pages": self.evicted_pages}
 
 
-class MooncakeStore(ShardedEviction, StorageIndex):
+class MooncakeStore(StorageIndex):
     """L3 ``mooncake`` model (see the module docstring): lease-ordered objects, watermark
     batch eviction, failed puts on a full pool, an optional SSD tier below."""
 
@@ -206,7 +205,8 @@ class MooncakeStore(ShardedEviction, StorageIndex):
         super().__init__(None if capacity_pages is None else capacity_pages * per // replicas)
         self.shards = shards
         self.objects_per_page = per
-        self._start = random.Random(0)  # stand-in for Mooncake's rand() % kNumShards (docs/store_model.md)
+        # sharded batch eviction (store_shards.py), a strategy called with this store's maps
+        self.sharding = ShardedEviction(shards, per) if shards > 1 else None
         self.evicted_objects = 0
         self.high_watermark = high_watermark
         self.eviction_ratio = eviction_ratio
@@ -239,6 +239,10 @@ class MooncakeStore(ShardedEviction, StorageIndex):
 
     def __contains__(self, key) -> bool:
         return all(self._has(o) for o in self._objects([key]))
+
+    def shard(self, obj) -> int:
+        """The metadata shard of an object (``shards`` > 1; store_shards.py)."""
+        return self.sharding.shard(obj)
 
     def _lookup(self):
         return self.__contains__
@@ -316,7 +320,9 @@ class MooncakeStore(ShardedEviction, StorageIndex):
             return
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
         if self.shards > 1:
-            n = self.evict_by_shard(target, max(target / 2, used - self.high_watermark))
+            now = None if self.clock is None else self.clock()
+            n = self.sharding.evict(self._fresh, self._keys, now, self._drop, target,
+                                    max(target / 2, used - self.high_watermark))
             self._need_eviction = full and n == 0
             self.eviction_batches += n > 0
             return

@@ -8,7 +8,7 @@ as it is emitted.
 Residency (FULL): ``node.value`` = L1 pages or None, ``node.host`` = L2 pages or None; a node
 is in the tree while it holds either. L3 is not in the tree: it is a key-value store of
 pages addressed by their stable page keys (cache_core.keys), shared across engines, with
-its own capacity and eviction (cache_core.store: ``l3_model`` "prefix" LRU or "mooncake"). Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
+its own capacity and eviction (cache_core.tiers.store: ``l3_model`` "prefix" LRU or "mooncake"). Both tree tiers are *prefix-closed*: a node on L1 has its parent on L1,
 a node on L2 its parent on L2 (backups go top-down), so a match is a device run, then a host
 run, then (beyond the tree) a run of pages found in L3.
 
@@ -30,19 +30,20 @@ run, then (beyond the tree) a run of pages found in L3.
 """
 from __future__ import annotations
 
-from .actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE, Transfer
-from .allocator import PagePool
-from .components.full_tiered import TieredFull
-from .components.ports import TierLink
-from .eviction import EvictionQueue
+from ..actions import BACKUP, L1, L2, L3, LOAD, PREFETCH, STORE
+from ..allocator import PagePool
+from ..components.full_tiered import TieredFull
+from ..components.ports import FullTierLink, TierLink
+from ..eviction import EvictionQueue
+from .config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
+from .failures import drop_stranded, failed_prefetch, failed_transfer
+from .ledger import TransferLedger
 from .store import make_store
-from .tier_config import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
-from .tier_failures import drop_stranded, failed_prefetch, failed_transfer
 
 __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_POLICIES", "L3_WRITES", "make_hierarchy"]
 
 class Hierarchy:
-    """L2 pool and queue, the L3 index, write policies, loads and transfer bookkeeping."""
+    """L2 pool and queue, the L3 index, write policies and loads; its transfers in `ledger` (ledger.py)."""
 
     def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, useless=None,
                  storage=None):  # storage: see make_hierarchy
@@ -50,7 +51,7 @@ class Hierarchy:
         self.tree = topo.tree
         self.cfg = cfg
         self.P = topo.page_size
-        self.full = TieredFull(topo.tree, l1_tokens, topo.policy, useless, self)
+        self.full = TieredFull(topo.tree, l1_tokens, topo.policy, useless)
         self.voters = topo.voters  # the other components (registered after FULL)
         l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
         self.l2_ratio = None if l2 is None or not l1_tokens else l2 / l1_tokens
@@ -58,20 +59,26 @@ class Hierarchy:
         self.queue = EvictionQueue(topo.policy, self.is_candidate, "full")
         self.storage = storage if storage is not None else make_store(cfg, self.P) if cfg.l3 else None
         self.auto_ack = auto_ack
-        self.pending: dict[int, tuple] = {}  # id -> (Transfer, callback) until acknowledged
-        self._spans: dict[int, tuple] = {}  # id -> (node, start, end) of the range it holds
-        self.ids = 0  # transfers emitted so far
-        self.finished = 0  # transfers acknowledged (or failed) so far (a match's version, tier_match.py)
-        self.tokens_moved = {f"{a}->{b}": 0 for a, b in ((L1, L2), (L2, L1), (L2, L3), (L3, L2))}  # FULL tokens
-        self.bytes_moved = dict.fromkeys(self.tokens_moved, 0)
+        self.ledger = TransferLedger(self.P, auto_ack, cfg.kv_bytes_per_token, topo.sidecars_of, topo.record,
+                                     self._failed, self._settled)
         self.evicted_l2_tokens = 0
-        self.failed = 0
+        self.full.attach_tiers_port(FullTierLink(
+            host_pool=self.pool, write_back=cfg.write_policy == "write_back", voters=self.voters,
+            backup_chain=self.backup_chain, host_touched=self.touched, split_in_flight=self.ledger.split_in_flight))
+
+    # what the ledger counts, read by the cache, the engine, invariants and tests
+    pending = property(lambda self: self.ledger.pending)
+    ids = property(lambda self: self.ledger.ids)
+    finished = property(lambda self: self.ledger.finished)
+    failed = property(lambda self: self.ledger.failed)
+    tokens_moved = property(lambda self: self.ledger.tokens_moved)
+    bytes_moved = property(lambda self: self.ledger.bytes_moved)
 
     def link(self) -> TierLink:
         """The collaborator the other components get (`Component.attach_tiers`)."""
         return TierLink(page_size=self.P, has_l2=self.pool is not None, storage=self.storage,
-                        auto_ack=self.auto_ack, l3_write=self.cfg.l3_write, emit=self.emit,
-                        settled=self.settled, evict_host=self.evict_host, emitted=lambda: self.ids)
+                        auto_ack=self.auto_ack, l3_write=self.cfg.l3_write, emit=self.ledger.emit,
+                        settled=self.settled, evict_host=self.evict_host, emitted=lambda: self.ledger.ids)
 
     def settled(self, node) -> None:
         """A transfer on `node` finished: it and its parent (which a child in flight blocks
@@ -138,80 +145,20 @@ class Hierarchy:
             self.evict_l2(short)
         return self.pool.alloc(pages)
 
-    # -- transfers ----------------------------------------------------------------------------------
-    def emit(self, kind, src_tier, dst_tier, tokens, src, dst, keys, done, component: str = "full",
-             nbytes: int | None = None, node=None, ssd_pages: int = 0, payloads: tuple = ()) -> Transfer:
-        """Record a transfer. With `node`, the transfer covers that node's token range: every
-        node covering the range (the node, or the pieces a later split makes of it) is held
-        in flight until the ack, and `done(ok, pieces)` gets [(piece, page slice), ...]."""
-        self.ids += 1
-        if nbytes is None:  # FULL; the other components give their own
-            nbytes = tokens * self.cfg.kv_bytes_per_token
-        t = Transfer(self.ids, kind, component, src_tier, dst_tier, tokens, int(nbytes), src, dst, keys,
-                     self.topo.sidecars_of(component), ssd_pages, payloads)
-        link = f"{src_tier}->{dst_tier}"
-        if component == "full":
-            self.tokens_moved[link] += tokens
-        self.bytes_moved[link] += int(nbytes)  # every component (with --model: sidecars included)
-        self.topo.record(t)
-        span = None if node is None else (node, node.parent.end, node.end)
-        if span is not None:
-            node.pending += 1
-        if self.auto_ack:
-            self._finish(done, span, True)
-        else:
-            self.pending[t.id] = (t, done)
-            if span is not None:
-                self._spans[t.id] = span
-        return t
+    # -- transfers (the ledger's; the hierarchy's part of settling them) ------------------------------
+    def ack(self, action_id: int, ok: bool = True) -> None:
+        self.ledger.ack(action_id, ok)
 
-    def _finish(self, done, span, ok: bool) -> None:
-        self.finished += 1
-        if span is None:
-            done(ok)
-            return
-        node, s, e = span
-        pieces = []
-        n = node
-        while n is not None and n.parent is not None and n.end > s:
-            n.pending -= 1
-            pieces.append((n, slice((n.parent.end - s) // self.P, (n.end - s) // self.P)))
-            n = n.parent
-        pieces.reverse()  # top-down
-        if not pieces:  # the node left the tree meanwhile: the callback frees what it holds
-            pieces = [(node, slice(0, (e - s) // self.P))]
-        done(ok, pieces)
+    def _failed(self, t) -> None:
+        failed_transfer(self, t)
+
+    def _settled(self, pieces) -> None:
         drop_stranded(self, pieces[-1][0])  # nothing in flight on a failed prefetch's node any more
         for x, _ in pieces:  # no longer in flight: eviction may consider them again
             if x.alive:
                 self.topo.touch_all(x)
         if pieces and pieces[0][0].alive:  # a parent blocked by a child in flight is free again
             self.full.touched(pieces[0][0].parent)
-
-    def ack(self, action_id: int, ok: bool = True) -> None:
-        t, done = self.pending.pop(action_id)
-        span = self._spans.pop(action_id, None)
-        if not ok:
-            failed_transfer(self, t)
-        self._finish(done, span, ok)
-
-    def split_in_flight(self, upper, lower) -> None:
-        """A split of a node in flight: the upper piece is held by every transfer whose range
-        it shares (transfers on `lower`'s own path only)."""
-        if not lower.pending or not self.pending:
-            return
-        a, b = upper.parent.end, upper.end
-        count = 0
-        for node, s, e in self._spans.values():
-            if s >= b or e <= a:
-                continue
-            n = node
-            while n is not None and n.parent is not None and n.end > s:
-                if n is lower:
-                    count += 1
-                    break
-                n = n.parent
-        upper.pending = count
 
     # -- write path -----------------------------------------------------------------------------
     def backup_chain(self, node) -> None:
@@ -259,7 +206,7 @@ class Hierarchy:
             if ok and rest and rest[0].alive and rest[0].value is not None and rest[0].host is None:
                 self._backup(rest[0], rest[1:])
 
-        self.emit(BACKUP, L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
+        self.ledger.emit(BACKUP, L1, L2, node.num_tokens, node.value, pages, node.pkeys, done, node=node)
         return True
 
     def _store(self, node, remove: bool = False) -> None:
@@ -279,8 +226,8 @@ class Hierarchy:
             if remove:
                 self._drop(node)
 
-        self.emit(STORE, L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
-                  payloads=payloads)
+        self.ledger.emit(STORE, L2, L3, node.num_tokens, node.host, None, node.pkeys, done, node=node,
+                         payloads=payloads)
 
     def _drop(self, node) -> None:
         """Remove an L2-evicted host-only leaf (if it still is one)."""
@@ -335,7 +282,7 @@ class Hierarchy:
                         ok = False
                     self.touched(x)
 
-            self.emit(LOAD, L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
+            self.ledger.emit(LOAD, L2, L1, node.num_tokens, node.host, pages, node.pkeys, done, node=node)
             if node.value is None:  # still in flight (no auto ack): not loaded yet
                 if pipeline:
                     continue
@@ -362,14 +309,14 @@ class Hierarchy:
         self.storage.touch(keys)
 
         def done(ok, pieces, pages=pages, node=node):
-            if not ok:  # unreadable in L3: forgotten there (tier_failures.py)
+            if not ok:  # unreadable in L3: forgotten there (failures.py)
                 return failed_prefetch(self, pieces, pages)
             for x, sl in pieces:
                 x.host = pages[sl]
                 self.touched(x)
 
-        self.emit(PREFETCH, L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
-                   ssd_pages=self.storage.on_ssd(keys))
+        self.ledger.emit(PREFETCH, L3, L2, n_pages * self.P, None, pages, keys, done, node=node,
+                         ssd_pages=self.storage.on_ssd(keys))
         return node
 
     def stats(self) -> dict:

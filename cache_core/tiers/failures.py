@@ -1,4 +1,4 @@
-"""Failed L3 reads (tiers.py): a prefetch L3 -> L2 that the data plane acknowledges
+"""Failed L3 reads (hierarchy.py): a prefetch L3 -> L2 that the data plane acknowledges
 ``ok=False``, of FULL pages or of a component's payloads (`failed_transfer`, at the ack; a
 FULL prefetch's node: `failed_prefetch`, in its callback).
 
@@ -21,7 +21,7 @@ node stays in the tree on no tier.
 """
 from __future__ import annotations
 
-from .actions import PREFETCH
+from ..actions import PREFETCH
 
 
 def failed_prefetch(hier, pieces, pages) -> None:
@@ -34,9 +34,8 @@ def failed_prefetch(hier, pieces, pages) -> None:
 
 
 def failed_transfer(hier, t) -> None:
-    """Count failed transfer `t`; a failed read from L3 forgets there what it read: FULL page
-    keys, or a component's payloads under (component, page key)."""
-    hier.failed += 1
+    """A failed transfer `t` (the ledger counts it): a failed read from L3 forgets there what it
+    read: FULL page keys, or a component's payloads under (component, page key)."""
     if t.kind == PREFETCH:
         hier.storage.discard(t.keys if t.component == "full" else [(t.component, k) for k in t.keys.tolist()])
 

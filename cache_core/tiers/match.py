@@ -5,7 +5,7 @@ same without tiers).
 - `TieredMatch.query(seq, n)`: read-only (no tick, no split, no queue offer, no L3 recency:
   `store.leading` marks nothing read): the device run, the host run and the L3 run (FULL
   only), or the vote on the union of tiers with the L3 run and the L3 boundary every
-  component accepts (tier_votes.py), and where the result's node must be split.
+  component accepts (votes.py), and where the result's node must be split.
 - `TieredMatch.touch(plan)`: what the walk did, in its order: one fresh tick on the root and
   every visited node, then FULL only the split and every visited node offered again to every
   queue (`Topology.touch_all`), with voting components the offers and then the split.
@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .l1_match import MemoMatch, PlanMemo, path_tokens
-from .records import LockHandle, MatchResult
-from .tier_votes import l3_boundary, storage_boundary
-from .tree import Node
-from .vote import vote
+from ..l1_match import MemoMatch, PlanMemo, path_tokens
+from ..records import LockHandle, MatchResult
+from ..tree import Node
+from ..vote import vote
+from .votes import l3_boundary, storage_boundary
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +136,8 @@ class TieredMatch(MemoMatch):
 
     def _query_voted(self, seq, n: int, path) -> TierPlan:
         """With SWA/MAMBA: votes on the union of tiers, then an L3 run whose boundary every
-        component accepts (tier_votes.storage_boundary), or a deeper tree boundary whose
-        missing payloads L3 holds (tier_votes.l3_boundary)."""
+        component accepts (votes.storage_boundary), or a deeper tree boundary whose
+        missing payloads L3 holds (votes.l3_boundary)."""
         hier, P, voters = self.hier, self.page_size, self.topo.voters
         visited = [nd for nd, _ in path]
         traversed = path_tokens(path)
