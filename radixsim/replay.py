@@ -26,7 +26,6 @@ from sim.recorder import evictions
 
 from . import results
 from .outputs import result_dir
-from .replay_vllm import replay_vllm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,9 +285,10 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
     """Replay a trace (or a generated workload) and write requests.csv, summary.json,
     config.yaml (and rounds.csv when requests have rounds) to out_dir, which then holds
     exactly this run (`outputs.result_dir`). Returns the summary.
-    Raises TraceError / ValueError on bad input (a trace without requests included)."""
+    Raises TraceError / ValueError on bad input (a trace without requests included). The vLLM
+    flavour (`opts.engine` vllm) runs through `radixsim.replay_vllm.run_replay_vllm`."""
     with result_dir(out_dir) as out:
-        return (replay_vllm if opts.engine == "vllm" else _replay_into)(opts, out, command)
+        return _replay_into(opts, out, command)
 
 
 def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:

@@ -138,6 +138,8 @@ def _cmd_replay(args) -> int:
             table = run_comparison(opts, policies, caps, args.out, args.jobs, command=args.command_line)
             print(table)
             return 0
+        if opts.engine == "vllm":
+            from .replay_vllm import run_replay_vllm as run_replay
         summary = run_replay(opts, args.out, command=args.command_line)
     except BrokenPipeError:  # stdout closed (`| head`): main's quiet exit, not bad input
         raise

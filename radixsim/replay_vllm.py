@@ -38,6 +38,14 @@ def num_blocks(capacity_tokens: int | None, block_size: int) -> int | None:
     return None if capacity_tokens is None else capacity_tokens // block_size + 1
 
 
+def run_replay_vllm(opts, out_dir, command: str | None = None) -> dict:
+    """`radixsim replay --engine vllm` into result directory `out_dir` (as `replay.run_replay`)."""
+    from .outputs import result_dir
+
+    with result_dir(out_dir) as out:
+        return replay_vllm(opts, out, command)
+
+
 def replay_vllm(opts, out: Path, command: str | None) -> dict:
     from .replay import no_requests, replay_requests
 
