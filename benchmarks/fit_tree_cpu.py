@@ -228,6 +228,25 @@ def fit_votes(counts, extra_us):
     return out, float(r2), float(y.sum())
 
 
+def hybrid_measure(reqs, cfgs, opts, a, harness: Path):
+    """({kind: radixsim's counts per request}, {(core, kind): the least us per request of --repeat
+    runs}) of one trace: radixsim's caches and SGLang's (Python and Rust cores)."""
+    best: dict = {}
+    cnt = {}
+    for _ in range(a.repeat):
+        got = {}
+        for kind, cfg in cfgs.items():
+            c, t = radixsim_replay(reqs, None, cfg)
+            cnt[kind] = c
+            got[("radixsim", kind)] = [sum(x.values()) for x in t]
+        for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
+            for kind, t in hybrid_replay(reqs, impl, opts, a.harness_python, harness).items():
+                got[(core, kind)] = t
+        for key, t in got.items():
+            best[key] = t if key not in best else [min(x, y) for x, y in zip(best[key], t)]
+    return cnt, best
+
+
 def hybrid_main(a, harness: Path) -> int:
     """--hybrid: measure SWA and MAMBA through SGLang's hybrid caches and radixsim's, and refit
     only vote.* of the table in -o (the FULL features stay as the FULL calibration fitted them).
@@ -244,19 +263,7 @@ def hybrid_main(a, harness: Path) -> int:
     quality = {core: {} for core in doc["cores"]}
     totals = {}
     for name, (cfgs, opts) in hybrid_traces(reqs, a.sessions).items():
-        best: dict = {}
-        cnt = {}
-        for _ in range(a.repeat):
-            got = {}
-            for kind, cfg in cfgs.items():
-                c, t = radixsim_replay(reqs, None, cfg)
-                cnt[kind] = c
-                got[("radixsim", kind)] = [sum(x.values()) for x in t]
-            for core, impl in (("sglang-python", "python"), ("sglang-rust", "rust")):
-                for kind, t in hybrid_replay(reqs, impl, opts, a.harness_python, harness).items():
-                    got[(core, kind)] = t
-            for key, t in got.items():
-                best[key] = t if key not in best else [min(x, y) for x, y in zip(best[key], t)]
+        cnt, best = hybrid_measure(reqs, cfgs, opts, a, harness)
         for kind in ("swa", "mamba"):
             c = [cnt[kind][i] for i in keep]
             counts += c

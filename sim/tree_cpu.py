@@ -100,14 +100,22 @@ class TreeOpCounter:
         if self.cache is not None:
             raise ValueError("a TreeOpCounter counts one cache")
         self.cache = cache
-        P = cache.page_size
-        add = self.add
-        nmamba = sum(1 for c in cache.voters if getattr(c, "name", "") == "mamba")
-        nvoters = len(cache.voters) - nmamba
-        match, insert, lock, unlock, evict = cache.match, cache.insert, cache.lock, cache.unlock, cache.evict
-        tree = cache.tree
-        on_split, on_remove = tree._on_split, tree._on_remove
         state = {"splits": 0, "removed": 0}
+        walk = self._path_walker(cache.tree, state)
+        cache.match = self._counted_match(cache, walk, state)
+        cache.insert = self._counted_insert(cache, walk, state)
+        self._wrap_lock_evict(cache, walk, state)
+        self._wrap_voters(cache)
+        self._wrap_tiers(cache)
+        return self
+
+    @staticmethod
+    def _path_walker(tree, state: dict):
+        """`walk(node, key_tokens)` -> `_walk`'s (nodes to the root, key tokens less their ends),
+        from the path sums of the nearest node already seen; hooks `tree`'s splits and removals
+        (counted in `state`), which clear those sums."""
+        on_split, on_remove = tree._on_split, tree._on_remove
+        paths: dict = {}  # node id -> (nodes to the root, their ends summed); a split or removal clears it
 
         def split_hook(upper, lower, upper_tokens):
             state["splits"] += 1
@@ -120,7 +128,6 @@ class TreeOpCounter:
             return on_remove(node)
 
         tree._on_split, tree._on_remove = split_hook, remove_hook
-        paths: dict = {}  # node id -> (nodes to the root, their ends summed); a split or removal clears it
 
         def walk(node, key_tokens: int) -> tuple[int, int]:
             """`_walk`, from the path sums of the nearest node already seen."""
@@ -135,6 +142,12 @@ class TreeOpCounter:
                 d, ends = d + 1, ends + n.end
                 paths[n.id] = (d, ends)
             return d, d * key_tokens - ends
+        return walk
+
+    def _counted_match(self, cache, walk, state: dict):
+        P, add, match, tree = cache.page_size, self.add, cache.match, cache.tree
+        nmamba = sum(1 for c in cache.voters if getattr(c, "name", "") == "mamba")
+        nvoters = len(cache.voters) - nmamba
 
         def counted_match(seq, limit_tokens=None):
             s0 = state["splits"]
@@ -159,6 +172,10 @@ class TreeOpCounter:
             add("vote.votes", nodes * nvoters)
             add("vote.mamba_votes", nodes * nmamba)
             return m
+        return counted_match
+
+    def _counted_insert(self, cache, walk, state: dict):
+        P, add, insert = cache.page_size, self.add, cache.insert
 
         def counted_insert(seq, num_tokens, *args, **kw):
             s0 = state["splits"]
@@ -171,6 +188,10 @@ class TreeOpCounter:
             add("insert.new_pages", max(num_tokens - res.prefix_tokens, 0) // P)
             add("insert.splits", state["splits"] - s0)
             return res
+        return counted_insert
+
+    def _wrap_lock_evict(self, cache, walk, state: dict) -> None:
+        add, lock, unlock, evict, tree = self.add, cache.lock, cache.unlock, cache.evict, cache.tree
 
         def counted_lock(m):
             add("lock.calls")
@@ -192,8 +213,10 @@ class TreeOpCounter:
             add("evict.popped", state["removed"] - r0)
             return freed
 
-        cache.match, cache.insert, cache.lock, cache.unlock, cache.evict = (
-            counted_match, counted_insert, counted_lock, counted_unlock, counted_evict)
+        cache.lock, cache.unlock, cache.evict = counted_lock, counted_unlock, counted_evict
+
+    def _wrap_voters(self, cache) -> None:
+        add = self.add
         for c in cache.voters:
             if hasattr(c, "window_pages"):  # SWA: a new leaf longer than the window starts with tombstones
                 def counted_place(final, leaf, lo, hi, slots, _place=c.place, _c=c):
@@ -208,6 +231,9 @@ class TreeOpCounter:
                     add(_key)
                     return _drop(node)
                 c.drop_l1 = counted_drop
+
+    def _wrap_tiers(self, cache) -> None:
+        add = self.add
         for name in ("load", "prefetch", "ack"):
             if cache.hier is None:
                 break
@@ -217,7 +243,6 @@ class TreeOpCounter:
                 add("tier.ops")
                 return _f(*a, **kw)
             setattr(cache, name, counted_tier)
-        return self
 
 
 class TreeCpuModel:

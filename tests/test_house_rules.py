@@ -196,10 +196,7 @@ HOUSE = ROOT.parent
 # module -> its lines when listed: split when it helps (presets.py becomes data, issue 30 item 2)
 HOUSE_BIG_MODULES = {"sim/cost.py": 723, "sim/operators.py": 437, "scenarios/agentic.py": 558,
                      "benchmarks/regen_docs.py": 869}
-HOUSE_LONG_FUNCTIONS = {("sim/simulator.py", "multiturn_clients"): 78, ("sim/tree_cpu.py", "attach"): 123,
-                        # issue 31's hybrid harness and refit (merged from a branch older than these rules): owed
-                        ("benchmarks/sglang_hybrid_ref.py", "main"): 168, ("benchmarks/sglang_hybrid_ref.py", "run_one"): 67,
-                        ("benchmarks/fit_tree_cpu.py", "hybrid_main"): 63,
+HOUSE_LONG_FUNCTIONS = {("sim/simulator.py", "multiturn_clients"): 78,
                         ("scenarios/agentic.py", "_build_plan"): 63,
                         ("radixsim/replay.py", "_replay_into"): 90,
                         ("benchmarks/mutation_check.py", "main"): 107}
