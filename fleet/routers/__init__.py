@@ -1,18 +1,13 @@
-"""The router registry: one small module per router (docs/fleet.md compares them)."""
+"""The router registry (`fleet.routers.base.ROUTERS`): one small module per router, registered by
+`@register_router(NAME)` (docs/fleet.md compares them)."""
 from __future__ import annotations
 
 import inspect
 
-from .cache_aware import CacheAware
-from .cache_aware_exact import CacheAwareExact
-from .kv_overlap import KvOverlap
-from .least_load import LeastLoad
-from .llm_d import LlmD
-from .round_robin import RoundRobin
-from .session_affinity import SessionAffinity
-
-ROUTERS = {cls.name: cls for cls in (RoundRobin, LeastLoad, SessionAffinity, CacheAware, KvOverlap, CacheAwareExact,
-                                          LlmD)}
+# The built-in routers register themselves (`@register_router`) when imported, in this order (the
+# order error messages list them in): adding a router is its module plus its name here.
+from . import round_robin, least_load, session_affinity, cache_aware, kv_overlap, cache_aware_exact, llm_d  # noqa: F401, I001
+from .base import ROUTERS, register_router, unregister_router
 
 
 def make_router(spec: dict, n: int, *, page_size: int, seed: int = 0, where: str = "fleet.router"):
@@ -43,4 +38,4 @@ def parameters(cls) -> list:
     return names
 
 
-__all__ = ["ROUTERS", "make_router", "parameters"]
+__all__ = ["ROUTERS", "make_router", "parameters", "register_router", "unregister_router"]
