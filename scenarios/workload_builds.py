@@ -8,13 +8,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import agentic, workloads
 from .schema import LIMITS, WORKLOAD_SCHEMAS, ScenarioError, as_integer
-from .workload_kinds import WorkloadContext, register_workload_kind
+from .workload_kinds import WorkloadContext, WorkloadSpec, register_workload_kind
 from .workloads import MultiTurnConfig
 
 
 @dataclass(frozen=True)
-class TraceSpec:
+class TraceSpec(WorkloadSpec):
     """An open-loop source read from a file (workload.kind trace or azure)."""
 
     kind: str
@@ -25,7 +26,7 @@ class TraceSpec:
 
 
 @dataclass(frozen=True)
-class ProgramSpec:
+class ProgramSpec(WorkloadSpec):
     """An LM-program workload: instances of one DAG program, calls sent as their parents finish."""
 
     config: object  # scenarios.programs.ProgramConfig
@@ -35,7 +36,7 @@ class ProgramSpec:
 
 
 @dataclass(frozen=True)
-class AgenticSpec:
+class AgenticSpec(WorkloadSpec):
     config: object  # scenarios.agentic.AgenticConfig
     speedup: float = 1.0
     kind: str = "agentic"
@@ -150,11 +151,11 @@ def _multiturn_smoke(w: dict) -> None:
 
 
 for _name, _build, _smoke, _replay in (
-        ("multiturn", _multiturn_workload, _multiturn_smoke, "scenarios.workloads:REPLAY"),
+        ("multiturn", _multiturn_workload, _multiturn_smoke, workloads.REPLAY),
         ("trace", _file_workload, _file_smoke, None), ("azure", _file_workload, _file_smoke, None),
-        ("agentic", _agentic_workload, _agentic_smoke, "scenarios.agentic:REPLAY"),
+        ("agentic", _agentic_workload, _agentic_smoke, agentic.REPLAY),
         ("program", _program_workload, _program_smoke, None)):
-    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}", smoke=_smoke, replay=_replay)
+    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, smoke=_smoke, replay=_replay)
 from . import shared_prefix as _shared_prefix  # noqa: E402,F401  (registers the shared_prefix kind)
 
 
