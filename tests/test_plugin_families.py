@@ -16,7 +16,7 @@ import copy
 
 import pytest
 
-from fleet.routers import ROUTERS, make_router, parameters, register_router, unregister_router
+from fleet.routers import ROUTERS, make_router, parameters, register_router, router_keys, unregister_router
 from fleet.routers.base import Router
 from radixsim.fleet_run import fleet_rows, simulate_fleet
 from scenarios.scenario import resolve
@@ -55,6 +55,18 @@ def test_a_registered_router_runs_a_fleet(pinned):
     assert list(ROUTERS)[-1] == "toy_pinned" and parameters(PinnedRouter) == ["engine"]
     with pytest.raises(ValueError, match=r"fleet.router.pin: unknown parameter of toy_pinned; expected one of engine$"):
         make_router({"kind": "toy_pinned", "pin": 1}, 2, page_size=64)
+
+
+def test_a_router_s_keys_and_their_checks_come_from_its_signature(pinned):
+    assert {k: (p.annotation, p.default) for k, p in router_keys(PinnedRouter).items()} == {"engine": ("int", 0)}
+    with pytest.raises(ValueError, match=r"^fleet.router.engine: got '2'; expected an integer \(toy_pinned's default: 0\)$"):
+        make_router({"kind": "toy_pinned", "engine": "2"}, 3, page_size=64)
+    with pytest.raises(ValueError, match=r"^fleet.router.balance_abs_threshold: got 'x'; expected an integer "
+                                         r"\(cache_aware's default: 64\)$"):  # accepted, then unusable, before
+        make_router({"kind": "cache_aware", "balance_abs_threshold": "x"}, 2, page_size=64)
+    with pytest.raises(ValueError, match=r"^fleet.router.cache_threshold: got True; expected a number"):
+        make_router({"kind": "cache_aware_exact", "cache_threshold": True}, 2, page_size=64)
+    assert make_router({"kind": "kv_overlap", "overlap_score_weight": 0}, 2, page_size=64).weight == 0.0  # an int is a number
 
 
 def test_an_unregistered_router_is_refused_by_the_registry_s_names():
