@@ -17,6 +17,7 @@ from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
+from .cost_kinds import cost_kind_names
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
@@ -128,7 +129,8 @@ SCHEMA = {
                   "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
-        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): operators, roofline or table"),
+        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): "
+                 + ", ".join(cost_kind_names()[:-1]) + " or " + cost_kind_names()[-1]),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
@@ -175,9 +177,7 @@ def _workload_union() -> dict:
 
 
 def _cost_model_names() -> list[str]:
-    from .cost_kinds import cost_kind_names  # (sim/cost_models.py registers a builder for each)
-
-    return cost_kind_names()
+    return cost_kind_names()  # (sim/cost_models.py registers a builder for each)
 
 
 def _ok(check, v) -> bool:
