@@ -14,6 +14,8 @@ family's fuller proof stays where it was (docs/ARCHITECTURE.md "Extension points
 from __future__ import annotations
 
 import copy
+import re
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +200,11 @@ def test_an_unregistered_router_is_refused_by_the_registry_s_names():
         make_router({"kind": "toy_pinned"}, 2, page_size=64)
     with pytest.raises(ValueError, match="router 'round_robin' is already registered"):
         register_router("round_robin")(PinnedRouter)
+
+
+def test_docs_fleet_md_has_one_row_per_registered_router_in_registry_order():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "fleet.md").read_text()
+    table = text[text.index("| router | rule | source |"):]
+    rows = re.findall(r"^\| `([a-z_]+)`", table[: table.index("\n\n")], re.M)
+    assert rows == list(ROUTERS) == ["round_robin", "least_load", "session_affinity", "cache_aware", "kv_overlap",
+                                     "cache_aware_exact", "llm_d"]
