@@ -5,42 +5,13 @@ hook shrinks a raw section to about a second of simulation (`radixsim run --smok
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import agentic, workloads
 from .schema import LIMITS, WORKLOAD_SCHEMAS, ScenarioError, as_integer
-from .workload_kinds import WorkloadContext, WorkloadSpec, register_workload_kind
+from .workload_kinds import WorkloadContext, register_workload_kind
+from .workload_specs import AgenticSpec, ProgramSpec, TraceSpec
 from .workloads import MultiTurnConfig
-
-
-@dataclass(frozen=True)
-class TraceSpec(WorkloadSpec):
-    """An open-loop source read from a file (workload.kind trace or azure)."""
-
-    kind: str
-    path: str
-    block_size: int | None = None
-    speedup: float = 1.0
-    max_requests: int | None = None
-
-
-@dataclass(frozen=True)
-class ProgramSpec(WorkloadSpec):
-    """An LM-program workload: instances of one DAG program, calls sent as their parents finish."""
-
-    config: object  # scenarios.programs.ProgramConfig
-    max_parallel: int = 16
-    request_rate: float = math.inf
-    kind: str = "program"
-
-
-@dataclass(frozen=True)
-class AgenticSpec(WorkloadSpec):
-    config: object  # scenarios.agentic.AgenticConfig
-    speedup: float = 1.0
-    kind: str = "agentic"
-    closed_loop: bool = True
 
 
 def _a(word: str) -> str:
