@@ -21,7 +21,8 @@ import pytest
 
 from cache_core import CacheConfig, Policy, RadixCache, ReplayStepper, register_policy
 from cache_core.engine_types import EngineConfig
-from cache_core.scheduling import SchedulePolicy, make_schedule_policy, register_schedule_policy
+from cache_core.eviction import unregister_policy
+from cache_core.scheduling import SchedulePolicy, make_schedule_policy, register_schedule_policy, unregister_schedule_policy
 from cache_core.store import StorageIndex, register_l3_model
 from cache_core.tiers import TierConfig
 from fleet.routers import ROUTERS, make_router, parameters, register_router, router_keys, unregister_router
@@ -30,10 +31,9 @@ from helpers import shape, toks
 from radixsim.fleet_run import fleet_rows, simulate_fleet
 from radixsim.run import make_cost, request_rows, simulate
 from scenarios import preset_data, presets
-from scenarios.cost_kinds import unregister_cost_kind
 from scenarios.scenario import resolve
 from scenarios.workload_kinds import register_workload_kind, unregister_workload_kind
-from sim.cost_models import register_cost_model
+from sim.cost_models import register_cost_model, unregister_cost_model
 from sim.feeds import register_feed, unregister_feed
 from test_fourth_component import RingSpec
 from test_preset_data import TOY, x300_file
@@ -50,8 +50,6 @@ class MRU(Policy):
 
 
 def test_eviction_policy():
-    import cache_core.eviction as registry
-
     register_policy("toy-mru")(MRU)
     try:
         c = RadixCache(CacheConfig(page_size=4, capacity_tokens=32, policy="toy-mru"))
@@ -59,7 +57,7 @@ def test_eviction_policy():
         assert [st.step(toks(s)).evicted_tokens for s in ("abcdefgh", "ijklmnop", "qrstuvwx", "ABCDEFGH")] == [0, 0, 0, 8]
         assert shape(c) == {"abcdefgh": {}, "ijklmnop": {}, "ABCDEFGH": {}}  # lru would have evicted abcdefgh
     finally:
-        del registry._REGISTRY._classes["toy-mru"]
+        unregister_policy("toy-mru")
 
 
 class Lifo(SchedulePolicy):
@@ -70,14 +68,12 @@ class Lifo(SchedulePolicy):
 
 
 def test_schedule_policy():
-    import cache_core.scheduling as registry
-
     register_schedule_policy("toy-lifo")(Lifo)
     try:
         assert EngineConfig(schedule_policy="toy-lifo").schedule_policy == "toy-lifo"
         assert make_schedule_policy("toy-lifo").order(["a", "b", "c"]) == ["c", "b", "a"]
     finally:
-        del registry._REGISTRY._classes["toy-lifo"]
+        unregister_schedule_policy("toy-lifo")
 
 
 def test_component():
@@ -120,8 +116,6 @@ class Flat:
 
 
 def test_cost_model():
-    import sim.cost_models as registry
-
     register_cost_model("toy-flat")(lambda sc: Flat(0.001 * sc.tp))
     try:
         sc = resolve({"model": "qwen3-32b", "hardware": "h200x2", "tp": 2, "cache": {"l1_tokens": 4096},
@@ -129,8 +123,7 @@ def test_cost_model():
                       "cost": {"kind": "toy-flat"}}, "s.yaml")
         assert type(make_cost(sc)) is Flat and make_cost(sc).s == 0.002
     finally:
-        del registry._MODELS._classes["toy-flat"]
-        unregister_cost_kind("toy-flat")
+        unregister_cost_model("toy-flat")
 
 
 def test_hardware_preset(tmp_path, monkeypatch):
