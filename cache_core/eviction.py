@@ -28,6 +28,10 @@ def register_policy(name: str):
     return _REGISTRY.register(name)
 
 
+def unregister_policy(name: str) -> None:
+    _REGISTRY.unregister(name)
+
+
 # names no longer registered -> why, for the one-line refusal (radixsim/args.py, scenarios/schema.py)
 RENAMED = {"belady": "'belady' is now 'belady-node' (node-level furthest next use: a heuristic that online "
                      "policies beat, not a bound); the true bound is the leaderboard's 'bound' row "

@@ -21,6 +21,10 @@ class Registry:
 
         return deco
 
+    def unregister(self, name: str) -> None:
+        """Drop `name` (a test's toy, once the test is done); KeyError if it is not registered."""
+        del self._classes[name]
+
     def make(self, name: str, **kwargs):
         try:
             cls = self._classes[name]

@@ -169,6 +169,10 @@ def register_schedule_policy(name: str):
     return _REGISTRY.register(name)
 
 
+def unregister_schedule_policy(name: str) -> None:
+    _REGISTRY.unregister(name)
+
+
 def make_schedule_policy(name: str, **kwargs):
     """A fresh instance of the policy `name` (kwargs go to its constructor, e.g. seed)."""
     return _REGISTRY.make(name, **kwargs)
@@ -319,7 +323,7 @@ class RandomOrder(SchedulePolicy):
 
 
 __all__ = [
-    "Request", "SchedulingContext", "SchedulePolicy", "register_schedule_policy", "make_schedule_policy",
-    "schedule_policy_names", "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder", "CLIP_MAX_NEW_TOKENS",
-    "LPM_MAX_QUEUE", "WAITING", "RUNNING", "FINISHED", "check_int",
+    "Request", "SchedulingContext", "SchedulePolicy", "register_schedule_policy", "unregister_schedule_policy",
+    "make_schedule_policy", "schedule_policy_names", "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder",
+    "CLIP_MAX_NEW_TOKENS", "LPM_MAX_QUEUE", "WAITING", "RUNNING", "FINISHED", "check_int",
 ]

@@ -248,7 +248,7 @@ def replay_workload_names() -> list[str]:
 def _replay_hook(name: str):
     if name not in replay_workload_names():
         raise ValueError(f"unknown workload {name!r}; expected one of {', '.join(replay_workload_names())}")
-    return workload_kind(name).replay_hook()
+    return workload_kind(name).replay
 
 
 def make_workload(name: str, overrides, page_size: int):
@@ -271,7 +271,7 @@ def make_workload(name: str, overrides, page_size: int):
 
 def _workload_items(opts: ReplayOptions):
     wl, cfg = make_workload(opts.workload, opts.workload_set, opts.page_size)
-    hook, P = workload_kind(opts.workload).replay_hook(), opts.page_size
+    hook, P = workload_kind(opts.workload).replay, opts.page_size
     keyed = bool(opts.tiers and opts.tiers.l3)
 
     def future():

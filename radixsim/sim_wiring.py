@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from cache_core import RadixCache
-from scenarios.workload_kinds import workload_kind
 from sim.cost_models import make_cost
+from sim.feeds import feed_for
 
 from .outputs import result_dir
 
@@ -38,7 +38,7 @@ def sim_engine(env, sc, storage=None):
 def workload_source(env, eng, sc):
     """The SimPy process that feeds `eng` (an engine or a fleet front) with the scenario's
     workload, and the request count when known up front: its kind's feed."""
-    return workload_kind(sc.workload_kind).feed_function()(env, eng, sc.workload)
+    return feed_for(sc.workload_kind)(env, eng, sc.workload)
 
 
 def progress_bar(total, enabled: bool, desc: str):

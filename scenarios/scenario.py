@@ -49,7 +49,7 @@ from . import presets
 from .cost_section import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
 from .schema import L2_SIZE_KEYS
-from .workload_kinds import WorkloadContext, workload_kind
+from .workload_kinds import WorkloadContext, WorkloadSpec, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -129,7 +129,7 @@ class Scenario:
     tp: int
     cache: CacheConfig
     engine: EngineConfig
-    workload: object  # what its kind's build made (scenarios/workload_builds.py): MultiTurnConfig | TraceSpec | ...
+    workload: WorkloadSpec  # what its kind's build made (scenarios/workload_builds.py): MultiTurnConfig | TraceSpec | ...
     efficiency: dict
     cost_table: str | None
     source: str
@@ -264,9 +264,14 @@ def _check_tp_heads(model, tp: int, gpus: int, where: str) -> None:
     raise ScenarioError(f"{where}: tp: {tp} {why}; expected one of {', '.join(map(str, ok))}")
 
 
-def _workload(w: dict, seed: int, P: int, l1: int, where: str):
+def _workload(w: dict, seed: int, P: int, l1: int, where: str) -> WorkloadSpec:
     """The workload object of a validated `workload` section (its kind's build)."""
-    return workload_kind(w["kind"]).build(w, WorkloadContext(seed, P, l1, where))
+    kind = workload_kind(w["kind"])
+    wl = kind.build(w, WorkloadContext(seed, P, l1, where))
+    if not isinstance(wl, WorkloadSpec):  # a plug-in's mistake, not the scenario's
+        raise TypeError(f"workload kind {kind.name!r}: its build returned a {type(wl).__name__}; expected a "
+                        f"scenarios.workload_kinds.WorkloadSpec")
+    return wl
 
 
 def _preset(doc: dict, what: str, resolver, where: str):

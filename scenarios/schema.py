@@ -17,8 +17,10 @@ from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
 from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
+from .cost_kinds import cost_kind_names
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
+from .workload_specs import AgenticSpec, ProgramSpec, TraceSpec
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
 
 REPLAY_ONLY_POLICIES = ("belady-node",)  # needs every future request up front
@@ -41,6 +43,7 @@ def _keys_of(defaults: dict, specs) -> dict:
 
 
 _MT, _AG = _defaults(MultiTurnConfig), _defaults(AgenticConfig)
+_TR, _AS, _PS = _defaults(TraceSpec), _defaults(AgenticSpec), _defaults(ProgramSpec)
 
 # -- schema -------------------------------------------------------------------------------------
 # key -> (default, checker name, what is expected); nested dicts are sections.
@@ -128,7 +131,8 @@ SCHEMA = {
                   "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
     },
     "cost": {
-        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): operators, roofline or table"),
+        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): "
+                 + ", ".join(cost_kind_names()[:-1]) + " or " + cost_kind_names()[-1]),
         "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
         "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
     },
@@ -139,17 +143,18 @@ SCHEMA = {
 
 
 _KIND = SCHEMA["workload"]["kind"]
-_SPEEDUP = (1.0, "pos", "a number > 0 (arrival times are divided by it)")
+_SPEEDUP = (_TR["speedup"], "pos", "a number > 0 (arrival times are divided by it)")
+_MAX_REQUESTS = (_TR["max_requests"], "int1_or_none", "null or an integer >= 1")
 _RANGE = "a list [lo, hi]"
 WORKLOAD_SCHEMAS = {
     "multiturn": SCHEMA["workload"],
     "trace": {"kind": _KIND, "path": (None, "str", "a JSONL trace file (Mooncake hash_ids or tokens)"),
-              "block_size": (None, "int1_or_none", "null or tokens per hash_ids block"),
-              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
+              "block_size": (_TR["block_size"], "int1_or_none", "null or tokens per hash_ids block"),
+              "speedup": _SPEEDUP, "max_requests": _MAX_REQUESTS},
     "azure": {"kind": _KIND, "path": (None, "str", "an Azure LLM-inference CSV (TIMESTAMP,ContextTokens,GeneratedTokens)"),
-              "speedup": _SPEEDUP, "max_requests": (None, "int1_or_none", "null or an integer >= 1")},
-    "agentic": {"kind": _KIND, "speedup": _SPEEDUP,
-                "closed_loop": (True, "bool", "true (next turn after the previous completes + think time) "
+              "speedup": _SPEEDUP, "max_requests": _MAX_REQUESTS},
+    "agentic": {"kind": _KIND, "speedup": (_AS["speedup"], *_SPEEDUP[1:]),
+                "closed_loop": (_AS["closed_loop"], "bool", "true (next turn after the previous completes + think time) "
                                 "or false (the workload's nominal timestamps, open loop)"),
                 **_keys_of(_AG, (
                     ("num_sessions", "int1", "an integer >= 1"), ("concurrency", "int1", "an integer >= 1"),
@@ -163,7 +168,7 @@ WORKLOAD_SCHEMAS = {
                     ("lengths", ("choice", LENGTHS), " or ".join(LENGTHS))))},
     "program": {"kind": _KIND, "program": ("few_shot", ("choice", PROGRAM_NAMES),
                                            ", ".join(PROGRAM_NAMES[:-1]) + " or " + PROGRAM_NAMES[-1]),
-                "max_parallel": (16, "int1", "an integer >= 1 (calls in flight)"),
+                "max_parallel": (_PS["max_parallel"], "int1", "an integer >= 1 (calls in flight)"),
                 "request_rate": ("inf", "rate", "a number > 0 or inf (calls/s)"),
                 "knobs": ({}, "mapping", "the program's knobs (scenarios/programs.py; `radixsim workload show`)")},
 }
@@ -175,9 +180,7 @@ def _workload_union() -> dict:
 
 
 def _cost_model_names() -> list[str]:
-    from .cost_kinds import cost_kind_names  # (sim/cost_models.py registers a builder for each)
-
-    return cost_kind_names()
+    return cost_kind_names()  # (sim/cost_models.py registers a builder for each)
 
 
 def _ok(check, v) -> bool:

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from .seeding import rng
+from .workload_kinds import WorkloadSpec
 
 LOAD_TYPES = ("poisson", "constant")
 _STREAM = 7  # scenarios.seeding spawn key of this workload (others: multiturn 0-2, agentic, programs)
@@ -55,7 +56,7 @@ class Stage:
 
 
 @dataclass(frozen=True)
-class SharedPrefixConfig:
+class SharedPrefixConfig(WorkloadSpec):
     """The knobs (inference-perf's names and defaults: its SharedPrefix and LoadConfig)."""
 
     num_groups: int = 10
@@ -346,7 +347,7 @@ def _replay_items(wl: SharedPrefixWorkload, page_size: int, keyed: bool):
 def _register() -> None:
     from .workload_kinds import ReplayHook, register_workload_kind
 
-    register_workload_kind("shared_prefix", _schema(), _build, "sim.feeds:shared_prefix", smoke=_smoke,
+    register_workload_kind("shared_prefix", _schema(), _build, smoke=_smoke,
                            replay=ReplayHook(SharedPrefixConfig, SharedPrefixWorkload, _replay_items))
 
 

@@ -5,41 +5,13 @@ hook shrinks a raw section to about a second of simulation (`radixsim run --smok
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
+from . import agentic, workloads
 from .schema import LIMITS, WORKLOAD_SCHEMAS, ScenarioError, as_integer
 from .workload_kinds import WorkloadContext, register_workload_kind
+from .workload_specs import AgenticSpec, ProgramSpec, TraceSpec
 from .workloads import MultiTurnConfig
-
-
-@dataclass(frozen=True)
-class TraceSpec:
-    """An open-loop source read from a file (workload.kind trace or azure)."""
-
-    kind: str
-    path: str
-    block_size: int | None = None
-    speedup: float = 1.0
-    max_requests: int | None = None
-
-
-@dataclass(frozen=True)
-class ProgramSpec:
-    """An LM-program workload: instances of one DAG program, calls sent as their parents finish."""
-
-    config: object  # scenarios.programs.ProgramConfig
-    max_parallel: int = 16
-    request_rate: float = math.inf
-    kind: str = "program"
-
-
-@dataclass(frozen=True)
-class AgenticSpec:
-    config: object  # scenarios.agentic.AgenticConfig
-    speedup: float = 1.0
-    kind: str = "agentic"
-    closed_loop: bool = True
 
 
 def _a(word: str) -> str:
@@ -150,11 +122,11 @@ def _multiturn_smoke(w: dict) -> None:
 
 
 for _name, _build, _smoke, _replay in (
-        ("multiturn", _multiturn_workload, _multiturn_smoke, "scenarios.workloads:REPLAY"),
+        ("multiturn", _multiturn_workload, _multiturn_smoke, workloads.REPLAY),
         ("trace", _file_workload, _file_smoke, None), ("azure", _file_workload, _file_smoke, None),
-        ("agentic", _agentic_workload, _agentic_smoke, "scenarios.agentic:REPLAY"),
+        ("agentic", _agentic_workload, _agentic_smoke, agentic.REPLAY),
         ("program", _program_workload, _program_smoke, None)):
-    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, f"sim.feeds:{_name}", smoke=_smoke, replay=_replay)
+    register_workload_kind(_name, WORKLOAD_SCHEMAS[_name], _build, smoke=_smoke, replay=_replay)
 from . import shared_prefix as _shared_prefix  # noqa: E402,F401  (registers the shared_prefix kind)
 
 

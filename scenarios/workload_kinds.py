@@ -1,23 +1,31 @@
 """The workload kinds a scenario's `workload.kind` names: a registry, as eviction and schedule
 policies have. A kind is its `workload` section's schema (scenarios/schema.py format: key ->
-(default, check, expected)), a `build(section, ctx)` that turns the validated section into the
-object the run uses (a ScenarioError for a bad value), and its `feed`: "module:function" of
-`feed(env, eng, spec) -> (SimPy process, request count or None)` (sim/feeds.py for the
-built-in ones, named there so that this layer never imports sim/; or the function).
+(default, check, expected)) and a `build(section, ctx)` that turns the validated section into the
+`WorkloadSpec` the run uses (a ScenarioError for a bad value). Its simulator feed,
+`feed(env, eng, spec) -> (SimPy process, request count or None)`, registers itself against the
+kind's name from the simulator's side (`sim.feeds.register_feed(NAME, feed)`), so that this
+layer never imports sim/.
 
 Optional hooks:
 - `smoke(section)`: shrink the raw `workload` section (a copy, changed in place) to a run of
   about a second (`radixsim run --smoke`; CI runs every catalog scenario so); default: unchanged;
-- `replay`: a `ReplayHook` (or "module:NAME" of one) that lets `radixsim replay --workload NAME`
+- `replay`: a `ReplayHook` that lets `radixsim replay --workload NAME`
   (and `radixsim curve`) generate the kind's requests with no clock; default: not replayable.
 
-Adding a kind: one module that defines them and calls `register_workload_kind` once
-(tests/test_workload_kinds.py does it in the test file)."""
+Adding a kind: one module that defines them and calls `register_workload_kind` once (and
+`register_feed` once for the simulator; tests/test_workload_kinds.py does both in the test file)."""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Callable
+
+
+class WorkloadSpec:
+    """What a kind's `build` returns (`Scenario.workload`): its validated knobs, read by the
+    kind's feed (sim/feeds.py) and, for a replayable kind, its replay hook. A base with no
+    fields (`__slots__ = ()`): each kind's dataclass derives from it."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,23 +78,9 @@ class ReplayHook:
 class WorkloadKind:
     name: str
     schema: dict
-    build: Callable[[dict, WorkloadContext], object]
-    feed: str | Callable  # "module:function", or the function itself
+    build: Callable[[dict, WorkloadContext], WorkloadSpec]
     smoke: Callable[[dict], None] | None = None
-    replay: str | ReplayHook | None = None  # "module:NAME" of a ReplayHook, or the hook
-
-    def feed_function(self) -> Callable:
-        return _resolve(self.feed, callable)
-
-    def replay_hook(self) -> ReplayHook | None:
-        return None if self.replay is None else _resolve(self.replay, lambda r: isinstance(r, ReplayHook))
-
-
-def _resolve(ref, ready):
-    if ready(ref):
-        return ref
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    replay: ReplayHook | None = None
 
 
 _KINDS: dict[str, WorkloadKind] = {}
@@ -101,12 +95,12 @@ def _registry() -> dict[str, WorkloadKind]:
     return _KINDS
 
 
-def register_workload_kind(name: str, schema: dict, build: Callable, feed, *, smoke: Callable | None = None,
-                           replay=None) -> WorkloadKind:
+def register_workload_kind(name: str, schema: dict, build: Callable, *, smoke: Callable | None = None,
+                           replay: ReplayHook | None = None) -> WorkloadKind:
     kinds = _registry()
     if name in kinds:
         raise ValueError(f"workload kind {name!r} is already registered")
-    kind = WorkloadKind(name, schema, build, feed, smoke, replay)
+    kind = WorkloadKind(name, schema, build, smoke, replay)
     kinds[name] = kind
     return kind
 

@@ -69,7 +69,7 @@ from cache_core.records import TokenSeq
 
 from .seeding import rng as _rng
 from .traces import MAX_PROMPT_TOKENS
-from .workload_kinds import ReplayHook, ReplayRequest
+from .workload_kinds import ReplayHook, ReplayRequest, WorkloadSpec
 
 READY_QUEUE_POLICIES = ("fifo", "random")
 MAX_VOCAB_SIZE = 2**62  # token ids stay non-negative int64 (the trace reader's bound)
@@ -86,7 +86,7 @@ def _check_int(name: str, value, lo: int) -> None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MultiTurnConfig:
+class MultiTurnConfig(WorkloadSpec):
     """bench_multiturn's knobs (defaults: the DeepSeek-V4-Flash experiment of SPEC.md 5)."""
 
     num_clients: int = 48

@@ -3,7 +3,7 @@ A builder takes the resolved scenario and returns the model (sim/operators.py, s
 from __future__ import annotations
 
 from cache_core.registry import Registry
-from scenarios.cost_kinds import CostKind, cost_kind, register_cost_kind
+from scenarios.cost_kinds import CostKind, cost_kind, register_cost_kind, unregister_cost_kind
 
 _MODELS = Registry("cost model")
 
@@ -15,6 +15,12 @@ def register_cost_model(name: str):
     if cost_kind(name) is None:
         register_cost_kind(CostKind(name))
     return _MODELS.register(name)
+
+
+def unregister_cost_model(name: str) -> None:
+    """Drop a builder and its scenario-floor declaration (a test's toy, once the test is done)."""
+    _MODELS.unregister(name)
+    unregister_cost_kind(name)
 
 
 def cost_model_names() -> list[str]:

@@ -1,5 +1,6 @@
 """Workload kinds are a registry (issue 16 item 4): a kind defined and registered in this file
-alone (schema, build, feed, smoke, replay) runs through `scenarios.scenario.resolve` ->
+alone (schema, build, smoke, replay with `register_workload_kind`; its simulator feed with
+`sim.feeds.register_feed`) runs through `scenarios.scenario.resolve` ->
 `radixsim.run.simulate`, shrinks for `--smoke`, and feeds `radixsim replay --workload`."""
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from radixsim import results
 from radixsim.run import request_rows, simulate
 from radixsim.cli import main
 from scenarios.scenario import ScenarioError, resolve, smoke
-from scenarios.workload_kinds import (ReplayHook, ReplayRequest, SessionClose, register_workload_kind,
+from scenarios.workload_kinds import (ReplayHook, ReplayRequest, SessionClose, WorkloadSpec, register_workload_kind,
                                       unregister_workload_kind)
+from sim.feeds import register_feed, unregister_feed
 
 
 @dataclass(frozen=True)
-class Burst:
+class Burst(WorkloadSpec):
     requests: int
     prompt_tokens: int
 
@@ -72,9 +74,10 @@ BURST_REPLAY = ReplayHook(BurstConfig, lambda cfg: cfg, burst_items)
 
 @pytest.fixture
 def burst_kind():
-    register_workload_kind("test-burst", BURST_SCHEMA, build_burst, feed_burst, smoke=smoke_burst,
-                           replay=BURST_REPLAY)
+    register_workload_kind("test-burst", BURST_SCHEMA, build_burst, smoke=smoke_burst, replay=BURST_REPLAY)
+    register_feed("test-burst", feed_burst)
     yield
+    unregister_feed("test-burst")
     unregister_workload_kind("test-burst")
 
 
@@ -98,6 +101,24 @@ def test_a_registered_kind_has_its_keys_and_errors(burst_kind):
         resolve(_raw(prompt_tokens=100), "s.yaml")
     with pytest.raises(ScenarioError, match="workload.num_clients: unknown key"):
         resolve(_raw(num_clients=3), "s.yaml")
+
+
+def test_a_kind_without_a_feed_or_with_a_build_that_is_no_workload_spec_is_refused(burst_kind):
+    unregister_feed("test-burst")
+    try:
+        with pytest.raises(ValueError, match=r"^workload kind 'test-burst' has no simulator feed; expected one "
+                                             r"registered with sim.feeds.register_feed \(registered: multiturn, "
+                                             r"trace, azure, agentic, program, shared_prefix\)$"):
+            simulate(resolve(_raw(requests=2)))
+    finally:
+        register_feed("test-burst", feed_burst)
+    register_workload_kind("test-dict", BURST_SCHEMA, lambda w, ctx: dict(w))
+    try:
+        with pytest.raises(TypeError, match=r"^workload kind 'test-dict': its build returned a dict; expected a "
+                                            r"scenarios.workload_kinds.WorkloadSpec$"):
+            resolve({**_raw(), "workload": {"kind": "test-dict"}})
+    finally:
+        unregister_workload_kind("test-dict")
 
 
 def test_an_unregistered_kind_is_refused():

@@ -23,6 +23,26 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+ROUTERS: dict = {}  # name -> Router subclass, in registration order (fleet/routers/__init__.py imports the built-ins)
+
+
+def register_router(name: str):
+    """Class decorator: `fleet.router: {kind: name, ...}` builds the class (sets `cls.name`); its
+    keyword parameters become the router's scenario keys (`fleet.routers.parameters`)."""
+
+    def deco(cls):
+        if name in ROUTERS:
+            raise ValueError(f"router {name!r} is already registered")
+        cls.name = name
+        ROUTERS[name] = cls
+        return cls
+
+    return deco
+
+
+def unregister_router(name: str) -> None:
+    del ROUTERS[name]
+
 
 class Router:
     name = "base"

@@ -22,13 +22,13 @@ characters, so matches and sizes count tokens at page granularity; eviction is c
 request arrives, not on a wall-clock thread."""
 from __future__ import annotations
 
-from .base import RecentKeys, Router, argmin, leading
+from .base import RecentKeys, Router, argmin, leading, register_router
 
 LOW_MATCH = ("smallest_tree", "least_load")  # where a request matching no engine well goes
 
 
+@register_router("cache_aware")
 class CacheAware(Router):
-    name = "cache_aware"
 
     def __init__(self, n, *, cache_threshold: float = 0.3, balance_abs_threshold: int = 64,
                  balance_rel_threshold: float = 1.5, eviction_interval_s: float = 120.0,

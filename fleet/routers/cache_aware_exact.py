@@ -9,12 +9,12 @@ fleet-agentic-pd-4p4d cache_aware beat it (hit 0.8997 vs 0.888, SLO attainment 1
 0.969), on benchmarks/bench_fleet.py's reduced run too (0.169 vs 0.159); hence the name."""
 from __future__ import annotations
 
-from .base import argmin
+from .base import argmin, register_router
 from .cache_aware import CacheAware
 
 
+@register_router("cache_aware_exact")
 class CacheAwareExact(CacheAware):
-    name = "cache_aware_exact"
 
     def __init__(self, n, **kw):
         if kw.get("low_match", "smallest_tree") != "smallest_tree":

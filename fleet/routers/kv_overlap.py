@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import heapq
 
-from .base import RecentKeys, Router, argmin, leading
+from .base import RecentKeys, Router, argmin, leading, register_router
 
 
+@register_router("kv_overlap")
 class KvOverlap(Router):
-    name = "kv_overlap"
 
     def __init__(self, n, *, overlap_score_weight: float = 1.0, staleness_s: float = 0.0, **kw):
         super().__init__(n, **kw)

@@ -2,11 +2,11 @@
 + output of its unfinished requests); the lowest index among equals."""
 from __future__ import annotations
 
-from .base import Router, argmin
+from .base import Router, argmin, register_router
 
 
+@register_router("least_load")
 class LeastLoad(Router):
-    name = "least_load"
 
     def pick(self, req, now):
         return argmin(self.outstanding_tokens, self.down)

@@ -56,7 +56,7 @@ import numbers
 import random
 from collections import OrderedDict
 
-from .base import Router
+from .base import Router, register_router
 
 MODEL_HASH = ("model",)  # GIE's hash 0: the model name's hash, the same for every request here
 CHARS_PER_TOKEN = 4  # GIE: "a good guess of average characters per token is 4"
@@ -238,8 +238,8 @@ class QueueDepth(Scorer):
 SCORERS = {cls.type: cls for cls in (PrecisePrefix, ApproxPrefix, KvCacheUtilization, QueueDepth)}
 
 
+@register_router("llm_d")
 class LlmD(Router):
-    name = "llm_d"
 
     def __init__(self, n, *, scorers=None, picker="max-score-picker", **kw):
         super().__init__(n, **kw)

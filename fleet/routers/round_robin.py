@@ -1,11 +1,11 @@
 """Round-robin: request k goes to engine k mod N (sgl-router's ``round_robin``)."""
 from __future__ import annotations
 
-from .base import Router
+from .base import Router, register_router
 
 
+@register_router("round_robin")
 class RoundRobin(Router):
-    name = "round_robin"
 
     def __init__(self, n, **kw):
         super().__init__(n, **kw)

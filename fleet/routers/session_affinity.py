@@ -13,15 +13,15 @@ import bisect
 import hashlib
 import math
 
-from .base import Router
+from .base import Router, register_router
 
 
 def _h(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
 
 
+@register_router("session_affinity")
 class SessionAffinity(Router):
-    name = "session_affinity"
 
     def __init__(self, n, *, epsilon: float = 0.25, vnodes: int = 64, seed: int = 0, **kw):
         super().__init__(n, seed=seed, **kw)
