@@ -113,7 +113,8 @@ class VllmBlockCache:
             self.evicted_log.extend(blocks)
 
     def _free(self, blocks: list[int]) -> None:
-        first, last = [], []
+        first: list[int] = []
+        last: list[int] = []
         ref, hash_of = self.ref, self.hash_of
         for b in reversed(blocks):
             r = ref[b] - 1

@@ -83,10 +83,10 @@ def test_full_gets_a_port_and_the_ledger_owns_the_transfers_no_back_reference():
     from cache_core.tiers.ledger import TransferLedger
     c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, tiers=TierConfig(hicache_ratio=2)), auto_ack=False)
     h = c.hier
-    assert isinstance(c.full.tiers, FullTierLink) and not hasattr(c.full, "hier")
+    assert isinstance(c.full.tier_port, FullTierLink) and not hasattr(c.full, "hier")
     assert [k for k, v in vars(c.full).items() if isinstance(v, Hierarchy)] == []
-    assert isinstance(h.ledger, TransferLedger) and c.full.tiers.split_in_flight == h.ledger.split_in_flight
-    assert c.full.tiers.host_pool is h.pool and c.full.tiers.write_back is False
+    assert isinstance(h.ledger, TransferLedger) and c.full.tier_port.split_in_flight == h.ledger.split_in_flight
+    assert c.full.tier_port.host_pool is h.pool and c.full.tier_port.write_back is False
     ReplayStepper(c).step(np.arange(16, dtype=np.int64), np.asarray([9999], dtype=np.int64))  # one backup in flight
     (tid,) = h.ledger.pending
     assert h.pending is h.ledger.pending and list(h.ledger.spans) == [tid] and h.ids == h.ledger.ids == 1

@@ -12,11 +12,16 @@ class TieredFull(FullComponent):
 
     def __init__(self, tree, capacity_tokens, policy, useless):
         super().__init__(tree, capacity_tokens, policy, useless)
-        self.tiers: FullTierLink | None = None  # given by the hierarchy that built it
+        self.tier_port: FullTierLink | None = None  # given by the hierarchy that built it
         self.demoted_tokens = 0
 
     def attach_tiers_port(self, link: FullTierLink) -> None:
-        self.tiers = link
+        self.tier_port = link
+
+    def _port(self) -> FullTierLink:
+        """The port (set before any node reaches L2: only nodes with a host copy need it)."""
+        assert self.tier_port is not None
+        return self.tier_port
 
     @staticmethod
     def is_candidate(node) -> bool:
@@ -41,8 +46,8 @@ class TieredFull(FullComponent):
             upper.host, lower.host = lower.host[:cut], lower.host[cut:]
         if lower.pkeys is not None:
             upper.pkeys, lower.pkeys = lower.pkeys[:cut], lower.pkeys[cut:]
-        if lower.pending and self.tiers is not None:
-            self.tiers.split_in_flight(upper, lower)
+        if lower.pending and self.tier_port is not None:
+            self.tier_port.split_in_flight(upper, lower)
 
     def on_remove(self, node) -> None:
         if node.value is not None:
@@ -51,7 +56,7 @@ class TieredFull(FullComponent):
                 self.evictable_tokens -= node.num_tokens
             node.value = None
         if node.host is not None:
-            self.tiers.host_pool.free(node.host)
+            self._port().host_pool.free(node.host)
             node.host = None
 
     def lock(self, node) -> None:
@@ -78,7 +83,7 @@ class TieredFull(FullComponent):
                 if n.value is not None:
                     delta += n.num_tokens
                 self.touched(n)
-                self.tiers.host_touched(n)
+                self._port().host_touched(n)
             n = n.parent
         self.evictable_tokens += delta
         self.protected_tokens -= delta
@@ -95,7 +100,7 @@ class TieredFull(FullComponent):
     def remove_leaf(self, node):
         """Evict a device leaf: demote it when it has (or, write_back, gets) an L2 copy,
         else remove it from the tree. Returns (parent, L1 tokens freed)."""
-        tiers = self.tiers
+        tiers = self.tier_port
         if node.host is None and tiers.write_back and tiers.host_pool is not None:
             tiers.backup_chain(node)
         n = node.num_tokens

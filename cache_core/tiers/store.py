@@ -242,6 +242,7 @@ class MooncakeStore(StorageIndex):
 
     def shard(self, obj) -> int:
         """The metadata shard of an object (``shards`` > 1; store_shards.py)."""
+        assert self.sharding is not None  # built when shards > 1
         return self.sharding.shard(obj)
 
     def _lookup(self):
@@ -321,6 +322,7 @@ class MooncakeStore(StorageIndex):
         target = max(self.eviction_ratio, used - self.high_watermark + self.eviction_ratio)
         if self.shards > 1:
             now = None if self.clock is None else self.clock()
+            assert self.sharding is not None  # built when shards > 1
             n = self.sharding.evict(self._fresh, self._keys, now, self._drop, target,
                                     max(target / 2, used - self.high_watermark))
             self._need_eviction = full and n == 0
