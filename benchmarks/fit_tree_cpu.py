@@ -138,15 +138,22 @@ def fit(counts, times, group, known=None):
     y = np.array([t[group] for t in times], dtype=float)
     if known is not None:
         y = y - known * np.array([c.get("lock.nodes", 0) / 2 for c in counts], dtype=float)
+    return nonneg_fit(X, y, feats)
+
+
+def nonneg_fit(X, y, feats):
+    """(feature -> non-negative coefficient, R^2, sum of y) of y ~ X: least squares over the
+    features present, dropping the most negative coefficient and refitting until none is."""
     active = [i for i in range(len(feats)) if X[:, i].any()]
-    while True:
+    coef: list = []
+    while active:
         coef, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
         neg = [a for a, v in zip(active, coef) if v < 0]
         if not neg:
             break
         active.remove(min(neg, key=lambda a: coef[active.index(a)]))
     out = dict.fromkeys(feats, 0.0)
-    for a, v in zip(active, coef):
+    for a, v in zip(active, coef if active else []):
         out[feats[a]] = float(v)
     pred = X @ np.array([out[f] for f in feats])
     r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
@@ -213,19 +220,7 @@ def fit_votes(counts, extra_us):
     cache's on the same request (`extra_us`), fitted to the request's vote counts."""
     X = np.array([[c.get(k, 0) for k in VOTE_FEATS] for c in counts], dtype=float)
     y = np.array(extra_us, dtype=float)
-    active = [i for i in range(len(VOTE_FEATS)) if X[:, i].any()]
-    while active:
-        coef, *_ = np.linalg.lstsq(X[:, active], y, rcond=None)
-        neg = [a for a, v in zip(active, coef) if v < 0]
-        if not neg:
-            break
-        active.remove(min(neg, key=lambda a: coef[active.index(a)]))
-    out = dict.fromkeys(VOTE_FEATS, 0.0)
-    for a, v in zip(active, coef if active else []):
-        out[VOTE_FEATS[a]] = float(v)
-    pred = X @ np.array([out[f] for f in VOTE_FEATS])
-    r2 = 1 - ((y - pred) ** 2).sum() / max(((y - y.mean()) ** 2).sum(), 1e-12)
-    return out, float(r2), float(y.sum())
+    return nonneg_fit(X, y, list(VOTE_FEATS))
 
 
 def hybrid_measure(reqs, cfgs, opts, a, harness: Path):

@@ -128,4 +128,32 @@ def curve_for(backend: str, operator_fit: str | None, q_heads: float, kv_heads: 
                      "(sim/opdata/attention_backends.json)")
 
 
-__all__ = ["AttentionCurve", "BACKENDS_FILE", "backend_names", "curve_for", "pairs"]
+def model_curve(model, hw, tp: int, backend: str) -> AttentionCurve:
+    """The backend's curve for `model`'s per-GPU head layout at TP `tp` on `hw`'s GPU generation;
+    ValueError where none is measured or the model's attention is not plain full GQA
+    (sliding-window, compressed or MLA layers have no such curve)."""
+    from scenarios.presets import kv_shards
+
+    m = model
+    if m.attention != "gqa" or m.swa_layers or m.compressed_layers or not m.full_layers:
+        raise ValueError(f"attention backend {backend}: {m.name} has {m.attention} attention"
+                         f"{' with sliding-window or compressed layers' if m.attention == 'gqa' else ''}; "
+                         "expected full GQA layers only (the backends' curves are measured on those)")
+    return curve_for(backend, hw.operator_fit, m.num_q_heads / tp, m.num_kv_heads / kv_shards(m, tp), m.head_dim)
+
+
+def backend_prefill_s(op, w: dict) -> float:
+    """Prefill attention of part `w` (`OperatorCostModel.request_work`'s dict with its requests'
+    ``new`` and ``cached`` arrays) on `op`'s curve: the sum over requests of flops_i / (tp x bf16
+    peak x e(new_i, cached_i)), flops_i = pair FLOPs x full layers x its causal pairs; at least
+    the HBM time of the part's KV reads. No per-layer t0: the measured times include the
+    kernel's fixed cost."""
+    new = np.asarray(w["new"], dtype=np.float64)
+    cached = np.asarray(w["cached"], dtype=np.float64)
+    flops = op.pair_flops_prefill * op.model.full_layers * pairs(new, cached)
+    compute = float(np.sum(flops / op.attn_curve.efficiency(new, cached))) / (op.tp * op.hw.bf16_flops)
+    return max(compute, w["kv_bytes"] / (op.hw.hbm_bytes_per_s * op.eff.hbm_efficiency))
+
+
+__all__ = ["AttentionCurve", "BACKENDS_FILE", "backend_names", "backend_prefill_s", "curve_for", "model_curve",
+           "pairs"]

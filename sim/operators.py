@@ -34,11 +34,8 @@ P = the linear peak (fp8 when the weights are fp8, else bf16), H = HBM bytes/s, 
   e_fa(Lk)), kv_bytes / (H x hbm_efficiency)) + attention_layers x t0`` where Lk = keys per
   query (FLOP-weighted, per part) and ``e_fa(Lk) = FA_E_MAX x Lk / (Lk + FA_L_HALF)``. The DSV4
   indexer runs at the fp8 peak, same efficiency. Prefill and decode parts are timed apart.
-- attention backend (``attention_backend``, scenario key engine.attention_backend; None: off, the
-  line above): the prefill (extend) attention of each request is timed at the backend's measured
-  efficiency by (new tokens, prefix) for the model's per-GPU head layout on the preset's GPU
-  generation (sim/attention_backends.py, its data sim/opdata/attention_backends.json,
-  docs/sources/attention_backends.md); decode attention keeps ``e_fa``.
+- attention backend (engine.attention_backend; None: the line above): each prefill request's attention
+  at the backend's measured efficiency by (new, prefix) (sim/attention_backends.py); decode keeps ``e_fa``.
 - recurrent state (GDN/KDA/short conv): ``max(flops / (tp x bf16_peak x e_max), state_bytes
   / (H x hbm_efficiency))``.
 - elementwise (norms, rope, activation, residual adds; replicated under TP):
@@ -90,6 +87,7 @@ from typing import Sequence
 import numpy as np
 
 from scenarios.presets import HardwarePreset, ModelPreset
+from sim.attention_backends import backend_prefill_s, model_curve
 from sim.cost import (ACTIVATION_DTYPE_BYTES, Efficiency, MOE_ROUTING, RooflineCostModel, StepCost,
                       parse_batch, parse_contexts)
 
@@ -152,22 +150,6 @@ def fa_efficiency(keys_per_query: float) -> float:
     return FA_E_MAX * keys_per_query / (keys_per_query + FA_L_HALF)
 
 
-def attention_curve(model: ModelPreset, hw: HardwarePreset, tp: int, backend: str):
-    """The backend's measured curve for `model`'s per-GPU head layout at TP `tp` on `hw`'s GPU
-    generation (sim/attention_backends.py); ValueError where none is measured or the model's
-    attention is not plain full GQA (sliding-window, compressed or MLA layers have no such curve)."""
-    from scenarios.presets import kv_shards
-
-    from .attention_backends import curve_for
-
-    m = model
-    if m.attention != "gqa" or m.swa_layers or m.compressed_layers or not m.full_layers:
-        raise ValueError(f"attention backend {backend}: {m.name} has {m.attention} attention"
-                         f"{' with sliding-window or compressed layers' if m.attention == 'gqa' else ''}; "
-                         "expected full GQA layers only (the backends' curves are measured on those)")
-    return curve_for(backend, hw.operator_fit, m.num_q_heads / tp, m.num_kv_heads / kv_shards(m, tp), m.head_dim)
-
-
 class OperatorCostModel(RooflineCostModel):
     """Per-operator step times for `model` at TP `tp` on `hw` (see the module docstring).
     Uses from `eff`: hbm_efficiency (KV and state reads), per_step_overhead_s,
@@ -201,8 +183,7 @@ class OperatorCostModel(RooflineCostModel):
             self.mla_decompress_nk = (m.num_q_heads * (nope + d_v) / tp, m.kv_lora_rank)
         self._token_memo: dict = {}  # tokens -> token_terms(tokens): they depend on nothing else
         self.attention_backend = attention_backend
-        self.attn_curve = None if attention_backend is None else attention_curve(
-            self.model, self.hw, tp, attention_backend)
+        self.attn_curve = model_curve(self.model, self.hw, tp, attention_backend) if attention_backend else None
 
     def __repr__(self) -> str:
         backend = "" if self.attention_backend is None else f", attention_backend={self.attention_backend!r}"
@@ -267,13 +248,12 @@ class OperatorCostModel(RooflineCostModel):
         return self.attention_core_s(w, queries) + self.recurrent_s(w)
 
     def attention_core_s(self, w: dict, queries: int) -> float:
-        """`attention_s` without the recurrent-state time (0 for no queries). With an attention
-        backend, a prefill part (`w` carrying its requests' ``new`` and ``cached`` arrays, as
-        `cost` and `breakdown` pass it) is timed on the backend's curve (`backend_prefill_s`)."""
+        """`attention_s` without the recurrent-state time (0 for no queries); with an attention
+        backend, a prefill part on its curve (sim/attention_backends.py `backend_prefill_s`)."""
         if queries <= 0:
             return 0.0
-        if self.attn_curve is not None and not w["decode"] and "new" in w:
-            return self.backend_prefill_s(w, w["new"], w["cached"])
+        if self.attn_curve is not None and not w["decode"]:
+            return backend_prefill_s(self, w)
         hw, eff, tp = self.hw, self.eff, self.tp
         keys = w["attention_flops"] / (self.pair_flops_decode if w["decode"] else self.pair_flops_prefill)
         e_fa = fa_efficiency(max(keys / (queries * max(self.attn_layers, 1)), 1.0))
@@ -281,19 +261,6 @@ class OperatorCostModel(RooflineCostModel):
         t = max(compute, w["kv_bytes"] / (hw.hbm_bytes_per_s * eff.hbm_efficiency))
         t += self.attn_layers * self.gemm_fit["t0_s"]
         return t
-
-    def backend_prefill_s(self, w: dict, new, cached) -> float:
-        """Prefill attention on the backend's curve: sum over requests of flops_i / (tp x bf16
-        peak x e(new_i, cached_i)), each request's flops = pair FLOPs x full layers x its causal
-        (query, key) pairs; at least the HBM time of its KV reads (`w`'s kv_bytes). No per-layer
-        t0: the measured times include the kernel's fixed cost."""
-        from .attention_backends import pairs
-
-        new = np.asarray(new, dtype=np.float64)
-        cached = np.asarray(cached, dtype=np.float64)
-        flops = self.pair_flops_prefill * self.model.full_layers * pairs(new, cached)
-        compute = float(np.sum(flops / self.attn_curve.efficiency(new, cached))) / (self.tp * self.hw.bf16_flops)
-        return max(compute, w["kv_bytes"] / (self.hw.hbm_bytes_per_s * self.eff.hbm_efficiency))
 
     def recurrent_s(self, w: dict) -> float:
         """Recurrent-state time of one part (`request_work`'s dict); 0 without state layers."""
@@ -354,9 +321,7 @@ class OperatorCostModel(RooflineCostModel):
         ctx = parse_contexts(decode_contexts)
         n_prefill, n_decode = int(np.sum(new)), int(ctx.size)
         tokens = n_prefill + n_decode
-        p = {**self.request_work(new, cached, decode=False), "decode": False}
-        if self.attn_curve is not None:  # the backend prices each prefill request (attention_core_s)
-            p.update(new=new, cached=cached)
+        p = {**self.request_work(new, cached, decode=False), "decode": False, "new": new, "cached": cached}
         d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
         if not tokens:
             return StepCost(0, 0, *(0.0,) * 12)
@@ -408,11 +373,9 @@ class OperatorCostModel(RooflineCostModel):
         tokens = n_prefill + n_decode
         if not tokens:
             return out
-        p = {**self.request_work(new, cached, decode=False), "decode": False}
-        p0 = {**self.request_work(new, np.zeros_like(cached), decode=False), "decode": False}
-        if self.attn_curve is not None:
-            p.update(new=new, cached=cached)
-            p0.update(new=new, cached=np.zeros_like(cached))
+        zero = np.zeros_like(cached)
+        p = {**self.request_work(new, cached, decode=False), "decode": False, "new": new, "cached": cached}
+        p0 = {**self.request_work(new, zero, decode=False), "decode": False, "new": new, "cached": zero}
         d = {**self.request_work(np.ones_like(ctx), ctx, decode=True), "decode": True}
         out["gemm"], out["moe"] = self.linear_parts(tokens)
         attn, attn0 = self.attention_core_s(p, n_prefill), self.attention_core_s(p0, n_prefill)
@@ -432,6 +395,6 @@ class OperatorCostModel(RooflineCostModel):
         return out
 
 
-__all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "attention_curve", "EFFICIENCY_FIELDS", "FA_E_MAX",
+__all__ = ["A2A_COMBINE_EFFICIENCY", "A2A_DISPATCH_EFFICIENCY", "CUDA_GRAPH_MAX_BS", "EFFICIENCY_FIELDS", "FA_E_MAX",
            "FA_L_HALF", "FIT_FILE", "MOE_IMBALANCE", "OPERATOR_PARTS", "OperatorCostModel", "device_fit",
            "fa_efficiency", "gemm_efficiency", "load_fits", "moe_block_m"]

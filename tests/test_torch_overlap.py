@@ -15,7 +15,6 @@ from gpu_backend.dataplane import TorchDataPlane  # noqa: E402
 from gpu_backend.model import Segment, SyntheticHybridModel  # noqa: E402
 from gpu_backend.pools import KVPools  # noqa: E402
 from gpu_backend.spec import HybridSpec  # noqa: E402
-from gpu_backend.staging import StagedHandle  # noqa: E402
 from radixsim.run import request_rows, simulate  # noqa: E402
 from scenarios.scenario import resolve  # noqa: E402
 
@@ -156,6 +155,38 @@ def test_the_forward_waits_for_every_layer_of_the_latest_round_in_order(layout, 
     assert log == [(k % 3, layer) for k in range(9) for layer in range(LAYERS)]
 
 
+def trace_events(monkeypatch, log: list, pooled_only: bool = False) -> None:
+    """Log every layer event recorded ("complete") and waited for ("wait") and every layer's read
+    of its pages ("read", layer index; `pooled_only`: reads of batches on the pools only)."""
+    from gpu_backend.staging import LayerEvents
+
+    complete, wait_until = LayerEvents.complete, LayerEvents.wait_until
+    attention, recurrence = SyntheticHybridModel._attention, SyntheticHybridModel._recurrence
+
+    def logged_complete(self, layer, stream=None):
+        log.append(("complete", self.producer, layer))
+        return complete(self, layer, stream)
+
+    def logged_wait(self, layer):
+        log.append(("wait", self.consumer, layer))
+        return wait_until(self, layer)
+
+    def read_attention(self, lw, h, b, layer, *rest):
+        if not pooled_only or b.pools is not None:
+            log.append(("read", layer))
+        return attention(self, lw, h, b, layer, *rest)
+
+    def read_state(self, lw, h, b, gi):
+        if not pooled_only or b.pools is not None:
+            log.append(("read", [i for i, k in enumerate(self.spec.kinds) if k == "rec"][gi]))
+        return recurrence(self, lw, h, b, gi)
+
+    monkeypatch.setattr(LayerEvents, "complete", logged_complete)
+    monkeypatch.setattr(LayerEvents, "wait_until", logged_wait)
+    monkeypatch.setattr(SyntheticHybridModel, "_attention", read_attention)
+    monkeypatch.setattr(SyntheticHybridModel, "_recurrence", read_state)
+
+
 HYBRID = ("swa", "rec", "full", "swa")  # layer_first: swa unit 1 is read by layer 3 only
 
 
@@ -163,8 +194,6 @@ def _traced_forward(layout, monkeypatch, device="cpu"):
     """A 4-layer SWA/MAMBA/FULL model, three queued loads (FULL, SWA, MAMBA) issued as one round,
     then one forward: the log of unit copies, layer events recorded, waits and layer reads."""
     from types import SimpleNamespace
-
-    from gpu_backend.staging import LayerEvents
 
     spec = HybridSpec(kinds=HYBRID, hidden=16, num_heads=2, head_dim=8, window=8, state_dim=4, vocab=31,
                       page_size=4)
@@ -176,30 +205,7 @@ def _traced_forward(layout, monkeypatch, device="cpu"):
     plane = TorchDataPlane(None, pools, pace=SimpleNamespace(submit=lambda t, cb: None), overlap="layerwise")
     log: list = []
     pools.staged.trace = log
-    complete, wait_until = LayerEvents.complete, LayerEvents.wait_until
-
-    def logged_complete(self, layer, stream=None):
-        log.append(("complete", self.producer, layer))
-        return complete(self, layer, stream)
-
-    def logged_wait(self, layer):
-        log.append(("wait", self.consumer, layer))
-        return wait_until(self, layer)
-
-    attention, recurrence = SyntheticHybridModel._attention, SyntheticHybridModel._recurrence
-
-    def read_attention(self, lw, h, b, layer, *rest):
-        log.append(("read", layer))
-        return attention(self, lw, h, b, layer, *rest)
-
-    def read_state(self, lw, h, b, gi):
-        log.append(("read", spec.kinds.index("rec") + gi))
-        return recurrence(self, lw, h, b, gi)
-
-    monkeypatch.setattr(LayerEvents, "complete", logged_complete)
-    monkeypatch.setattr(LayerEvents, "wait_until", logged_wait)
-    monkeypatch.setattr(SyntheticHybridModel, "_attention", read_attention)
-    monkeypatch.setattr(SyntheticHybridModel, "_recurrence", read_state)
+    trace_events(monkeypatch, log)
 
     def load(tid, comp, src, dst):
         return SimpleNamespace(id=tid, kind="load", component=comp, src_tier="L2", dst_tier="L1", src=src, dst=dst,
@@ -335,31 +341,8 @@ def test_measured_clock_a_layer_never_reads_a_page_before_its_event(model, pools
     submission as one round (its pools' units in the model's layer order, each layer's event
     recorded after them; CPU: emulated events), and every layer of a forward reads a loaded page
     only after waiting for an event recorded after that page's copy (`unread_copies`)."""
-    from gpu_backend.staging import LayerEvents
-
     log: list = []
-    complete, wait_until = LayerEvents.complete, LayerEvents.wait_until
-
-    def logged_complete(self, layer, stream=None):
-        log.append(("complete", self.producer, layer))
-        return complete(self, layer, stream)
-
-    def logged_wait(self, layer):
-        log.append(("wait", self.consumer, layer))
-        return wait_until(self, layer)
-
-    attention, recurrence = SyntheticHybridModel._attention, SyntheticHybridModel._recurrence
-
-    def read_attention(self, lw, h, b, layer, *rest):
-        if b.pools is not None:
-            log.append(("read", layer))
-        return attention(self, lw, h, b, layer, *rest)
-
-    def read_state(self, lw, h, b, gi):
-        if b.pools is not None:
-            log.append(("read", [i for i, k in enumerate(self.spec.kinds) if k == "rec"][gi]))
-        return recurrence(self, lw, h, b, gi)
-
+    trace_events(monkeypatch, log, pooled_only=True)
     wait_pending = TorchDataPlane._wait_pending
 
     def logged_sync(self):
@@ -367,10 +350,6 @@ def test_measured_clock_a_layer_never_reads_a_page_before_its_event(model, pools
             log.append(("sync",))
         return wait_pending(self)
 
-    monkeypatch.setattr(LayerEvents, "complete", logged_complete)
-    monkeypatch.setattr(LayerEvents, "wait_until", logged_wait)
-    monkeypatch.setattr(SyntheticHybridModel, "_attention", read_attention)
-    monkeypatch.setattr(SyntheticHybridModel, "_recurrence", read_state)
     monkeypatch.setattr(TorchDataPlane, "_wait_pending", logged_sync)
 
     def traced(e):
