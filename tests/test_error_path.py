@@ -201,7 +201,7 @@ def _workers_started(pid: int, workers: set, more=lambda: True):
 
 
 CTRL_C_COMMANDS = {
-    "sweep": ["sweep", "quickstart", "--grid", "workload.num_rounds=10,9,8,7", "--jobs", "2", "--no-progress"],
+    "sweep": ["sweep", "quickstart", "--grid", "workload.num_clients=1000,900,800,700", "--jobs", "2", "--no-progress"],
     "plan": ["plan", "quickstart", "--vary", "cache.l2_tokens", "--range", "0:2000000", "--target",
              "hit_rate >= 0.5", "--jobs", "2"],
     "replay-comparison": ["replay", "--workload", "multiturn", "--policy", "lru,fifo", "--capacity-tokens",

@@ -128,7 +128,7 @@ def _tmp_dirs(root: pathlib.Path) -> list:
 @pytest.mark.parametrize("sig,rc,word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
 def test_a_signal_stops_a_sweep_its_workers_and_leaves_no_temporary_directory(tmp_path, sig, rc, word):
     out = tmp_path / "o"
-    args = ["sweep", "quickstart", "--grid", "workload.num_rounds=10,9,8,7", "--jobs", "2", "--no-progress",
+    args = ["sweep", "quickstart", "--grid", "workload.num_clients=1000,900,800,700", "--jobs", "2", "--no-progress",
             "--out", str(out)]
     p = subprocess.Popen([sys.executable, "-m", "radixsim", *args], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True,
@@ -145,8 +145,9 @@ def test_a_signal_stops_a_sweep_its_workers_and_leaves_no_temporary_directory(tm
 @pytest.mark.skipif(not pathlib.Path("/proc/self/task").exists(), reason="needs /proc (Linux)")
 def test_sigterm_on_a_run_removes_its_temporary_directory(tmp_path):
     out = tmp_path / "o"
+    # 1,000 clients: a run of seconds, so it cannot finish before the signal (quickstart alone took 0.23 s)
     p = subprocess.Popen([sys.executable, "-m", "radixsim", "run", "quickstart", "--no-plots", "--no-progress",
-                          "--out", str(out)], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          "--set", "workload.num_clients=1000", "--out", str(out)], cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     stdout, stderr = signal_when(p, lambda: bool(list(tmp_path.glob(".o.tmp-*"))), signal.SIGTERM)
     assert (p.returncode, stdout, stderr) == (143, "", "radixsim run: terminated\n")
