@@ -166,7 +166,8 @@ class _Match:
 class _Engine:
     def __init__(self, device=0, host=0, storage=0):
         m = _Match(device, host, storage)
-        self.cache = type("C", (), {"hier": object(), "match": lambda self, seq, limit: m})()
+        matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: m})()
+        self.cache = type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None})()
 
 
 def test_cache_aware_exact_counts_device_and_host_but_not_shared_storage():
@@ -186,6 +187,37 @@ def test_cache_aware_exact_takes_an_engine_best_dp_rank():
     assert r.pick(Req(0, list(range(10)), prompt=10_000), 0.0) == 1
     r.engines[0].append(_Engine(device=3600))
     assert r.pick(Req(1, list(range(10)), prompt=10_000), 0.0) == 0
+
+
+def test_cache_aware_exact_reads_the_caches_without_touching_them(monkeypatch):
+    """On 3 engines (L1 + L2), at every pick: the exact router's tokens are what each cache's
+    match would give (device + host), and asking leaves every tree's LRU clock where it was (it
+    used to call `match`, which ticks every engine's tree at every pick and so reorders evictions
+    on the engines it does not pick)."""
+    from fleet.routers.cache_aware_exact import CacheAwareExact
+
+    seen = []
+    plain = CacheAwareExact.matched_tokens
+
+    def checked(self, req, keys):
+        clocks = [e.cache.tree.now for ranks in self.engines for e in ranks]
+        got = plain(self, req, keys)
+        assert [e.cache.tree.now for ranks in self.engines for e in ranks] == clocks  # read only
+        want = [m.device + m.host_tokens for m in (ranks[0].cache.match(req.seq, req.limit)
+                                                   for ranks in self.engines)]
+        assert got == want
+        seen.append(max(got))
+        return got
+
+    monkeypatch.setattr(CacheAwareExact, "matched_tokens", checked)
+    raw = {"name": "exact", "seed": 3, "model": "qwen3-32b", "hardware": "h200x1",
+           "cache": {"page_size": 64, "l1_tokens": 200_000, "hicache_ratio": 2},
+           "engine": {"max_running_requests": 8},
+           "workload": {"kind": "multiturn", "num_clients": 8, "num_rounds": 3, "request_length": 1024,
+                        "output_length": 16, "max_parallel": 8, "request_rate": 32, "round_barrier": False},
+           "fleet": {"engines": 3, "router": "cache_aware_exact"}}
+    f, *_ = simulate_fleet(resolve(raw, "test"))
+    assert len(fleet_rows(f)) == len(seen) == 24 and max(seen) > 0
 
 
 def test_cache_aware_exact_refuses_a_low_match_rule():

@@ -117,3 +117,13 @@ def leading(keys: list, present) -> int:
             break
         n += 1
     return n
+
+
+def exact_reuse(engine, req) -> int:
+    """Tokens of `req` that `engine`'s cache holds now on device and host (a shared L3 offers
+    every engine the same storage run, so storage does not count), read as an index would:
+    what ``cache.match`` would return, without its effects (no LRU tick, no split, no queue
+    offer), so a router asking every engine changes none of their eviction orders."""
+    cache = engine.cache
+    m = cache.matcher.result(cache.query(req.seq, cache.matcher.span(req.seq, req.limit)))
+    return m.device + m.host_tokens if cache.hier is not None else m.cached_tokens

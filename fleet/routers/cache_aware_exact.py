@@ -9,7 +9,7 @@ fleet-agentic-pd-4p4d cache_aware beat it (hit 0.8997 vs 0.888, SLO attainment 1
 0.969), on benchmarks/bench_fleet.py's reduced run too (0.169 vs 0.159); hence the name."""
 from __future__ import annotations
 
-from .base import argmin, register_router
+from .base import argmin, exact_reuse, register_router
 from .cache_aware import CacheAware
 
 
@@ -23,13 +23,8 @@ class CacheAwareExact(CacheAware):
         super().__init__(n, **kw)
 
     def matched_tokens(self, req, keys) -> list:
-        return [0 if i in self.down else max(self._reuse(e, req) for e in ranks)
+        return [0 if i in self.down else max(exact_reuse(e, req) for e in ranks)
                 for i, ranks in enumerate(self.engines)]
-
-    @staticmethod
-    def _reuse(engine, req) -> int:
-        m = engine.cache.match(req.seq, req.limit)
-        return m.device + m.host_tokens if engine.cache.hier is not None else m.cached_tokens
 
     def emptiest(self) -> int:
         return argmin(self.outstanding_tokens, self.down)

@@ -56,7 +56,7 @@ import numbers
 import random
 from collections import OrderedDict
 
-from .base import Router, register_router
+from .base import Router, exact_reuse, register_router
 
 MODEL_HASH = ("model",)  # GIE's hash 0: the model name's hash, the same for every request here
 CHARS_PER_TOKEN = 4  # GIE: "a good guess of average characters per token is 4"
@@ -165,13 +165,6 @@ class ApproxPrefix(Scorer):
                     del self.hash_to_engines[old]
 
 
-def peek(cache, seq, limit):
-    """What ``cache.match(seq, limit)`` would return, without its effects (no LRU tick, no split,
-    no queue offer): the router reads the cache as an index would, it does not use it."""
-    matcher = cache.matcher
-    return matcher.result(cache.query(seq, matcher.span(seq, limit)))
-
-
 class PrecisePrefix(Scorer):
     """llm-d's `precise-prefix-cache-scorer`: the engines' own caches (their KV events)."""
 
@@ -182,9 +175,7 @@ class PrecisePrefix(Scorer):
 
     @staticmethod
     def blocks(engine, req, page_size: int) -> int:
-        m = peek(engine.cache, req.seq, req.limit)
-        tokens = m.device + m.host_tokens if engine.cache.hier is not None else m.cached_tokens
-        return tokens // page_size
+        return exact_reuse(engine, req) // page_size
 
     def score(self, router, req) -> list:
         held = {i: b for i, ranks in enumerate(router.engines)
