@@ -23,7 +23,7 @@ from cache_core import CacheConfig, Policy, RadixCache, ReplayStepper, register_
 from cache_core.engine_types import EngineConfig
 from cache_core.eviction import unregister_policy
 from cache_core.scheduling import SchedulePolicy, make_schedule_policy, register_schedule_policy, unregister_schedule_policy
-from cache_core.tiers.store import StorageIndex, register_l3_model
+from cache_core.tiers.store import StorageIndex, register_l3_model, unregister_l3_model
 from cache_core.tiers import TierConfig
 from fleet.routers import ROUTERS, make_router, parameters, register_router, router_keys, unregister_router
 from fleet.routers.base import Router
@@ -99,15 +99,13 @@ class HalfStore(StorageIndex):
 
 
 def test_l3_store_model():
-    import cache_core.tiers.store as registry
-
     register_l3_model("toy-half")(lambda cfg, capacity_pages, page_size: HalfStore(capacity_pages // 2))
     try:
         c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, tiers=TierConfig(
             hicache_ratio=2, l3=True, l3_tokens=400, l3_model="toy-half")))
         assert type(c.hier.storage) is HalfStore and c.hier.storage.capacity_pages == 50  # 400 / 4 / 2
     finally:
-        del registry._MODELS._classes["toy-half"]
+        unregister_l3_model("toy-half")
 
 
 class Flat:
