@@ -306,3 +306,29 @@ def test_docs_fleet_md_has_one_row_per_registered_router_in_registry_order():
     rows = re.findall(r"^\| `([a-z_]+)`", table[: table.index("\n\n")], re.M)
     assert rows == list(ROUTERS) == ["round_robin", "least_load", "session_affinity", "cache_aware", "kv_overlap",
                                      "cache_aware_exact", "llm_d"]
+
+
+def test_cli_name_lists_are_the_registries():
+    """Every CLI choice list of a family's names is the registry itself (read when used); two stay
+    literal because argparse formats them when the parser is built and the core's names would
+    import numpy into `radixsim --help`: they must equal the core's tuples."""
+    import argparse
+
+    from cache_core.tiers import L3_WRITES, WRITE_POLICIES
+    from radixsim.args import POLICIES, REPLAY_WORKLOADS
+    from radixsim.cli import build_parser
+
+    def actions(parser, path=()):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sub in a.choices.items():
+                    yield from actions(sub, path + (name,))
+            elif a.choices is not None and a.option_strings:
+                yield " ".join(path + (a.option_strings[0],)), a.choices
+
+    choices = dict(actions(build_parser()))
+    assert {k for k, v in choices.items() if v is POLICIES} == {"replay --policy", "curve --policy",
+                                                                 "leaderboard --policy"}
+    assert {k for k, v in choices.items() if v is REPLAY_WORKLOADS} == {"replay --workload", "curve --workload"}
+    assert list(choices["replay --write-policy"]) == list(WRITE_POLICIES)
+    assert list(choices["replay --l3-write"]) == list(L3_WRITES)
