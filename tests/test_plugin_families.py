@@ -231,6 +231,14 @@ def test_an_option_key_that_is_already_a_key_is_refused():
         option(1, "integer", "an integer")
 
 
+def test_every_option_check_is_a_schema_check():
+    from cache_core.options import CHECKS
+    from scenarios.schema import _ok
+
+    assert [_ok(check, 3) for check in CHECKS] == [False, False, True, True, True, False, True, True, True, False,
+                                                   False, True, False, True]
+
+
 def test_hardware_preset(tmp_path, monkeypatch):
     x300_file(tmp_path)
     monkeypatch.setenv(preset_data.PATH_ENV, str(tmp_path))
