@@ -14,9 +14,10 @@ import copy
 import dataclasses
 
 # The schema's generic value checks (scenarios/schema.py `_ok` implements them; a plug-in's key
-# names one; a choice among fixed values is a tuple ("choice", VALUES)).
+# names one; a choice among fixed values is a tuple ("choice", VALUES)). Not the size checks: a
+# size with a unit becomes tokens only in the keys the resolver converts (scenarios/cache_pools.py).
 CHECKS = ("str", "str_or_none", "int0", "int1", "int1_or_none", "fraction", "pos_or_none", "nonneg", "rate",
-          "bool", "mapping", "pos", "range", "size_or_none")
+          "bool", "mapping", "pos", "range")
 
 
 def option(default, check, expected: str, *, key: str | None = None):

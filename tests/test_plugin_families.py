@@ -236,7 +236,7 @@ def test_every_option_check_is_a_schema_check():
     from scenarios.schema import _ok
 
     assert [_ok(check, 3) for check in CHECKS] == [False, False, True, True, True, False, True, True, True, False,
-                                                   False, True, False, True]
+                                                   False, True, False]
 
 
 def test_hardware_preset(tmp_path, monkeypatch):
