@@ -37,7 +37,7 @@ from helpers import shape, toks
 from radixsim.fleet_run import fleet_rows, simulate_fleet
 from radixsim.run import make_cost, request_rows, simulate
 from scenarios import preset_data, presets
-from scenarios.scenario import ScenarioError, resolve
+from scenarios.scenario import ScenarioError, apply_sets, resolve
 from scenarios.schema import SCHEMA
 from scenarios.workload_kinds import register_workload_kind, unregister_workload_kind
 from sim.cost_models import cost_options, register_cost_model, unregister_cost_model
@@ -83,6 +83,7 @@ def test_eviction_policy():
         assert scenario("cache", policy="toy-mru").doc["cache"]["toy_mru_depth"] == 2  # the default applied
         keys = list(SCHEMA["cache"])  # (rebuilt by the first validation after a registration)
         assert keys[keys.index("policy") + 1] == "toy_mru_depth"  # beside the key that names the policy
+        assert resolve(apply_sets(BASE, ["cache.toy_mru_depth=3"]), "s.yaml").doc["cache"]["toy_mru_depth"] == 3
         with pytest.raises(ScenarioError, match=r"^s\.yaml: cache\.toy_mru_depth: got 0; expected an integer >= 1 "
                                                 r"\(a toy's knob\)$"):
             scenario("cache", policy="toy-mru", toy_mru_depth=0)
