@@ -101,7 +101,7 @@ class Engine:
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.P = P = cache.page_size
         kw = {"seed": config.seed} if config.schedule_policy == "random" else {}
-        self.policy = make_schedule_policy(config.schedule_policy, **kw)
+        self.policy = make_schedule_policy(config.schedule_policy, config.schedule_options, **kw)
         self.admission = Admission(config.new_token_ratio, page_size=P)
         cap = cache.config.usable_tokens
         self.max_total_tokens = UNBOUNDED_TOKENS if cap is None else cap

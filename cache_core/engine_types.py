@@ -103,6 +103,7 @@ class EngineConfig:
     frontend: str | None = None
     l3_get_batch_pages: int | None = None
     seed: int = 0
+    schedule_options: object = None  # the schedule policy's options dataclass (None: its defaults)
 
     def __post_init__(self):
         check_int(self.max_running_requests, "engine.max_running_requests", 1)

@@ -23,9 +23,20 @@ from .registry import Registry
 _REGISTRY = Registry("eviction policy")
 
 
-def register_policy(name: str):
-    """Class decorator: make a policy available by name (`--policy name`)."""
-    return _REGISTRY.register(name)
+def register_policy(name: str, config: type | None = None):
+    """Class decorator: make a policy available by name (`--policy name`); `config`: its options
+    dataclass (cache_core/options.py: its fields are `cache:` keys; default: none)."""
+    return _REGISTRY.register(name, config)
+
+
+def policy_config(name: str) -> type:
+    """The options dataclass eviction policy `name` registered with."""
+    return _REGISTRY.config_of(name)
+
+
+def policy_configs() -> list[type]:
+    """The registered policies' options dataclasses (each once; `NoOptions`: none)."""
+    return _REGISTRY.configs()
 
 
 def unregister_policy(name: str) -> None:
@@ -38,10 +49,13 @@ RENAMED = {"belady": "'belady' is now 'belady-node' (node-level furthest next us
                      "(cache_core/belady.py: PageBound)"}
 
 
-def make_policy(name: str):
+def make_policy(name: str, options=None):
+    """A fresh policy `name`, its `options` those given (its options dataclass), else the defaults."""
     if name in RENAMED:
         raise ValueError(f"unknown eviction policy {name!r}: {RENAMED[name]}")
-    return _REGISTRY.make(name)
+    policy = _REGISTRY.make(name)
+    policy.options = options if options is not None else _REGISTRY.config_of(name)()
+    return policy
 
 
 def policy_names() -> list[str]:

@@ -164,18 +164,32 @@ class SchedulingContext:
 _REGISTRY = Registry("schedule policy")
 
 
-def register_schedule_policy(name: str):
-    """Class decorator: make a waiting-queue policy available by name."""
-    return _REGISTRY.register(name)
+def register_schedule_policy(name: str, config: type | None = None):
+    """Class decorator: make a waiting-queue policy available by name; `config`: its options
+    dataclass (cache_core/options.py: its fields are `engine:` keys; default: none)."""
+    return _REGISTRY.register(name, config)
+
+
+def schedule_policy_config(name: str) -> type:
+    """The options dataclass schedule policy `name` registered with."""
+    return _REGISTRY.config_of(name)
+
+
+def schedule_policy_configs() -> list[type]:
+    """The registered schedule policies' options dataclasses (each once; `NoOptions`: none)."""
+    return _REGISTRY.configs()
 
 
 def unregister_schedule_policy(name: str) -> None:
     _REGISTRY.unregister(name)
 
 
-def make_schedule_policy(name: str, **kwargs):
-    """A fresh instance of the policy `name` (kwargs go to its constructor, e.g. seed)."""
-    return _REGISTRY.make(name, **kwargs)
+def make_schedule_policy(name: str, options=None, **kwargs):
+    """A fresh instance of the policy `name` (kwargs go to its constructor, e.g. seed); its
+    `options` those given (its options dataclass), else the defaults."""
+    policy = _REGISTRY.make(name, **kwargs)
+    policy.options = options if options is not None else _REGISTRY.config_of(name)()
+    return policy
 
 
 def schedule_policy_names() -> list[str]:
@@ -324,6 +338,7 @@ class RandomOrder(SchedulePolicy):
 
 __all__ = [
     "Request", "SchedulingContext", "SchedulePolicy", "register_schedule_policy", "unregister_schedule_policy",
-    "make_schedule_policy", "schedule_policy_names", "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder",
+    "make_schedule_policy", "schedule_policy_names", "schedule_policy_config", "schedule_policy_configs",
+    "Fcfs", "LongestPrefixMatch", "DfsWeight", "RandomOrder",
     "CLIP_MAX_NEW_TOKENS", "LPM_MAX_QUEUE", "WAITING", "RUNNING", "FINISHED", "check_int",
 ]

@@ -2,9 +2,10 @@
 synthetic model from the model preset (reduced), the data plane and the step executor."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from scenarios.torch_options import (CLOCKS, DTYPE_NAMES, TorchOptions, declare_page_store, forget_page_store,  # noqa: F401
+                                     page_store_names)
 
 from .dataplane import TorchDataPlane
 from .executor import TorchExecutor
@@ -13,57 +14,50 @@ from .pools import KVPools
 from .spec import HybridSpec, preset_counts
 from .store import LocalDirStore
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}  # torch.dtype names
+_PAGE_STORES: dict = {}  # torch.store name -> builder(opts) -> PageStore
 
 
-@dataclass(frozen=True, kw_only=True)
-class TorchOptions:
-    """The `torch:` section of a scenario (sizes of the synthetic model; small on CPU)."""
+def register_page_store(name: str, what: str | None = None):
+    """Decorator: `builder(opts: TorchOptions) -> PageStore` is what `torch.store: name` builds; a
+    name the scenario floor has not declared is declared there (`what`: its docs text)."""
 
-    device: str = "cpu"
-    # layers of the synthetic model, the preset's mix scaled down (`spec.scale_counts`); with
-    # fewer layers than the preset, measured step and copy times are multiplied by preset
-    # layers / these layers (`layer_scale`) before they advance the measured/realtime clock
-    layers: int = 4
-    # widths; None = the preset's (hidden_size, KV heads, head_dim, hidden, vocab_size): the
-    # real dimensions, for a GPU; the small defaults suit a CPU
-    hidden: int | None = 64
-    num_heads: int | None = 4
-    head_dim: int | None = 16
-    state_dim: int | None = 32
-    vocab: int | None = 4096
-    dtype: str = "float32"
-    layout: str = "page_first"
-    store: str = "local"  # the L3 page store: "local" (a directory) or "mooncake" (Mooncake Store)
-    store_path: str | None = None  # local: the directory (default: a temporary one)
-    mooncake_master: str = "127.0.0.1:50051"
-    mooncake_metadata: str = "http://127.0.0.1:8080/metadata"
-    seed: int = 0
-    # the engine's clock: "modelled" (logical, advanced by `pace` data plane and executor: the
-    # simulator's links and cost model, so decisions equal the simulator's on any machine load),
-    # "measured" (logical, advanced by each step's and transfer's measured duration) or
-    # "realtime" (the same on SimPy's real-time environment: idle gaps are slept; demos)
-    clock: str = "modelled"
+    def deco(builder):
+        if name in _PAGE_STORES:
+            raise ValueError(f"page store {name!r} is already registered")
+        if name not in page_store_names():
+            declare_page_store(name, what or name)
+        _PAGE_STORES[name] = builder
+        return builder
 
-    def __post_init__(self):
-        if self.clock not in CLOCKS:
-            raise ValueError(f"torch.clock {self.clock!r}: expected {', '.join(CLOCKS)}")
+    return deco
 
 
-CLOCKS = ("modelled", "measured", "realtime")
+def unregister_page_store(name: str) -> None:
+    """Drop a builder and its declaration (a test's toy, once the test is done)."""
+    del _PAGE_STORES[name]
+    forget_page_store(name)
 
 
-def make_page_store(opts: TorchOptions):
-    """The L3 page store the options name."""
-    if opts.store == "mooncake":
-        from .store_mooncake import MooncakeClientStore
-
-        return MooncakeClientStore(opts.mooncake_master, opts.mooncake_metadata)
-    if opts.store != "local":
-        raise ValueError(f"torch.store {opts.store!r}: expected local or mooncake")
+@register_page_store("local")
+def _local_dir_store(opts: TorchOptions):
     import tempfile
 
     return LocalDirStore(opts.store_path or tempfile.mkdtemp(prefix="radixsim-l3-"))
+
+
+@register_page_store("mooncake")
+def _mooncake_client_store(opts: TorchOptions):
+    from .store_mooncake import MooncakeClientStore
+
+    return MooncakeClientStore(opts.mooncake_master, opts.mooncake_metadata)
+
+
+def make_page_store(opts: TorchOptions):
+    """The L3 page store the options name (its registered builder)."""
+    if opts.store not in _PAGE_STORES:
+        raise ValueError(f"torch.store {opts.store!r}: expected {' or '.join(_PAGE_STORES)}")
+    return _PAGE_STORES[opts.store](opts)
 
 
 def _pages(pool) -> int:
@@ -124,4 +118,5 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     return model, pools, plane, ex
 
 
-__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_page_store", "synthetic_model", "DTYPES"]
+__all__ = ["TorchOptions", "CLOCKS", "build_plugins", "make_page_store", "register_page_store", "unregister_page_store",
+           "synthetic_model", "DTYPES"]

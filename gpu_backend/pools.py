@@ -33,12 +33,14 @@ import weakref
 
 import torch
 
+from scenarios.torch_options import LAYOUTS as LAYOUT_NAMES
+
 from .spec import HybridSpec
 from .staging import StagedCopier, StagedHandle, as_index
 
 TIERS = ("L1", "L2")
 COMPONENTS = ("full", "swa", "state")
-LAYOUTS = ("page_first", "layer_first")
+LAYOUTS = LAYOUT_NAMES  # torch.layout's values (scenarios/torch_options.py)
 _ALIASES = {"mamba": "state", "full": "full", "swa": "swa", "state": "state"}
 
 

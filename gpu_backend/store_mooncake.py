@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import os
 
+from scenarios.torch_options import TorchOptions
+
 from .store import PageStore, decode_page, encode_page
 
-DEFAULT_MASTER = "127.0.0.1:50051"
-DEFAULT_METADATA = "http://127.0.0.1:8080/metadata"
+DEFAULT_MASTER = TorchOptions.mooncake_master  # torch.mooncake_master's default (scenarios/torch_options.py)
+DEFAULT_METADATA = TorchOptions.mooncake_metadata
 
 
 class MooncakeClientStore(PageStore):

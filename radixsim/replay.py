@@ -376,7 +376,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     if opts.model:
         cache_doc["model"] = opts.model
     if config.tiers is not None:
-        cache_doc["tiers"] = {**dataclasses.asdict(config.tiers),
+        cache_doc["tiers"] = {**{k: v for k, v in dataclasses.asdict(config.tiers).items() if k != "l3_options"},
                               "l2_resolved_tokens": floor_pages(config.tiers.l2_size(config.usable_tokens),
                                                                 config.page_size)}
     results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cache_core.config import MambaConfig, SwaConfig
+from cache_core.options import build
 from cache_core.tiers import TierConfig
+from cache_core.tiers.store import l3_model_config
 
 from . import presets
 from .schema import L2_SIZE_KEYS, ScenarioError
@@ -140,6 +142,7 @@ def tiers(c: dict, model, tp: int, l1_tokens: int, swa, mamba, where: str) -> Ti
                         l3_eviction_ratio=c["l3_eviction_ratio"], l3_replicas=c["l3_replicas"],
                         l3_ssd_tokens=ssd, l3_lease_ttl_s=c["l3_lease_ttl_s"],
                         l3_eviction_shards=c["l3_eviction_shards"], l3_objects_per_page=c["l3_objects_per_page"],
+                        l3_options=build(l3_model_config(c["l3_model"]), c),
                         write_policy=c["write_policy"], l3_write=c["l3_write"],
                         prefetch_policy=c["prefetch_policy"], min_prefetch_tokens=c["min_prefetch_tokens"],
                         kv_bytes_per_token=int(bpt),

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cache_core.options import NoOptions, option
+from cache_core.registry import changed
+
 # sim/cost.py Efficiency's fields, in its order (mirrored; tests/test_scenario.py keeps them equal).
 EFFICIENCY_FIELDS = ("mfu_prefill", "mfu_decode", "hbm_efficiency", "allreduce_efficiency", "allreduce_latency_s",
                      "per_step_overhead_s", "per_layer_overhead_s")
@@ -43,6 +46,14 @@ class CostKind:
     needs_table: bool = False
     expert_parallel: bool = False
     attention_backends: bool = False  # prices prefill attention on a backend's curve (engine.attention_backend)
+    config: type = NoOptions  # its options dataclass (cache_core/options.py): its fields are `cost:` keys
+
+
+@dataclass(frozen=True)
+class TableOptions:
+    """The `table` kind's key: the file it reads (scenarios/cost_section.py finds it)."""
+
+    table: str | None = option(None, "str_or_none", "a file of measured step times (JSON or YAML)")
 
 
 _KINDS: dict[str, CostKind] = {}
@@ -52,6 +63,7 @@ def register_cost_kind(kind: CostKind) -> CostKind:
     if kind.name in _KINDS:
         raise ValueError(f"cost kind {kind.name!r} is already registered")
     _KINDS[kind.name] = kind
+    changed()
     return kind
 
 
@@ -71,13 +83,14 @@ def cost_kinds() -> list[CostKind]:
 def unregister_cost_kind(name: str) -> None:
     """Drop a kind (a test's toy, once the test is done)."""
     _KINDS.pop(name, None)
+    changed()
 
 
 for _kind in (CostKind("operators", OPERATOR_EFFICIENCY_FIELDS, "its GEMM, attention and all-reduce curves are fitted",
                        expert_parallel=True, attention_backends=True),
-              CostKind("roofline"), CostKind("table", needs_table=True)):
+              CostKind("roofline"), CostKind("table", needs_table=True, config=TableOptions)):
     register_cost_kind(_kind)
 
 
-__all__ = ["CostKind", "EFFICIENCY_FIELDS", "FRACTIONS", "OPERATOR_EFFICIENCY_FIELDS", "ROUTED_EXPERT_MODELS",
+__all__ = ["CostKind", "TableOptions", "EFFICIENCY_FIELDS", "FRACTIONS", "OPERATOR_EFFICIENCY_FIELDS", "ROUTED_EXPERT_MODELS",
            "register_cost_kind", "cost_kind", "cost_kind_names", "cost_kinds", "unregister_cost_kind"]

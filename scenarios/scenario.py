@@ -43,6 +43,8 @@ import yaml
 
 from cache_core.config import CacheConfig
 from cache_core.engine_types import EngineConfig
+from cache_core.options import build
+from cache_core.scheduling import schedule_policy_config
 
 from . import cache_pools as pools
 from . import presets
@@ -216,7 +218,8 @@ def _engine_config(e: dict, c: dict, seed: int, where: str) -> EngineConfig:
                             mixed_chunk=e["mixed_chunk"], prefetch_policy=c["prefetch_policy"],
                             load_overlap=e["load_overlap"], tree_core=e["tree_core"],
                             overlap_schedule=e["overlap_schedule"], frontend=e["frontend"],
-                            l3_get_batch_pages=e["l3_get_batch_pages"], seed=seed)
+                            l3_get_batch_pages=e["l3_get_batch_pages"], seed=seed,
+                            schedule_options=build(schedule_policy_config(e["schedule_policy"]), e))
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
 

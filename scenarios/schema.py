@@ -4,21 +4,19 @@ documents the keys."""
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import numbers
 import re
 
-from cache_core.engine_types import FRONTENDS, LOAD_OVERLAPS, TREE_CORES
 from cache_core.eviction import policy_names
+from cache_core.registry import generation
 from cache_core.scheduling import schedule_policy_names
 from cache_core.tiers.store import l3_model_names
-from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
-from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
 from .cost_kinds import cost_kind_names
 from .program_names import PROGRAM_NAMES
+from .schema_sections import defaults as _defaults, plugin_sections
 from .workload_kinds import workload_kind, workload_kind_names
 from .workload_specs import AgenticSpec, ProgramSpec, TraceSpec
 from .workloads import READY_QUEUE_POLICIES, MultiTurnConfig
@@ -31,12 +29,6 @@ class ScenarioError(ValueError):
     """A bad scenario file or override: one line naming the file, the key and what was expected."""
 
 
-def _defaults(cls) -> dict:
-    """A workload config dataclass's field defaults, ranges as lists (as a scenario file writes
-    them): the workload's own defaults are the schema's, never a copy of them."""
-    return {f.name: list(f.default) if isinstance(f.default, tuple) else f.default for f in dataclasses.fields(cls)}
-
-
 def _keys_of(defaults: dict, specs) -> dict:
     """Schema entries of (key, checker name, what is expected) `specs`, each with its default."""
     return {k: (defaults[k], check, expected) for k, check, expected in specs}
@@ -47,7 +39,6 @@ _TR, _AS, _PS = _defaults(TraceSpec), _defaults(AgenticSpec), _defaults(ProgramS
 
 # -- schema -------------------------------------------------------------------------------------
 # key -> (default, checker name, what is expected); nested dicts are sections.
-_ANY_SIZE = "a token count, a size like 500GiB"
 SCHEMA = {
     "name": (None, "str_or_none", "a string"),
     "description": ("", "str", "a string"),
@@ -55,52 +46,8 @@ SCHEMA = {
     "model": ("qwen3-32b", "model", "a model preset name, or a mapping {base: NAME, weight_dtype, kv_dtype}"),
     "hardware": ("h200x1", "hardware", "a hardware preset name, or a mapping {base: NAME, FIELD: VALUE, ...}"),
     "tp": (None, "int1_or_none", "an integer >= 1 (default: the hardware's GPU count)"),
-    "cache": {
-        "page_size": (64, "int1", "an integer >= 1"),
-        "l1_tokens": ("auto", "size_auto", f"'auto' or {_ANY_SIZE}"),
-        "mem_fraction_static": (0.88, "fraction", "a number in (0, 1]"),
-        "max_total_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
-        "swa_full_tokens_ratio": (None, "pos_or_none", "null or a number > 0"),
-        "mamba_full_memory_ratio": (None, "pos_or_none", "null or a number > 0"),
-        "swa_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
-        "mamba_slots": (None, "int1_or_none", "null or an integer >= 1"),
-        "mamba_every_tokens": (None, "int1_or_none", "null or an integer >= 1"),
-        "components": (None, "components", "null or a list of full, swa, mamba"),
-        "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
-        "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
-        "hicache_size_gb": (None, "pos_or_none", "null or a number > 0 (GB of 1e9 bytes per rank)"),
-        "l3_tokens": (None, "size_l3", f"null (no L3), 'unbounded', or {_ANY_SIZE}"),
-        "policy": ("lru", "policy", "an eviction policy name (belady-node needs the whole future: replay only)"),
-        "write_policy": ("write_through", ("choice", WRITE_POLICIES), "one of " + ", ".join(WRITE_POLICIES)),
-        "l3_write": ("on_insert", ("choice", L3_WRITES), "one of " + ", ".join(L3_WRITES)),
-        "l3_model": ("prefix", "l3_model", "one of " + ", ".join(l3_model_names())),
-        "l3_eviction_high_watermark": (0.90, "fraction", "a number in (0, 1] (Mooncake's eviction_high_watermark_ratio)"),
-        "l3_eviction_ratio": (0.05, "fraction", "a number in (0, 1] (Mooncake's eviction_ratio)"),
-        "l3_replicas": (1, "int1", "an integer >= 1"),
-        "l3_lease_ttl_s": (10.0, "nonneg", "a number >= 0 (seconds; Mooncake's default_kv_lease_ttl)"),
-        "l3_eviction_shards": (1, "int1", "an integer >= 1 (1: pool-wide; 1024: Mooncake's per-shard BatchEvict)"),
-        "l3_objects_per_page": (1, "int1", "an integer >= 1 (objects per page: SGLang's K and V per TP rank)"),
-        "l3_ssd_tokens": (None, "size_or_none", f"null (no SSD tier) or {_ANY_SIZE}"),
-        "prefetch_policy": ("wait_complete", ("choice", PREFETCH_POLICIES), "one of " + ", ".join(PREFETCH_POLICIES)),
-        "min_prefetch_tokens": (256, "int0", "an integer >= 0"),
-    },
-    "engine": {
-        "max_running_requests": (16, "int1", "an integer >= 1"),
-        "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
-        "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
-        "schedule_policy": ("fcfs", "schedule_policy", "one of " + ", ".join(schedule_policy_names())),
-        "new_token_ratio": (0.7, "nonneg", "a number >= 0"),
-        "mixed_chunk": (False, "bool", "true or false"),
-        "load_overlap": ("layerwise", ("choice", LOAD_OVERLAPS), "one of " + ", ".join(LOAD_OVERLAPS)),
-        "ep_size": (1, "int1", "an integer >= 1 (SGLang's --ep-size: 1, or tp for an MoE model)"),
-        "tree_core": (None, ("choice", (None, *TREE_CORES)), "null or one of " + ", ".join(TREE_CORES)),
-        "overlap_schedule": (True, "bool", "true or false (SGLang's overlap scheduler, its default)"),
-        "attention_backend": (None, ("choice", (None, *attention_backend_names())),
-                              "null (the model's own attention curve) or one of " + ", ".join(attention_backend_names())
-                              + " (SGLang's --attention-backend; sim/opdata/attention_backends.json)"),
-        "frontend": (None, ("choice", (None, *FRONTENDS)), "null or one of " + ", ".join(FRONTENDS)),
-        "l3_get_batch_pages": (None, "int1_or_none", "null or an integer >= 1 (SGLang's STORAGE_BATCH_SIZE: 128)"),
-    },
+    "cache": {},  # `refresh` fills the sections of scenarios/schema_sections.py
+    "engine": {},
     "workload": {
         "kind": ("multiturn", "workload_kind", "a registered workload kind (scenarios/workload_kinds.py)"),
         **_keys_of(_MT, (
@@ -111,35 +58,28 @@ SCHEMA = {
             ("ready_queue_policy", ("choice", READY_QUEUE_POLICIES), "fifo or random"),
             ("vocab_size", "int1", "an integer >= 1"))),
     },
-    "torch": {  # the torch backend's synthetic model (gpu_backend/backend.py TorchOptions)
-        "device": ("cpu", "str", "cpu or cuda"),
-        "layers": (4, "int1", "an integer >= 1 (layers of the reduced model, the preset's mix; measured "
-                   "times are scaled by the preset's layers / these)"),
-        "hidden": (64, "int1_or_none", "an integer >= 1 or null (the preset's)"),
-        "num_heads": (4, "int1_or_none", "an integer >= 1 or null (the preset's KV heads)"),
-        "head_dim": (16, "int1_or_none", "an integer >= 1 or null (the preset's)"),
-        "state_dim": (32, "int1_or_none", "an integer >= 1 or null (the hidden size)"),
-        "vocab": (4096, "int1_or_none", "an integer >= 1 or null (the preset's)"),
-        "dtype": ("float32", ("choice", ("float32", "bfloat16", "float16")), "float32, bfloat16 or float16"),
-        "layout": ("page_first", ("choice", ("page_first", "layer_first")), "page_first or layer_first"),
-        "store": ("local", ("choice", ("local", "mooncake")), "local (a directory) or mooncake (Mooncake Store)"),
-        "store_path": (None, "str_or_none", "null (a temporary directory) or the L3 page store directory"),
-        "mooncake_master": ("127.0.0.1:50051", "str", "HOST:PORT of mooncake_master"),
-        "mooncake_metadata": ("http://127.0.0.1:8080/metadata", "str", "the HTTP metadata server's URL"),
-        "seed": (0, "int0", "an integer >= 0"),
-        "clock": ("modelled", ("choice", ("modelled", "measured", "realtime")),
-                  "modelled (steps and transfers last what the simulator gives them), measured or realtime"),
-    },
-    "cost": {
-        "kind": ("operators", "cost_kind", "a registered cost model (sim/cost_models.py): "
-                 + ", ".join(cost_kind_names()[:-1]) + " or " + cost_kind_names()[-1]),
-        "table": (None, "str_or_none", "a file of measured step times (JSON or YAML)"),
-        "efficiency": ({}, "mapping", "a mapping of sim/cost.py Efficiency fields"),
-    },
+    "torch": {},  # the torch backend's synthetic model (scenarios/torch_options.py TorchOptions)
+    "cost": {},
     "fleet": (None, "fleet", "null or a mapping: engines, groups, router, ... (scenarios/fleet.py, docs/fleet.md)"),
     "events": ([], lambda v: v is None or isinstance(v, list),
                "a list of fault events {at_s, kind, ...} (scenarios/events.py)"),
 }
+
+
+_BUILT = [None]  # the registries' generation the sections were built at
+
+
+def refresh() -> None:
+    """Rebuild the `cache:`, `engine:`, `torch:` and `cost:` sections after a registration (in place)."""
+    if _BUILT[0] == generation():
+        return
+    for name, section in plugin_sections().items():
+        SCHEMA[name].clear()
+        SCHEMA[name].update(section)
+    _BUILT[0] = generation()
+
+
+refresh()
 
 
 _KIND = SCHEMA["workload"]["kind"]
@@ -300,6 +240,7 @@ def _limit(key: str, v):
 
 def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
     """Defaults filled in, unknown keys and bad values rejected."""
+    refresh()
     if not isinstance(raw, dict):
         raise ScenarioError(f"{where}: {prefix.rstrip('.') or 'top level'}: expected a mapping, got {raw!r}")
     out = {}
@@ -333,6 +274,7 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
 
 
 def set_key(raw: dict, key: str, value, where: str = "--set") -> None:
+    refresh()
     parts = key.split(".")
     node, schema = raw, SCHEMA
     for i, part in enumerate(parts):
@@ -374,6 +316,7 @@ def replace_l2_size(cache: dict, key: str) -> None:
 
 def is_size_key(key: str) -> bool:
     """Whether dotted `key` is a size (tokens, or bytes with a unit: cache.l2_tokens)."""
+    refresh()
     node = SCHEMA
     for part in key.split("."):
         if node is SCHEMA["workload"]:

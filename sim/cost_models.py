@@ -2,19 +2,27 @@
 A builder takes the resolved scenario and returns the model (sim/operators.py, sim/cost.py)."""
 from __future__ import annotations
 
+from cache_core.options import NoOptions, build
 from cache_core.registry import Registry
 from scenarios.cost_kinds import CostKind, cost_kind, register_cost_kind, unregister_cost_kind
 
 _MODELS = Registry("cost model")
 
 
-def register_cost_model(name: str):
+def register_cost_model(name: str, config: type | None = None):
     """Decorator: `builder(sc) -> cost model` is what `cost: {kind: name}` builds. A name the
     scenario floor does not know yet is declared there (scenarios/cost_kinds.py) as reading
-    every efficiency field, without a table or expert parallelism."""
+    every efficiency field, without a table or expert parallelism, with `config` its options
+    dataclass (cache_core/options.py: its fields are `cost:` keys; the builder reads them as
+    `cost_options(sc)`)."""
     if cost_kind(name) is None:
-        register_cost_kind(CostKind(name))
-    return _MODELS.register(name)
+        register_cost_kind(CostKind(name, config=config or NoOptions))
+    return _MODELS.register(name, config)
+
+
+def cost_options(sc):
+    """The scenario's cost model options (its kind's options dataclass, from the `cost:` section)."""
+    return build(cost_kind(sc.doc["cost"]["kind"]).config, sc.doc["cost"])
 
 
 def unregister_cost_model(name: str) -> None:

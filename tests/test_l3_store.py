@@ -329,7 +329,7 @@ def test_a_registered_l3_model_is_built_by_name():
     """L3 stores are a registry (issue 16 item 4): one registration line and `l3_model` (the
     core's TierConfig and the scenario schema) builds it."""
     from cache_core import CacheConfig, RadixCache
-    from cache_core.tiers.store import _MODELS, register_l3_model
+    from cache_core.tiers.store import register_l3_model, unregister_l3_model
     from scenarios.schema import SCHEMA, _validate
 
     class HalfStore(StorageIndex):
@@ -345,4 +345,4 @@ def test_a_registered_l3_model_is_built_by_name():
         assert type(c.hier.storage) is HalfStore and c.hier.storage.capacity_pages == 50
         assert _validate({"l3_model": "test-half"}, SCHEMA["cache"], "s.yaml", "cache.")["l3_model"] == "test-half"
     finally:
-        del _MODELS._classes["test-half"]
+        unregister_l3_model("test-half")

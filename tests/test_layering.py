@@ -31,7 +31,7 @@ FLOORS = floors((ROOT / "docs" / "ARCHITECTURE.md").read_text())
 # Imports up a floor still owed, shrink-only ("module imports target"): both arrived with
 # engine.attention_backend (its backends' data and curve check live in sim/; moving
 # sim/attention_backends.py's names and model_curve down to the scenario floor would end them).
-KNOWN_UPWARD = {"scenarios.schema imports sim.attention_backends", "scenarios.scenario imports sim.attention_backends"}
+KNOWN_UPWARD = {"scenarios.schema_sections imports sim.attention_backends", "scenarios.scenario imports sim.attention_backends"}
 
 
 def modules() -> dict[str, Path]:

@@ -63,7 +63,7 @@ def test_the_tier_modules_are_one_package():
     core = ROOT / "cache_core"
     assert sorted(p.name for p in (core / "tiers").glob("*.py")) == [
         "__init__.py", "access.py", "config.py", "failures.py", "hierarchy.py", "ledger.py", "match.py",
-        "read_log.py", "store.py", "store_shards.py", "votes.py"]
+        "read_log.py", "store.py", "store_options.py", "store_shards.py", "votes.py"]
     flat = sorted(p.name for p in core.glob("*.py") if "tier" in p.name or "store" in p.name or p.name == "read_log.py")
     assert flat == []
     from cache_core import tiers

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .store import l3_model_names
+from .store_options import MOONCAKE
 
 WRITE_POLICIES = ("write_through", "write_through_selective", "write_back")
 PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")
@@ -24,13 +25,15 @@ class TierConfig:
     write_through_threshold: int = 2  # hits before write_through_selective backs a node up
     l3_write: str = "on_insert"
     l3_model: str = "prefix"  # cache_core.tiers.store: "prefix" LRU index or "mooncake" store model
-    l3_high_watermark: float = 0.90  # mooncake: Mooncake's eviction_high_watermark_ratio
-    l3_eviction_ratio: float = 0.05  # mooncake: Mooncake's eviction_ratio
-    l3_replicas: int = 1  # mooncake: copies of each object in the pool
+    # mooncake (defaults: its options, store_options.MooncakeOptions, the scenario's cache.l3_* keys):
+    l3_high_watermark: float = MOONCAKE.l3_eviction_high_watermark  # Mooncake's eviction_high_watermark_ratio
+    l3_eviction_ratio: float = MOONCAKE.l3_eviction_ratio  # Mooncake's eviction_ratio
+    l3_replicas: int = MOONCAKE.l3_replicas  # copies of each object in the pool
     l3_ssd_tokens: int | None = None  # mooncake: SSD offload tier below the pool (None: none)
-    l3_lease_ttl_s: float = 10.0  # mooncake: read lease TTL (default_kv_lease_ttl), on the store's clock
-    l3_eviction_shards: int = 1  # mooncake: 1 = one pool-wide pass; 1024 = per metadata shard (before #2286)
-    l3_objects_per_page: int = 1  # mooncake: objects per page (SGLang: K and V per TP rank)
+    l3_lease_ttl_s: float = MOONCAKE.l3_lease_ttl_s  # read lease TTL (default_kv_lease_ttl), on the store's clock
+    l3_eviction_shards: int = MOONCAKE.l3_eviction_shards  # 1 = one pool-wide pass; 1024 = per metadata shard
+    l3_objects_per_page: int = MOONCAKE.l3_objects_per_page  # objects per page (SGLang: K and V per TP rank)
+    l3_options: object = None  # the L3 model's options dataclass (None: its defaults; store.l3_options)
     prefetch_policy: str = "wait_complete"
     prefetch_timeout_base_s: float = 1.0
     prefetch_timeout_per_1k_s: float = 0.25

@@ -56,23 +56,12 @@ from itertools import takewhile
 
 import numpy as np
 
-from ..registry import Registry
 from .read_log import ReadLog
+from .store_options import (LEASE_TTL_S, MODELS, MOONCAKE, MooncakeOptions, l3_model_config, l3_model_configs,  # noqa: F401
+                            l3_model_names, l3_options, register_l3_model, unregister_l3_model)
 from .store_shards import ShardedEviction
 
-LEASE_TTL_S = 10.0  # Mooncake's DEFAULT_DEFAULT_KV_LEASE_TTL, 10,000 ms (mooncake-store/include/types.h)
 _RUNS_KEPT = 1 << 16  # `leading`'s remembered runs, at most (then it starts over)
-_MODELS = Registry("L3 model")
-
-
-def register_l3_model(name: str):
-    """Decorator: `builder(cfg, capacity_pages, page_size) -> store` is what `l3_model: name`
-    builds (cfg: the TierConfig; capacity_pages None = unbounded)."""
-    return _MODELS.register(name)
-
-
-def l3_model_names() -> list[str]:
-    return _MODELS.names()
 
 
 class StorageIndex:
@@ -198,9 +187,10 @@ class MooncakeStore(StorageIndex):
 
     _keys: OrderedDict  # read objects, oldest lease first (ordered from the start)
 
-    def __init__(self, capacity_pages: int | None, *, high_watermark: float = 0.90,
-                 eviction_ratio: float = 0.05, replicas: int = 1, ssd_pages: int = 0,
-                 lease_ttl_s: float = LEASE_TTL_S, shards: int = 1, objects_per_page: int = 1):
+    def __init__(self, capacity_pages: int | None, *, high_watermark: float = MOONCAKE.l3_eviction_high_watermark,
+                 eviction_ratio: float = MOONCAKE.l3_eviction_ratio, replicas: int = MOONCAKE.l3_replicas,
+                 ssd_pages: int = 0, lease_ttl_s: float = LEASE_TTL_S, shards: int = MOONCAKE.l3_eviction_shards,
+                 objects_per_page: int = MOONCAKE.l3_objects_per_page):
         per = objects_per_page
         super().__init__(None if capacity_pages is None else capacity_pages * per // replicas)
         self.shards = shards
@@ -375,7 +365,7 @@ def _prefix_store(cfg, capacity_pages, page_size: int) -> StorageIndex:
     return StorageIndex(capacity_pages)
 
 
-@register_l3_model("mooncake")
+@register_l3_model("mooncake", MooncakeOptions)
 def _mooncake_store(cfg, capacity_pages, page_size: int) -> MooncakeStore:
     return MooncakeStore(capacity_pages, high_watermark=cfg.l3_high_watermark, eviction_ratio=cfg.l3_eviction_ratio,
                          replicas=cfg.l3_replicas, ssd_pages=(cfg.l3_ssd_tokens or 0) // page_size,
@@ -386,7 +376,8 @@ def _mooncake_store(cfg, capacity_pages, page_size: int) -> MooncakeStore:
 def make_store(cfg, page_size: int) -> StorageIndex:
     """The L3 store `cfg` (a TierConfig with l3) asks for (its registered `l3_model`)."""
     cap = None if cfg.l3_tokens is None else cfg.l3_tokens // page_size
-    return _MODELS.make(cfg.l3_model, cfg=cfg, capacity_pages=cap, page_size=page_size)
+    return MODELS.make(cfg.l3_model, cfg=cfg, capacity_pages=cap, page_size=page_size)
 
 
-__all__ = ["LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store", "register_l3_model", "l3_model_names"]
+__all__ = ["LEASE_TTL_S", "MooncakeStore", "StorageIndex", "make_store", "register_l3_model", "l3_model_names",
+           "l3_model_config", "l3_model_configs", "l3_options", "unregister_l3_model"]
