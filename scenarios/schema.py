@@ -14,9 +14,9 @@ from cache_core.eviction import policy_names
 from cache_core.scheduling import schedule_policy_names
 from cache_core.tiers.store import l3_model_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES
-from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
+from .attention_backend_data import backend_names as attention_backend_names
 from .cost_kinds import cost_kind_names
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
