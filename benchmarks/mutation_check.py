@@ -150,8 +150,7 @@ def run_tests(tree: pathlib.Path, tests: tuple[str, ...], timeout: int) -> tuple
     return "fail", last
 
 
-def main(argv=None, root: pathlib.Path = ROOT) -> int:
-    """The command (`root`: the repository whose benchmarks/mutants_*.txt are read and mutated)."""
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--area", action="append", help="only this area (mutants_AREA.txt); repeatable")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
@@ -159,10 +158,25 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
                     help="only mutants whose name (area#N), file, old or new text contains this")
     ap.add_argument("--timeout", type=int, default=300, help="per-test timeout in seconds (default 300)")
     ap.add_argument("--no-baseline", action="store_true", help="skip running the unmutated tests first")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None, root: pathlib.Path = ROOT) -> int:
+    """The command (`root`: the repository whose benchmarks/mutants_*.txt are read and mutated)."""
+    args = parser().parse_args(argv)
     if args.jobs < 1:
         print("mutation_check: option --jobs: expected an integer >= 1", file=sys.stderr)
         return 2
+    mutants = select(args, root)
+    if mutants is None:  # bad input, said on stderr: nothing runs
+        return 2
+    results, broken = run_mutants(mutants, root, args)
+    return report(mutants, results, broken)
+
+
+def select(args, root: pathlib.Path) -> list[Mutant] | None:
+    """The mutants of the selected areas that match -k, or None (each reason on stderr) when an
+    area, a mutant file or a mutant's old text is bad."""
     files = sorted((root / "benchmarks").glob("mutants_*.txt"))
     if args.area:
         known = {p.stem[len("mutants_"):]: p for p in files}
@@ -170,7 +184,7 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
             if a not in known:
                 print(f"mutation_check: option --area: no benchmarks/mutants_{a}.txt "
                       f"(expected one of {', '.join(sorted(known))})", file=sys.stderr)
-                return 2
+                return None
         files = [known[a] for a in args.area]
     mutants: list[Mutant] = []
     try:
@@ -178,7 +192,7 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
             mutants += parse(p)
     except BadInput as e:
         print(f"mutation_check: {e}", file=sys.stderr)
-        return 2
+        return None
     if args.keyword:
         k = args.keyword
         mutants = [m for m in mutants if k in m.name or k in m.file or k in m.old or k in m.new]
@@ -188,10 +202,12 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
         if why:
             refused[m.name] = why
             print(f"mutation_check: refused {why}", file=sys.stderr)
-    if refused:  # bad input: nothing runs
-        return 2
-    todo = mutants
+    return None if refused else mutants
 
+
+def run_mutants(todo: list[Mutant], root: pathlib.Path, args) -> tuple[dict, dict]:
+    """Each mutant's (verdict, last line) by name, on `args.jobs` copies of the tree, after a
+    baseline run of each test list (unless --no-baseline); and the test lists that fail unmutated."""
     with tempfile.TemporaryDirectory(prefix="mutation_check_") as tmp:
         trees: queue.Queue = queue.Queue()
         for j in range(min(args.jobs, max(len(todo), 1))):
@@ -231,7 +247,12 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
             for m, res in zip(counted, ex.map(lambda m: with_tree(mutate, m), counted)):
                 results[m.name] = res
                 print(f"  {m.name:<24} {res[0]:<8} {m.file}: {m.old.strip()!r} -> {m.new.strip()!r}", flush=True)
+    return results, broken
 
+
+def report(mutants: list[Mutant], results: dict, broken: dict) -> int:
+    """The per-area table and the survivors; exit status 2 (a baseline failed), 1 (a mutant
+    survived) or 0."""
     survived_any = False
     areas = sorted({m.area for m in mutants})
     print()
@@ -257,7 +278,6 @@ def main(argv=None, root: pathlib.Path = ROOT) -> int:
     if broken:
         return 2
     return 1 if survived_any else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """benchmarks/regen_docs.py's renderers for the clock's sources (issue 29):
 docs/sources/attention_backends.md (the measured curve against the model's own attention, and the
 backend's effect on the validation cases) and docs/sources/clock_terms.md (the residual after the
-terms). Registered in regen_docs.py (`_clock()`), which holds the registry and the driver."""
+terms). Registered in regen_entries_docs.py and regen_entries_lab.py (`clock_renderers()`)."""
 from __future__ import annotations
 
 ATTN_POINTS = ((64, 0), (64, 4096), (608, 0), (608, 6080), (608, 15200), (2560, 0), (2560, 12800), (4096, 0),

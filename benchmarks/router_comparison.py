@@ -1,5 +1,5 @@
 """The router comparison of docs/fleet.md on fleet4-shared-prefix: every router of its table
-(benchmarks/regen_docs.py ``SCORER_TABLE``: llm_d's profiles, then the other routers) run once
+(benchmarks/regen_entries_fleet.py ``SCORER_TABLE``: llm_d's profiles, then the other routers) run once
 with `radixsim run`, the table printed as regen_docs renders it, each run's wall seconds, and
 the figure of TTFT p90 (log scale) and hit rate per load stage written.
 
@@ -23,12 +23,13 @@ for p in (ROOT, ROOT / "benchmarks"):
         sys.path.insert(0, str(p))
 
 import regen_docs  # noqa: E402  (benchmarks/, beside this file)
+from regen_entries_fleet import SCORER_SCENARIO, SCORER_TABLE  # noqa: E402
 
 
 def run_one(out: Path, label: str, router: str) -> float:
     """`radixsim run` of the comparison's scenario with fleet.router = `router` into out/label;
     its wall seconds."""
-    cmd = [sys.executable, "-m", "radixsim", "run", regen_docs.SCORER_SCENARIO, "--set", f"fleet.router={router}",
+    cmd = [sys.executable, "-m", "radixsim", "run", SCORER_SCENARIO, "--set", f"fleet.router={router}",
            "--out", str(out / label.replace(" ", "_")), "--no-plots", "--no-progress"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
@@ -48,10 +49,10 @@ def main(argv=None) -> int:
     out = Path(a.out)
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
-        walls = list(ex.map(lambda lr: run_one(out, *lr), regen_docs.SCORER_TABLE))
+        walls = list(ex.map(lambda lr: run_one(out, *lr), SCORER_TABLE))
     total = time.perf_counter() - t0
     summaries = {router: json.loads((out / label.replace(" ", "_") / "summary.json").read_text())
-                 for label, router in regen_docs.SCORER_TABLE}
+                 for label, router in SCORER_TABLE}
 
     class Ctx:
         @staticmethod
@@ -59,13 +60,13 @@ def main(argv=None) -> int:
             return summaries[sets[0].split("=", 1)[1]]
 
     print(regen_docs.REGISTRY["fleet-router-comparison"].render(Ctx()))
-    for (label, _), w in zip(regen_docs.SCORER_TABLE, walls):
+    for (label, _), w in zip(SCORER_TABLE, walls):
         print(f"{label}: {w:.1f} s wall")
     print(f"all {len(walls)} runs: {total:.1f} s wall ({a.jobs} at a time)")
 
     from analysis.fleet_figures import stages_figure
 
-    labels = [label for label, _ in regen_docs.SCORER_TABLE]
+    labels = [label for label, _ in SCORER_TABLE]
     fig = stages_figure([out / label.replace(" ", "_") for label in labels], labels=labels)
     fig.axes[0].set_yscale("log")
     fig.axes[0].set_title("TTFT p90 per load stage (log scale)")

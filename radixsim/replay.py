@@ -22,10 +22,10 @@ from cache_core import invariants
 from scenarios.traces import JsonlTrace, TraceEvent
 from scenarios.units import check_pool, floor_pages, tier_warnings
 from scenarios.workload_kinds import ReplayRequest, SessionClose, replay_kind_names, workload_kind
-from sim.recorder import evictions
 
 from . import results
 from .outputs import result_dir
+from .replay_summary import replay_cache_doc, replay_summary
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,6 +293,32 @@ def run_replay(opts: ReplayOptions, out_dir, command: str | None = None) -> dict
 
 def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
     config = build_config(opts)
+    cache, rows, shadow, lost, closes, source = _replay_steps(opts, config)
+    if not rows:  # as `run`: nothing to measure is bad input (exit 2), and nothing is written
+        raise no_requests(opts)
+    invariants.check(cache)
+
+    req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,
+                 "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
+                 "cached_tokens": r.cached_tokens, "cached_device": r.cached_device,
+                 "cached_host": r.cached_host, "cached_storage": r.cached_storage,
+                 "evicted_tokens": r.evicted_tokens, "rejected": r.rejected,
+                 "cold_tokens": None if it.split is None else it.split[0],
+                 "evicted_miss_tokens": None if it.split is None else it.split[1]} for it, r in rows]
+    results.write_requests(out, req_rows)
+    rounds = results.round_table(req_rows)
+    if rounds:
+        results.write_rounds(out, rounds)
+    summary = replay_summary(cache, rows, req_rows, rounds, shadow, lost, closes)
+    results.write_summary(out, summary)
+    src = {k: (v() if callable(v) else v) for k, v in source.items()}
+    results.write_config(out, {"mode": "replay", **src, "cache": replay_cache_doc(opts, config)}, command=command)
+    return summary
+
+
+def _replay_steps(opts: ReplayOptions, config) -> tuple:
+    """Every item of the trace or workload through a fresh cache, one request at a time:
+    (cache, rows of (_Row, step result), miss splitter, lost reuse per component, closes, source)."""
     items, total, source, future = _workload_items(opts) if opts.workload else _trace_items(opts)
     items = delay_closes(items, opts.close_delay)
     cache = RadixCache(config)
@@ -329,58 +355,7 @@ def _replay_into(opts: ReplayOptions, out: Path, command: str | None) -> dict:
             bar.update()
     if bar is not None:
         bar.close()
-    if not rows:  # as `run`: nothing to measure is bad input (exit 2), and nothing is written
-        raise no_requests(opts)
-    invariants.check(cache)
-
-    req_rows = [{"rid": it.rid, "session_id": it.session_id, "round": it.round,
-                 "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
-                 "cached_tokens": r.cached_tokens, "cached_device": r.cached_device,
-                 "cached_host": r.cached_host, "cached_storage": r.cached_storage,
-                 "evicted_tokens": r.evicted_tokens, "rejected": r.rejected,
-                 "cold_tokens": None if it.split is None else it.split[0],
-                 "evicted_miss_tokens": None if it.split is None else it.split[1]} for it, r in rows]
-    results.write_requests(out, req_rows)
-    rounds = results.round_table(req_rows)
-    if rounds:
-        results.write_rounds(out, rounds)
-    summary = {"mode": "replay", **results.totals(req_rows, rounds), "rejected": sum(r.rejected for _, r in rows)}
-    if shadow is not None:
-        summary["cold_miss_tokens"] = sum(it.split[0] for it, _ in rows)
-        summary["evicted_miss_tokens"] = sum(it.split[1] for it, _ in rows)
-    if cache.sessions is not None:
-        summary["sessions"] = {"closed_events": closes, "stale_finishes": cache.sessions.stale_finishes,
-                               "open_with_references": cache.sessions.referenced_sessions()}
-    summary.update({
-        "evicted_tokens": sum(r.evicted_tokens for _, r in rows),
-        "evictions": evictions(cache),
-        "bytes_per_link": {},
-        "cache": cache.stats(),
-    })
-    if cache.hier is not None:
-        summary["tokens_per_link"] = dict(cache.hier.tokens_moved)
-        summary["bytes_per_link"] = dict(cache.hier.bytes_moved)
-    if cache.voters:
-        traversed = sum(r.traversed_tokens for _, r in rows)
-        summary["total_traversed_tokens"] = traversed
-        summary["lost_reuse_tokens"] = dict(lost, total=traversed - summary["total_cached_tokens"])
-    results.write_summary(out, summary)
-    src = {k: (v() if callable(v) else v) for k, v in source.items()}
-    cache_doc = {"page_size": config.page_size, "capacity_tokens": config.capacity_tokens,
-                 "usable_tokens": config.usable_tokens, "policy": config.policy,
-                 "components": list(config.components)}
-    if config.swa:
-        cache_doc["swa_tokens"] = config.swa_tokens
-    if config.mamba:
-        cache_doc["mamba_slots"] = config.mamba.slots
-    if opts.model:
-        cache_doc["model"] = opts.model
-    if config.tiers is not None:
-        cache_doc["tiers"] = {**{k: v for k, v in dataclasses.asdict(config.tiers).items() if k != "l3_options"},
-                              "l2_resolved_tokens": floor_pages(config.tiers.l2_size(config.usable_tokens),
-                                                                config.page_size)}
-    results.write_config(out, {"mode": "replay", **src, "cache": cache_doc}, command=command)
-    return summary
+    return cache, rows, shadow, lost, closes, source
 
 
 def no_requests(opts: ReplayOptions) -> ValueError:

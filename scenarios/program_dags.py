@@ -13,7 +13,7 @@ from .traces import MAX_PROMPT_TOKENS
 
 MAX_VOCAB_SIZE = 2**62
 MAX_CALLS = 1_000_000  # calls of one instance
-_STREAM_TOKENS, _STREAM_STRUCTURE = 0, 1  # sim/program_clients.py uses 2
+STREAM_TOKENS, STREAM_STRUCTURE = 0, 1  # sim/program_clients.py uses 2
 
 
 def _knob(default: int, lo: int = 1):
@@ -190,21 +190,21 @@ class _Dag:
         return n
 
 
-def _few_shot_dag(c: FewShotConfig, rng):
+def few_shot_dag(c: FewShotConfig, rng):
     d = _Dag(c, c.num_examples * c.example_length)
     for _ in range(c.num_questions):
         d.call("question", c.question_length, c.output_length)
     return d.g
 
 
-def _self_consistency_dag(c: SelfConsistencyConfig, rng):
+def self_consistency_dag(c: SelfConsistencyConfig, rng):
     d = _Dag(c, c.question_length)
     for _ in range(c.num_samples):
         d.call("sample", 0, c.output_length)
     return d.g
 
 
-def _chat_dag(c: MultiTurnChatConfig, rng):
+def chat_dag(c: MultiTurnChatConfig, rng):
     d = _Dag(c)
     prev = ()
     for _ in range(c.num_turns):
@@ -212,7 +212,7 @@ def _chat_dag(c: MultiTurnChatConfig, rng):
     return d.g
 
 
-def _tot_dag(c: TreeOfThoughtConfig, rng):
+def tot_dag(c: TreeOfThoughtConfig, rng):
     d = _Dag(c, c.problem_length)
     frontier, scores = [None], []
     for level in range(1, c.depth + 1):
@@ -229,7 +229,7 @@ def _tot_dag(c: TreeOfThoughtConfig, rng):
     return d.g
 
 
-def _agent_dag(c: AgentConfig, rng):
+def agent_dag(c: AgentConfig, rng):
     d = _Dag(c)
     prev = d.call("step", c.step_length, c.output_length)
     for k in range(1, c.num_steps):

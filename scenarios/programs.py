@@ -55,10 +55,10 @@ from cache_core import CacheConfig, RadixCache, ReplayStepper, TokenSeq
 from cache_core.keys import ROOT_STATE, TOKEN_DTYPE, page_keys
 
 from .seeding import rng as _rng
-from .program_dags import (MAX_CALLS, MAX_VOCAB_SIZE, _STREAM_STRUCTURE, _STREAM_TOKENS,  # noqa: F401
+from .program_dags import (MAX_CALLS, MAX_VOCAB_SIZE, STREAM_STRUCTURE, STREAM_TOKENS,  # noqa: F401
                            AgentConfig, FewShotConfig, MultiTurnChatConfig, ProgramConfig, SelfConsistencyConfig,
-                           TreeOfThoughtConfig, _agent_dag, _chat_dag, _few_shot_dag, _self_consistency_dag,
-                           _tot_dag)
+                           TreeOfThoughtConfig, agent_dag, chat_dag, few_shot_dag, self_consistency_dag,
+                           tot_dag)
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -134,7 +134,7 @@ class Program:
         cfg, nodes = self.config, self.graph.nodes
         span = cfg.vocab_size // cfg.num_instances
         lo, hi = self.instance * span, (self.instance + 1) * span
-        rng = _rng(cfg.seed, _STREAM_TOKENS, self.instance)
+        rng = _rng(cfg.seed, STREAM_TOKENS, self.instance)
         prefix = rng.integers(lo, hi, size=self.prefix_len, dtype=np.int64)
         bufs = [np.empty(n, dtype=TOKEN_DTYPE) for n in self.lane_len]
         for c in self.order:
@@ -247,18 +247,18 @@ def _builder(name, dag):
     def build(config: ProgramConfig, instance: int = 0) -> Program:
         if not isinstance(config, PROGRAMS[name][0]):
             raise TypeError(f"{name} needs a {PROGRAMS[name][0].__name__}, got {type(config).__name__}")
-        return Program(name, config, instance, dag(config, _rng(config.seed, _STREAM_STRUCTURE, instance)))
+        return Program(name, config, instance, dag(config, _rng(config.seed, STREAM_STRUCTURE, instance)))
 
     build.__name__ = name
     build.__doc__ = f"Instance `instance` of the {name} program (see its config class)."
     return build
 
 
-few_shot = _builder("few_shot", _few_shot_dag)
-self_consistency = _builder("self_consistency", _self_consistency_dag)
-multi_turn_chat = _builder("multi_turn_chat", _chat_dag)
-tree_of_thought = _builder("tree_of_thought", _tot_dag)
-agent_with_subagents = _builder("agent_with_subagents", _agent_dag)
+few_shot = _builder("few_shot", few_shot_dag)
+self_consistency = _builder("self_consistency", self_consistency_dag)
+multi_turn_chat = _builder("multi_turn_chat", chat_dag)
+tree_of_thought = _builder("tree_of_thought", tot_dag)
+agent_with_subagents = _builder("agent_with_subagents", agent_dag)
 
 PROGRAMS = {
     "few_shot": (FewShotConfig, few_shot),

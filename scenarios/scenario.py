@@ -238,14 +238,14 @@ def _check_fits(e: dict, P: int, model, swa, where: str) -> None:
 
 def _check_attention_curve(backend, tp: int, model, hw, where: str) -> None:
     """engine.attention_backend as sim/attention_backends.py models it: a measured curve for the model's
-    per-GPU head layout on the hardware's GPU generation (the cost kind is checked by
-    scenarios/cost_section.py first). An import up a floor, owed: tests/test_layering.py KNOWN_UPWARD."""
+    per-GPU head layout on the hardware's GPU generation (scenarios/attention_backend_data.py; the
+    cost kind is checked by scenarios/cost_section.py first)."""
     if backend is None:
         return
-    from sim.attention_backends import model_curve
+    from .attention_backend_data import model_curve_index
 
     try:
-        model_curve(model, hw, tp, backend)
+        model_curve_index(model, hw, tp, backend)
     except ValueError as err:
         raise ScenarioError(f"{where}: engine.attention_backend: {err}") from None
 

@@ -13,7 +13,7 @@ from cache_core.options import defaults, schema_entries
 from cache_core.scheduling import schedule_policy_configs, schedule_policy_names
 from cache_core.tiers import L3_WRITES, PREFETCH_POLICIES, WRITE_POLICIES, TierConfig
 from cache_core.tiers.store import l3_model_configs, l3_model_names
-from sim.attention_backends import backend_names as attention_backend_names
+from .attention_backend_data import backend_names as attention_backend_names
 
 from .cost_kinds import cost_kind_names, cost_kinds
 from .torch_options import TorchOptions

@@ -27,28 +27,18 @@ attention keeps the model's own curve. A backend without its own measurements na
 
 A curve applies only where its GPU generation (the hardware preset's ``operator_fit``) and per-GPU
 head layout (query heads, KV heads, head dim at the scenario's TP) match; anything else is refused
-(`curve_for` raises ValueError naming what exists), never given another layout's curve.
+(`curve_for` raises ValueError naming what exists), never given another layout's curve. Which
+curve that is, and the data file's lookup, are the scenario floor's
+(scenarios/attention_backend_data.py: the scenario checks a backend without importing sim/).
 """
 from __future__ import annotations
 
 import functools
-import json
-import math
-import pathlib
 
 import numpy as np
 
-BACKENDS_FILE = pathlib.Path(__file__).with_name("opdata") / "attention_backends.json"
-
-
-@functools.lru_cache(maxsize=None)
-def _load(path: str = str(BACKENDS_FILE)) -> dict:
-    return json.loads(pathlib.Path(path).read_text())["backends"]
-
-
-def backend_names() -> tuple:
-    """The backends of sim/opdata/attention_backends.json, sorted."""
-    return tuple(sorted(_load()))
+from scenarios.attention_backend_data import (BACKENDS_FILE, backend_curves, backend_names, curve_index,
+                                              model_curve_index)
 
 
 def pairs(n, c):
@@ -98,48 +88,22 @@ class AttentionCurve:
 
 @functools.lru_cache(maxsize=None)
 def _curves(backend: str) -> tuple:
-    data = _load()
-    entry, seen = data[backend], {backend}
-    while "proxy_of" in entry:  # a proxy uses the named backend's measurements
-        name = entry["proxy_of"]
-        if name in seen or name not in data:
-            raise ValueError(f"sim/opdata/attention_backends.json: {backend}: proxy_of {name!r}: expected another "
-                             "backend with curves")
-        seen.add(name)
-        entry = data[name]
-    return tuple(AttentionCurve(backend, c) for c in entry["curves"])
+    return tuple(AttentionCurve(backend, c) for c in backend_curves(backend))
 
 
 def curve_for(backend: str, operator_fit: str | None, q_heads: float, kv_heads: float, head_dim: int,
               ) -> AttentionCurve:
     """The curve of `backend` for a GPU generation and per-GPU head layout, or ValueError naming
-    what is measured."""
-    if backend not in _load():
-        raise ValueError(f"attention backend {backend!r}: expected one of {', '.join(backend_names())}")
-    layout = (q_heads, kv_heads, head_dim)
-    curves = _curves(backend)
-    for c in curves:
-        if c.operator_fit == operator_fit and all(math.isclose(a, b) for a, b in zip(c.layout, layout)):
-            return c
-    have = "; ".join(f"{c.operator_fit} with {c.layout[0]} query heads, {c.layout[1]} KV heads, head dim "
-                     f"{c.layout[2]} per GPU" for c in curves)
-    raise ValueError(f"attention backend {backend}: no measured curve for {operator_fit} with {q_heads:g} query heads, "
-                     f"{kv_heads:g} KV heads, head dim {head_dim} per GPU; measured: {have} "
-                     "(sim/opdata/attention_backends.json)")
+    what is measured (scenarios/attention_backend_data.py ``curve_index``)."""
+    index = curve_index(backend, operator_fit, q_heads, kv_heads, head_dim)
+    return _curves(backend)[index]
 
 
 def model_curve(model, hw, tp: int, backend: str) -> AttentionCurve:
     """The backend's curve for `model`'s per-GPU head layout at TP `tp` on `hw`'s GPU generation;
     ValueError where none is measured or the model's attention is not plain full GQA
-    (sliding-window, compressed or MLA layers have no such curve)."""
-    from scenarios.presets import kv_shards
-
-    m = model
-    if m.attention != "gqa" or m.swa_layers or m.compressed_layers or not m.full_layers:
-        raise ValueError(f"attention backend {backend}: {m.name} has {m.attention} attention"
-                         f"{' with sliding-window or compressed layers' if m.attention == 'gqa' else ''}; "
-                         "expected full GQA layers only (the backends' curves are measured on those)")
-    return curve_for(backend, hw.operator_fit, m.num_q_heads / tp, m.num_kv_heads / kv_shards(m, tp), m.head_dim)
+    (scenarios/attention_backend_data.py ``model_curve_index``)."""
+    return _curves(backend)[model_curve_index(model, hw, tp, backend)]
 
 
 def backend_prefill_s(op, w: dict) -> float:

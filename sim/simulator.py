@@ -162,12 +162,6 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
     done_in_round = [0] * (R + 2)
     state = {"inflight": 0, "sent": 0, "finished": 0, "wake": None}
     gap = None if math.isinf(cfg.request_rate) else 1.0 / cfg.request_rate
-
-    def wake():
-        ev = state["wake"]
-        if ev is not None and not ev.triggered:
-            ev.succeed()
-
     mine: set = set()  # ids of the requests this client sent (another source may share the engine)
 
     def finished(r):
@@ -185,7 +179,7 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
                 ready.extend(workload.round_order(r.round + 1).tolist())
         if on_finish is not None:
             on_finish(r)
-        wake()
+        _wake(state)
 
     engine.listeners.append(finished)
     total = N * R
@@ -193,22 +187,8 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
         while not ready or state["inflight"] >= cfg.max_parallel:
             state["wake"] = env.event()
             yield state["wake"]
-        if cfg.ready_queue_policy == "random" and len(ready) > 1:
-            i = int(rng.integers(len(ready)))
-            c = ready[i]
-            del ready[i]
-        else:
-            c = ready.popleft()
-        hist = histories.get(c)
-        if hist is None:
-            hist = histories[c] = workload.client(c)
-        wr = hist.next_round(next_round[c])
-        next_round[c] += 1
-        if next_round[c] > R:
-            del histories[c]
-        seq = TokenSeq(wr.sequence, wr.sequence_keys(P), P)
-        req = EngineRequest(rid=state["sent"], session_id=c, prompt=wr.prompt, output_length=len(wr.output),
-                            arrival_s=env.now, seq=seq, round=wr.round)
+        c = _take(cfg.ready_queue_policy, ready, rng)
+        req = _next_round_request(workload, histories, next_round, c, P, state["sent"], env.now)
         state["sent"] += 1
         state["inflight"] += 1
         mine.add(id(req))
@@ -219,6 +199,38 @@ def multiturn_clients(env: simpy.Environment, engine: Engine, workload, *, on_fi
         state["wake"] = env.event()
         yield state["wake"]
     engine.close_input()
+
+
+def _wake(state: dict) -> None:
+    """Wake the multi-turn sender if it waits."""
+    ev = state["wake"]
+    if ev is not None and not ev.triggered:
+        ev.succeed()
+
+
+def _take(policy: str, ready: deque, rng):
+    """The next ready client: the queue's head (``fifo``) or a seeded random entry (``random``)."""
+    if policy == "random" and len(ready) > 1:
+        i = int(rng.integers(len(ready)))
+        c = ready[i]
+        del ready[i]
+        return c
+    return ready.popleft()
+
+
+def _next_round_request(workload, histories: dict, next_round: list, c: int, P: int, rid: int,
+                        now: float) -> EngineRequest:
+    """Client `c`'s next round as an engine request (its history is dropped after its last round)."""
+    hist = histories.get(c)
+    if hist is None:
+        hist = histories[c] = workload.client(c)
+    wr = hist.next_round(next_round[c])
+    next_round[c] += 1
+    if next_round[c] > workload.config.num_rounds:
+        del histories[c]
+    seq = TokenSeq(wr.sequence, wr.sequence_keys(P), P)
+    return EngineRequest(rid=rid, session_id=c, prompt=wr.prompt, output_length=len(wr.output),
+                         arrival_s=now, seq=seq, round=wr.round)
 
 
 def timed_arrivals(env: simpy.Environment, engine: Engine, items, *, speedup: float = 1.0):

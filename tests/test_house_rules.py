@@ -194,20 +194,15 @@ def test_no_unused_imports_in_cache_core():
 # -- the whole house (issue 30 item 4) ------------------------------------------------------------
 HOUSE = ROOT.parent
 # module -> its lines when listed: split when it helps (presets.py becomes data, issue 30 item 2)
-HOUSE_BIG_MODULES = {"sim/cost.py": 723, "scenarios/agentic.py": 558,
-                     "benchmarks/regen_docs.py": 869}
-HOUSE_LONG_FUNCTIONS = {("sim/simulator.py", "multiturn_clients"): 78,
-                        ("scenarios/agentic.py", "_build_plan"): 63,
-                        ("radixsim/replay.py", "_replay_into"): 90,
-                        ("benchmarks/mutation_check.py", "main"): 107}
+HOUSE_BIG_MODULES: dict[str, int] = {}
+HOUSE_LONG_FUNCTIONS: dict[tuple[str, str], int] = {}
 # (module, name): torch's and argparse's own private API (`torch._fused_sdp_choice`,
-# `Tensor._materialize`, a rotary module's `_inv_freq` buffer, a parser's `_actions`) and names
-# re-exported between two modules of one family
+# `Tensor._materialize`, a rotary module's `_inv_freq` buffer, a parser's `_actions`), and
+# scenarios/schema.py's `_validate` that scenario.py calls (six test files import it too; its
+# rename waits for the schema's rework, issue 30 item 1, to land)
 HOUSE_PRIVATE = {("gpu_backend/batch.py", "_inv_freq"), ("gpu_backend/model.py", "_fused_sdp_choice"),
                  ("gpu_backend/model.py", "_materialize"), ("scenarios/scenario.py", "_validate"),
-                 ("benchmarks/regen_docs.py", "_actions")} | {
-    ("scenarios/programs.py", n) for n in ("_STREAM_STRUCTURE", "_STREAM_TOKENS", "_agent_dag", "_chat_dag",
-                                           "_few_shot_dag", "_self_consistency_dag", "_tot_dag")}
+                 ("benchmarks/regen_entries_docs.py", "_actions")}
 
 
 def house_modules() -> list[tuple[str, ast.Module, int]]:

@@ -15,6 +15,8 @@ _spec = importlib.util.spec_from_file_location("regen_docs", ROOT / "benchmarks"
 regen = importlib.util.module_from_spec(_spec)
 sys.modules["regen_docs"] = regen  # dataclasses look their module up there
 _spec.loader.exec_module(regen)
+import regen_core  # noqa: E402  (benchmarks/, on the path once regen_docs is loaded)
+import regen_entries_lab  # noqa: E402
 
 TRACE_MARK = "<!-- regen: readme-trace-requests -->3,993<!-- /regen -->"
 
@@ -111,7 +113,7 @@ def test_an_unknown_entry_is_refused(capsys):
 
 
 def test_a_failed_run_is_one_line_and_exit_2(capsys):
-    runs = regen.Runs(jobs=1, verbose=False)
+    runs = regen_core.Runs(jobs=1, verbose=False)
     with pytest.raises(SystemExit) as e:
         runs("no-such-scenario", "seed=1")
     _, err = capsys.readouterr()
@@ -124,7 +126,7 @@ CONV_MARK = "<!-- regen: policy-lab-curve-conversation -->"
 
 
 def test_an_entry_whose_trace_is_absent_is_skipped_and_its_text_kept(tree, capsys, monkeypatch):
-    monkeypatch.setattr(regen, "CONVERSATION", "scenarios/data/no_such_trace.jsonl")
+    monkeypatch.setattr(regen_entries_lab, "CONVERSATION", "scenarios/data/no_such_trace.jsonl")
     doc = tree / "docs" / "policy_lab.md"
     original = doc.read_text()
     assert original.count(CONV_MARK) == 1
@@ -150,7 +152,7 @@ def test_the_leaderboard_table_is_rendered_from_one_run(monkeypatch):
     rows = [{"trace": "t", "capacity_tokens": cap, "policy": p, "hit_rate": h}
             for cap, hs in zip((1000, 2000), hits) for p, h in sorted(hs.items())]
     _gaps(rows)
-    monkeypatch.setitem(regen._LEADERBOARDS, "corpus", rows)
+    monkeypatch.setitem(regen_entries_lab._LEADERBOARDS, "corpus", rows)
     text = regen.REGISTRY["policy-lab-leaderboard"].render(regen.Ctx(1, verbose=False))
     assert text.splitlines()[2:] == [
         "| t | 1,000 | 10.00 | 20.00 | 30.00 | fifo / sieve 25.00 | 150.0 -> 75.0 | 0.0 -> 0.0 |",
