@@ -49,7 +49,7 @@ from cache_core.scheduling import schedule_policy_config
 from . import cache_pools as pools
 from . import presets
 from .cost_section import resolve_cost
-from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, _validate, set_key  # noqa: F401
+from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, validate_document, set_key  # noqa: F401
 from .schema import L2_SIZE_KEYS
 from .workload_kinds import WorkloadContext, WorkloadSpec, workload_kind
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
@@ -149,7 +149,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     """Validate and resolve a raw scenario mapping (ScenarioError on any problem). Each step
     returns what it resolved (the `cache:` section's in scenarios/cache_pools.py); `doc`, what
     config.yaml records, is assembled from them at the end, the validated sections untouched."""
-    doc = _validate(raw, SCHEMA, where)
+    doc = validate_document(raw, SCHEMA, where)
     model, model_doc = _preset(doc, "model", presets.resolve_model, where)
     hw, hw_doc = _preset(doc, "hardware", presets.resolve_hardware, where)
     tp = _tp(doc["tp"], model, hw, where)

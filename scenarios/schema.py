@@ -238,7 +238,7 @@ def _limit(key: str, v):
     return None
 
 
-def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
+def validate_document(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
     """Defaults filled in, unknown keys and bad values rejected."""
     refresh()
     if not isinstance(raw, dict):
@@ -257,7 +257,7 @@ def _validate(raw: dict, schema: dict, where: str, prefix: str = "") -> dict:
                                     f"{', '.join(workload_kind_names())}")
             spec = workload_kind(kind).schema
         if isinstance(spec, dict):
-            out[k] = _validate(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
+            out[k] = validate_document(raw.get(k) or {}, spec, where, f"{prefix}{k}.")
             continue
         default, check, expected = spec
         v = raw.get(k, copy.deepcopy(default))

@@ -13,7 +13,7 @@ import yaml
 import radixsim.cli
 from helpers import run_main
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
-from scenarios.schema import INT_CHECKS, NUMBER_CHECKS, SCHEMA, SIZE_CHECKS, _validate
+from scenarios.schema import INT_CHECKS, NUMBER_CHECKS, SCHEMA, SIZE_CHECKS, validate_document
 
 TINYT = """\
 model: qwen3-32b
@@ -260,7 +260,7 @@ def test_every_numeric_key_reads_e_notation(kind, key, check, plain):
     for v in (plain, _e(plain), _yaml_float(plain)):
         raw = {"workload": {"kind": kind, **({"path": "t"} if kind in ("trace", "azure") else {})}}
         _set(raw, key, v)
-        docs.append(_validate(raw, SCHEMA, "s.yaml"))
+        docs.append(validate_document(raw, SCHEMA, "s.yaml"))
     assert docs[0] == docs[1] == docs[2]
     got = docs[1]
     for p in key.split("."):

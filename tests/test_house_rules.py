@@ -197,11 +197,9 @@ HOUSE = ROOT.parent
 HOUSE_BIG_MODULES: dict[str, int] = {}
 HOUSE_LONG_FUNCTIONS: dict[tuple[str, str], int] = {}
 # (module, name): torch's and argparse's own private API (`torch._fused_sdp_choice`,
-# `Tensor._materialize`, a rotary module's `_inv_freq` buffer, a parser's `_actions`), and
-# scenarios/schema.py's `_validate` that scenario.py calls (six test files import it too; its
-# rename waits for the schema's rework, issue 30 item 1, to land)
+# `Tensor._materialize`, a rotary module's `_inv_freq` buffer, a parser's `_actions`)
 HOUSE_PRIVATE = {("gpu_backend/batch.py", "_inv_freq"), ("gpu_backend/model.py", "_fused_sdp_choice"),
-                 ("gpu_backend/model.py", "_materialize"), ("scenarios/scenario.py", "_validate"),
+                 ("gpu_backend/model.py", "_materialize"),
                  ("benchmarks/regen_entries_docs.py", "_actions")}
 
 

@@ -330,7 +330,7 @@ def test_a_registered_l3_model_is_built_by_name():
     core's TierConfig and the scenario schema) builds it."""
     from cache_core import CacheConfig, RadixCache
     from cache_core.tiers.store import register_l3_model, unregister_l3_model
-    from scenarios.schema import SCHEMA, _validate
+    from scenarios.schema import SCHEMA, validate_document
 
     class HalfStore(StorageIndex):
         """A prefix index with half the capacity (a toy)."""
@@ -343,6 +343,6 @@ def test_a_registered_l3_model_is_built_by_name():
         c = RadixCache(CacheConfig(page_size=4, capacity_tokens=64, tiers=TierConfig(
             hicache_ratio=2, l3=True, l3_tokens=400, l3_model="test-half")))
         assert type(c.hier.storage) is HalfStore and c.hier.storage.capacity_pages == 50
-        assert _validate({"l3_model": "test-half"}, SCHEMA["cache"], "s.yaml", "cache.")["l3_model"] == "test-half"
+        assert validate_document({"l3_model": "test-half"}, SCHEMA["cache"], "s.yaml", "cache.")["l3_model"] == "test-half"
     finally:
         unregister_l3_model("test-half")

@@ -9,7 +9,7 @@ import pytest
 from scenarios import cache_pools as pools
 from scenarios import scenario
 from scenarios.presets import get_hardware, get_model
-from scenarios.schema import SCHEMA, ScenarioError, _validate
+from scenarios.schema import SCHEMA, ScenarioError, validate_document
 
 BASE = {"model": "qwen3-32b", "hardware": "h200x2", "tp": 2,
         "workload": {"num_rounds": 2, "request_length": 256, "output_length": 8}}
@@ -24,14 +24,14 @@ def frozen(doc: dict) -> dict:
 def test_resolve_writes_nothing_into_the_validated_sections(monkeypatch, name):
     raw = scenario.smoke(scenario.load(name))
     want = scenario.resolve(raw, name).doc
-    monkeypatch.setattr(scenario, "_validate", lambda r, s, w: frozen(_validate(r, s, w)))
+    monkeypatch.setattr(scenario, "validate_document", lambda r, s, w: frozen(validate_document(r, s, w)))
     got = scenario.resolve(raw, name).doc
     assert got == want and list(got) == list(want) and list(got["cache"]) == list(want["cache"])
     assert list(got["cache"])[-1] == "l1_plan" and "fleet" not in list(got)[:-1]
 
 
 def cache(**kw) -> dict:
-    return _validate({**BASE, "cache": kw}, SCHEMA, "s.yaml")["cache"]
+    return validate_document({**BASE, "cache": kw}, SCHEMA, "s.yaml")["cache"]
 
 
 def test_l1_pool_reads_a_size_in_bytes_and_floors_it_to_pages():

@@ -669,7 +669,7 @@ def test_a_registered_schedule_policy_is_accepted_by_the_engine_config_and_scena
     """No hard-coded list beside the registry (issue 16 item 4): registering is enough."""
     from cache_core.engine_types import EngineConfig
     from cache_core.scheduling import _REGISTRY, SchedulePolicy, register_schedule_policy
-    from scenarios.schema import SCHEMA, _validate
+    from scenarios.schema import SCHEMA, validate_document
 
     @register_schedule_policy("test-reverse")
     class Reverse(SchedulePolicy):
@@ -678,7 +678,7 @@ def test_a_registered_schedule_policy_is_accepted_by_the_engine_config_and_scena
 
     try:
         assert EngineConfig(schedule_policy="test-reverse").schedule_policy == "test-reverse"
-        out = _validate({"schedule_policy": "test-reverse"}, SCHEMA["engine"], "s.yaml", "engine.")
+        out = validate_document({"schedule_policy": "test-reverse"}, SCHEMA["engine"], "s.yaml", "engine.")
         assert out["schedule_policy"] == "test-reverse"
     finally:
         del _REGISTRY._classes["test-reverse"]
