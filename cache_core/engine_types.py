@@ -104,6 +104,8 @@ class EngineConfig:
     l3_get_batch_pages: int | None = None
     seed: int = 0
 
+    kind = "sglang"  # engine.kind (a class attribute: vllm_sched.VllmConfig is the vllm kind)
+
     def __post_init__(self):
         check_int(self.max_running_requests, "engine.max_running_requests", 1)
         check_int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)

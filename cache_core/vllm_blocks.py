@@ -76,7 +76,7 @@ class VllmBlockCache:
         return ([(b, False) for b in self.unhashed] + [(b, False) for b in fresh]
                 + [(b, True) for b in self.hashed])
 
-    def _take(self, n: int) -> list[int]:
+    def allocate(self, n: int) -> list[int]:
         """n blocks from the queue's head: unhashed ones, never-used ones, then hashed ones,
         whose hashes are dropped (evicted)."""
         unhashed = self.unhashed
@@ -112,7 +112,7 @@ class VllmBlockCache:
         if self.evicted_log is not None:
             self.evicted_log.extend(blocks)
 
-    def _free(self, blocks: list[int]) -> None:
+    def release(self, blocks: list[int]) -> None:
         first: list[int] = []
         last: list[int] = []
         ref, hash_of = self.ref, self.hash_of
@@ -126,7 +126,7 @@ class VllmBlockCache:
         self.unhashed.extendleft(reversed(first))
         self.hashed.update(dict.fromkeys(last))
 
-    def _cache(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
+    def cache_blocks(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
         hash_of, by_hash = self.hash_of, self.by_hash
         for b, h in zip(blocks[start:end], keys[start:end]):
             hash_of[b] = h
@@ -147,6 +147,20 @@ class VllmBlockCache:
             hit.append(b)
         return hit
 
+    def evictable(self, hit: list[int]) -> int:
+        """Hit blocks with no reference: in the free queue, so they count against free blocks."""
+        ref = self.ref
+        return sum(1 for b in hit if b not in ref)
+
+    def touch(self, hit: list[int]) -> None:
+        """A request takes the hit blocks: one more reference each, out of the free queue."""
+        ref, hashed = self.ref, self.hashed
+        for b in hit:
+            if b not in ref:
+                del hashed[b]
+                ref[b] = 0
+            ref[b] += 1
+
     def step(self, prompt, output=None) -> StepResult:
         """Serve one request alone, as vLLM's scheduler does: prefill, decode output[:-1], free."""
         B = self.block_size
@@ -159,15 +173,11 @@ class VllmBlockCache:
         cached = len(hit) * B
         evicted0 = self.evicted_blocks
         need = -(-P // B) - len(hit)
-        if need + sum(1 for b in hit if b not in self.ref) > self.free_blocks:
+        if need + self.evictable(hit) > self.free_blocks:
             return StepResult(P, n_out, cached, 0, True)
-        for b in hit:  # touch
-            if b not in self.ref:
-                del self.hashed[b]
-                self.ref[b] = 0
-            self.ref[b] += 1
-        blocks = hit + self._take(need)
-        self._cache(blocks, keys, len(hit), P // B)
+        self.touch(hit)
+        blocks = hit + self.allocate(need)
+        self.cache_blocks(blocks, keys, len(hit), P // B)
         done = P // B
         rejected = False
         for t in range(1, n_out):  # decode step t computes token P + t - 1
@@ -175,12 +185,12 @@ class VllmBlockCache:
                 if self.free_blocks < 1:
                     rejected = True  # vLLM would preempt; alone, the request stops here
                     break
-                blocks += self._take(1)
+                blocks += self.allocate(1)
             full = (P + t) // B
             if full > done:
-                self._cache(blocks, keys, done, full)
+                self.cache_blocks(blocks, keys, done, full)
                 done = full
-        self._free(blocks)
+        self.release(blocks)
         return StepResult(P, n_out, cached, (self.evicted_blocks - evicted0) * B, rejected)
 
     def check(self) -> None:

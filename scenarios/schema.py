@@ -18,6 +18,7 @@ from sim.attention_backends import backend_names as attention_backend_names
 
 from .agentic import LENGTHS, AgenticConfig
 from .cost_kinds import cost_kind_names
+from .engine_kinds import KIND_KEYS, KIND_LIMITS
 from .program_names import PROGRAM_NAMES
 from .workload_kinds import workload_kind, workload_kind_names
 from .workload_specs import AgenticSpec, ProgramSpec, TraceSpec
@@ -85,6 +86,7 @@ SCHEMA = {
         "min_prefetch_tokens": (256, "int0", "an integer >= 0"),
     },
     "engine": {
+        **KIND_KEYS,  # engine.kind and the vLLM kind's keys (scenarios/engine_kinds.py)
         "max_running_requests": (16, "int1", "an integer >= 1"),
         "max_prefill_tokens": (16384, "int1", "an integer >= 1"),
         "chunked_prefill_tokens": (8192, "int1_or_none", "null or an integer >= 1"),
@@ -244,6 +246,7 @@ LIMITS = {
     "cache.l3_replicas": 1024, "cache.l3_eviction_shards": 2**20, "cache.l3_objects_per_page": 2**20,
     "engine.max_running_requests": 10**5, "engine.max_prefill_tokens": 2**30,
     "engine.chunked_prefill_tokens": 2**30, "engine.ep_size": 1024,
+    **KIND_LIMITS,
     "workload.num_clients": 10**5, "workload.num_rounds": 10**5, "workload.request_length": 2**28,
     "workload.output_length": 2**28, "workload.max_parallel": 10**5, "workload.vocab_size": 2**40,
     "workload.num_sessions": 10**5, "workload.concurrency": 10**5, "workload.system_prompt_tokens": 2**28,

@@ -1,0 +1,193 @@
+"""A vLLM-like engine (``engine.kind: vllm``): vLLM v1's scheduler (`vllm_sched.py`) over its
+prefix cache (`vllm_blocks.py`), on the same three plug-ins as the SGLang-like `engine.Engine`
+(engine_types.py: clock, data plane, step executor) and with the same outward interface
+(`arrive`, `loop`, `close_input`, `check_finished`, `finished`, `counters`, `timeline`,
+`listeners`, ...), so the simulator drives and records it unchanged.
+
+A step mixes decodes and prefill chunks (vLLM has no prefill-only steps): it is priced as one
+`engine_types.Step`, each prefill chunk as (new tokens, tokens computed before it) and each
+decode by its context. Times of a result row: ``queue_s`` in the waiting queue until the first
+token (also after a preemption before it), ``load_s`` 0 (no tier), compute the rest.
+
+A request that could never be served (``cdiv(prompt + output, B)`` above the pool's blocks:
+longer than the ``max_model_len`` the pool allows) is rejected at arrival.
+
+L2 seam (`offload`): an object with vLLM's connector-side calls, None by default (and then
+nothing below happens): at first scheduling ``get_num_new_matched_tokens(request,
+local_hit_tokens) -> extra CPU-hit tokens``; after the admission ``update_state_after_alloc(
+request, block_ids, extra_tokens)``; when a request frees its blocks ``request_finished(request,
+block_ids)``; after each step ``take_transfers() -> [Transfer, ...]`` (loads and stores), handed
+to the data plane. Not wired yet: the scenario refuses L2 keys under ``engine.kind: vllm``.
+"""
+from __future__ import annotations
+
+from .engine_types import DONE, WAITING, EngineStalled, Step
+from .scheduling import FINISHED, RUNNING
+from .scheduling import WAITING as Q_WAITING
+from .vllm_blocks import VllmBlockCache
+from .vllm_sched import VllmConfig, VllmScheduler, cdiv
+
+
+class VllmKV:
+    """What result writers read of an engine's cache (`hier`, `components`, `stats`, ...) for a
+    vLLM block pool: one full-attention component, no tiers."""
+
+    hier = None
+    name = "full"
+
+    def __init__(self, blocks: VllmBlockCache):
+        self.blocks = blocks
+        self.page_size = blocks.block_size
+        self.components = [self]
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        n = self.blocks.num_blocks
+        return None if n is None else (n - 1) * self.page_size
+
+    def used_tokens(self) -> int:
+        """Tokens in blocks that hold KV (referenced, or cached in the free queue)."""
+        return (len(self.blocks.ref) + len(self.blocks.hashed)) * self.page_size
+
+    def stats(self) -> dict:
+        b = self.blocks
+        return {"kind": "vllm", "block_size": self.page_size, "capacity_tokens": self.capacity_tokens,
+               "free_tokens": None if b.num_blocks is None else b.free_blocks * self.page_size,
+               "cached_blocks": len(b.hash_of), "evicted_tokens": b.evicted_blocks * self.page_size,
+               "evicted_blocks": b.evicted_blocks}
+
+    def check(self) -> None:
+        self.blocks.check()
+
+
+class VllmEngine:
+    """vLLM v1 serving loop on the engine plug-ins. ``kind`` is "vllm" (the SGLang-like engine
+    has none)."""
+
+    kind = "vllm"
+
+    def __init__(self, config: VllmConfig, num_blocks: int | None, clock, dataplane, executor, offload=None):
+        self.config = config
+        self.P = config.block_size
+        self.blocks = VllmBlockCache(config.block_size, num_blocks)
+        self.cache = VllmKV(self.blocks)
+        self.sched = VllmScheduler(self.blocks, config)
+        self.sched.offload = offload
+        self.clock, self.dataplane, self.executor = clock, dataplane, executor
+        self.offload = offload
+        self.arrived = 0
+        self.input_closed = False
+        self.steps = 0
+        self.finished: list = []
+        self.timeline: list = []
+        self.listeners: list = []
+        self.counters = {"preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "prefill_tokens": 0,
+                         "transfers": 0}
+
+    @property
+    def inflight(self) -> int:
+        return 0
+
+    # -- the loop ---------------------------------------------------------------------------
+    def loop(self):
+        """The serving loop (a generator: ``yield`` what the plug-ins return)."""
+        while not (self.input_closed and self.sched.idle()):
+            step = self.form_step()
+            if step is None:
+                if self.input_closed:
+                    raise EngineStalled(f"nothing can run: {self.stall_report()}")
+                yield self.clock.idle(None)
+                continue
+            yield from self.executor.execute(step)
+            self.complete(step)
+
+    def form_step(self) -> Step | None:
+        """The next step (None: nothing scheduled)."""
+        now = self.clock.now()
+        scheduled, preempted = self.sched.schedule()
+        for r in preempted:
+            self.counters["preemptions"] += 1
+            r.state = Q_WAITING
+            r.phase = WAITING
+            r.phase_since_s = now
+        if not scheduled:
+            return None
+        prefill, decode = [], []
+        for r, new, ctx in scheduled:
+            if r.phase == WAITING:  # admitted now
+                if r.first_token_s is None:
+                    r.queue_s += now - r.phase_since_s
+                if r.admit_s is None:
+                    r.admit_s = now
+                r.state = RUNNING
+                r.phase = "prefill"
+            if new == 1 and r.generated_tokens > 0 and ctx == r.fill_len - 1:
+                decode.append(r)
+            else:
+                prefill.append((r, new, ctx))
+                self.counters["prefill_tokens"] += new
+        self.steps += 1
+        self.counters["prefill_steps" if prefill else "decode_steps"] += 1
+        self.scheduled = scheduled
+        return Step(self.steps, now, tuple(prefill), tuple(decode), tuple((n, c) for _, n, c in prefill),
+                    tuple(r.fill_len - 1 for r in decode))
+
+    def complete(self, step: Step) -> None:
+        now = self.clock.now()
+        first, done = self.sched.complete(self.scheduled)
+        for r in first:
+            r.first_token_s = now
+            r.phase = "decode"
+        for r in done:
+            r.finish_s = now
+            r.phase = DONE
+            r.state = FINISHED
+            self.done_request(r)
+        self.timeline.append((now, len(self.sched.running), len(self.sched.waiting),
+                              0 if self.blocks.num_blocks is None else self.cache.used_tokens(), 0, 0))
+
+    # -- arrivals ---------------------------------------------------------------------------
+    def arrive(self, r) -> None:
+        """A request arrives (its arrival_s set by the driver)."""
+        self.arrived += 1
+        r.phase_since_s = r.arrival_s
+        n = self.blocks.num_blocks
+        if n is not None and cdiv(len(r.prompt) + r.output_length, self.P) > n - 1:
+            r.rejected = True
+            r.phase = DONE
+            r.state = FINISHED
+            r.finish_s = self.clock.now()
+            self.done_request(r)
+            return
+        r.phase = WAITING
+        r.state = Q_WAITING
+        self.sched.add(r)
+        self.clock.kick()
+
+    def close_session(self, session_id) -> None:
+        """vLLM keeps no sessions."""
+
+    def close_input(self) -> None:
+        self.input_closed = True
+        self.clock.kick()
+
+    def done_request(self, r) -> None:
+        r.seq = None
+        r.prompt = r.prompt[:0]
+        self.finished.append(r)
+        for f in self.listeners:
+            f(r)
+
+    def check_finished(self, expected: int | None = None) -> None:
+        n = self.arrived if expected is None else expected
+        if len(self.finished) != n or self.arrived != n:
+            raise EngineStalled(f"the run stopped with {len(self.finished)} of {n} requests finished; "
+                                f"{self.stall_report()}")
+
+    def stall_report(self) -> str:
+        s = self.sched
+        return (f"{self.arrived - len(self.finished)} of {self.arrived} arrived requests unfinished: "
+                f"running {len(s.running)}, waiting {len(s.waiting)}; free blocks {self.blocks.free_blocks}")
+
+
+__all__ = ["VllmEngine", "VllmKV"]
