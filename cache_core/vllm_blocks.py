@@ -76,7 +76,7 @@ class VllmBlockCache:
         return ([(b, False) for b in self.unhashed] + [(b, False) for b in fresh]
                 + [(b, True) for b in self.hashed])
 
-    def allocate(self, n: int) -> list[int]:
+    def _take(self, n: int) -> list[int]:
         """n blocks from the queue's head: unhashed ones, never-used ones, then hashed ones,
         whose hashes are dropped (evicted)."""
         unhashed = self.unhashed
@@ -112,7 +112,7 @@ class VllmBlockCache:
         if self.evicted_log is not None:
             self.evicted_log.extend(blocks)
 
-    def release(self, blocks: list[int]) -> None:
+    def _free(self, blocks: list[int]) -> None:
         first: list[int] = []
         last: list[int] = []
         ref, hash_of = self.ref, self.hash_of
@@ -126,7 +126,7 @@ class VllmBlockCache:
         self.unhashed.extendleft(reversed(first))
         self.hashed.update(dict.fromkeys(last))
 
-    def cache_blocks(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
+    def _cache(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
         hash_of, by_hash = self.hash_of, self.by_hash
         for b, h in zip(blocks[start:end], keys[start:end]):
             hash_of[b] = h
@@ -147,19 +147,28 @@ class VllmBlockCache:
             hit.append(b)
         return hit
 
-    def evictable(self, hit: list[int]) -> int:
-        """Hit blocks with no reference: in the free queue, so they count against free blocks."""
-        ref = self.ref
-        return sum(1 for b in hit if b not in ref)
+    # -- the phases of `step`, for a core composed on this one (cache_core/vllm_offload.py) ----
+    def fits(self, hit: list[int], n_new: int) -> bool:
+        """Whether `n_new` new blocks fit beside the hit blocks (those with no reference count)."""
+        return n_new + sum(1 for b in hit if b not in self.ref) <= self.free_blocks
 
     def touch(self, hit: list[int]) -> None:
-        """A request takes the hit blocks: one more reference each, out of the free queue."""
-        ref, hashed = self.ref, self.hashed
+        """Reference the hit blocks (out of the free queue)."""
         for b in hit:
-            if b not in ref:
-                del hashed[b]
-                ref[b] = 0
-            ref[b] += 1
+            if b not in self.ref:
+                del self.hashed[b]
+                self.ref[b] = 0
+            self.ref[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        return self._take(n)
+
+    def cache(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
+        """Give blocks[start:end] their hashes keys[start:end] (`cache_full_blocks`)."""
+        self._cache(blocks, keys, start, end)
+
+    def free(self, blocks: list[int]) -> None:
+        self._free(blocks)
 
     def step(self, prompt, output=None) -> StepResult:
         """Serve one request alone, as vLLM's scheduler does: prefill, decode output[:-1], free."""
@@ -173,11 +182,11 @@ class VllmBlockCache:
         cached = len(hit) * B
         evicted0 = self.evicted_blocks
         need = -(-P // B) - len(hit)
-        if need + self.evictable(hit) > self.free_blocks:
+        if need + sum(1 for b in hit if b not in self.ref) > self.free_blocks:
             return StepResult(P, n_out, cached, 0, True)
         self.touch(hit)
-        blocks = hit + self.allocate(need)
-        self.cache_blocks(blocks, keys, len(hit), P // B)
+        blocks = hit + self._take(need)
+        self._cache(blocks, keys, len(hit), P // B)
         done = P // B
         rejected = False
         for t in range(1, n_out):  # decode step t computes token P + t - 1
@@ -185,12 +194,12 @@ class VllmBlockCache:
                 if self.free_blocks < 1:
                     rejected = True  # vLLM would preempt; alone, the request stops here
                     break
-                blocks += self.allocate(1)
+                blocks += self._take(1)
             full = (P + t) // B
             if full > done:
-                self.cache_blocks(blocks, keys, done, full)
+                self._cache(blocks, keys, done, full)
                 done = full
-        self.release(blocks)
+        self._free(blocks)
         return StepResult(P, n_out, cached, (self.evicted_blocks - evicted0) * B, rejected)
 
     def check(self) -> None:

@@ -137,7 +137,7 @@ class VllmScheduler:
         kv = self.kv
         while True:
             need = cdiv(r.computed_tokens + new, self.B) - len(r.pages)
-            if need <= kv.free_blocks:
+            if kv.fits([], need):
                 self._grow(r, need, r.computed_tokens + new)
                 return True
             victim = self.running.pop()
@@ -159,8 +159,7 @@ class VllmScheduler:
             if not c.enable_chunked_prefill and new > budget:
                 break
             new = min(new, budget)
-            evictable = kv.evictable(hit)
-            if cdiv(r.fill_len, B) - len(hit) + evictable > kv.free_blocks:  # the whole sequence must fit
+            if not kv.fits(hit, cdiv(r.fill_len, B) - len(hit)):  # the whole sequence must fit
                 break
             self.waiting.popleft()
             kv.touch(hit)
@@ -179,16 +178,16 @@ class VllmScheduler:
         kv = self.kv
         if need > 0:
             ev0 = kv.evicted_blocks
-            r.pages += kv.allocate(need)
+            r.pages += kv.take(need)
             r.evicted_tokens += (kv.evicted_blocks - ev0) * self.B
         done = min(r.computed_tokens, r.fill_len) // self.B
         full = min(upto, r.fill_len) // self.B
         if full > done:
-            kv.cache_blocks(r.pages, self.keys[id(r)], done, full)
+            kv.cache(r.pages, self.keys[id(r)], done, full)
 
     def preempt(self, r) -> None:
         """vLLM's `_preempt_request`: free r's blocks, computed 0, to the waiting queue's front."""
-        self.kv.release(r.pages)
+        self.kv.free(r.pages)
         r.pages = []
         r.computed_tokens = 0
         r.retracted += 1
@@ -207,7 +206,7 @@ class VllmScheduler:
             r.generated_tokens += 1
             if r.generated_tokens >= r.output_length:
                 self.running.remove(r)
-                self.kv.release(r.pages)
+                self.kv.free(r.pages)
                 r.pages = []
                 del self.keys[id(r)]
                 done.append(r)
