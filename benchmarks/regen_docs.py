@@ -153,20 +153,19 @@ def _readme_commands(ctx) -> str:
 def _trace_requests() -> int:
     from scenarios.traces import JsonlTrace
 
-    return sum(1 for r in JsonlTrace(ROOT / "scenarios/data/mooncake_synthetic_trace.jsonl")
-               if not hasattr(r, "event"))
+    return sum(1 for r in JsonlTrace(ROOT / "scenarios/data/mooncake_synthetic_trace.jsonl") if not hasattr(r, "event"))
 
 
-@entry("readme-trace-requests", "README.md", cheap=True, seconds=1, block=False,
-       command="wc -l scenarios/data/mooncake_synthetic_trace.jsonl (requests of the bundled trace)")
-def _readme_trace(ctx) -> str:
-    return f"{_trace_requests():,}"
-
-
-@entry("readme-fleet-requests", "README.md", cheap=True, seconds=1, block=False,
-       command="3 x the bundled Mooncake trace's requests (benchmarks/bench_fleet.py --copies 3)")
-def _readme_fleet_requests(ctx) -> str:
-    return f"{3 * _trace_requests():,}"
+entry("readme-trace-requests", "README.md", cheap=True, seconds=1, block=False,
+      command="wc -l scenarios/data/mooncake_synthetic_trace.jsonl (requests of the bundled trace)")(
+    lambda ctx: f"{_trace_requests():,}")
+entry("readme-fleet-requests", "README.md", cheap=True, seconds=1, block=False,
+      command="3 x the bundled Mooncake trace's requests (benchmarks/bench_fleet.py --copies 3)")(
+    lambda ctx: f"{3 * _trace_requests():,}")
+_VLLM_RUNS = [run_key("vllm-quickstart"), run_key("quickstart", "cache.hicache_ratio=null")]  # engine.kind vllm, sglang
+entry("readme-vllm-quickstart", "README.md", cheap=True, seconds=8, block=False, runs=_VLLM_RUNS,
+      command="radixsim run vllm-quickstart; radixsim run quickstart --set cache.hicache_ratio=null (hit_rate)")(
+    lambda ctx: " against ".join(f"{ctx.runs(k[0], *k[1])['hit_rate']:.3f}" for k in _VLLM_RUNS))
 
 
 @entry("readme-test-count", "README.md", cheap=False, seconds=60, block=False,

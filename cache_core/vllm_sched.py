@@ -81,7 +81,8 @@ class VllmConfig:
         check_int(self.max_num_batched_tokens, "engine.max_num_batched_tokens", 1)
         check_int(self.long_prefill_token_threshold, "engine.long_prefill_token_threshold", 0)
         if not isinstance(self.enable_chunked_prefill, bool):
-            raise ValueError(f"engine.enable_chunked_prefill must be true or false, got {self.enable_chunked_prefill!r}")
+            raise ValueError("engine.enable_chunked_prefill must be true or false, "
+                             f"got {self.enable_chunked_prefill!r}")
 
 
 def cdiv(a: int, b: int) -> int:

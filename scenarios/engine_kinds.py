@@ -100,4 +100,5 @@ def num_blocks(l1_tokens: int, block_size: int) -> int:
     return l1_tokens // block_size + 1
 
 
-__all__ = ["ENGINE_KINDS", "KIND_KEYS", "KIND_LIMITS", "VLLM_KEYS", "SGLANG_KEYS", "check_kind_keys", "vllm_config", "engine_doc", "num_blocks"]
+__all__ = ["ENGINE_KINDS", "KIND_KEYS", "KIND_LIMITS", "VLLM_KEYS", "SGLANG_KEYS", "check_kind_keys", "vllm_config",
+           "engine_doc", "num_blocks"]

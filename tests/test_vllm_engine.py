@@ -247,7 +247,8 @@ def _with(**sections):
 @pytest.mark.parametrize("doc, needle", [
     (_with(engine={"max_running_requests": 8}), "engine.max_running_requests: an SGLang engine key; expected it unset"),
     (_with(engine={"chunked_prefill_tokens": 256}), "engine.chunked_prefill_tokens: an SGLang engine key"),
-    (_with(engine={"kind": "sglang", "max_num_seqs": 8}), "engine.max_num_seqs: a vLLM scheduler key; expected it unset"),
+    (_with(engine={"kind": "sglang", "max_num_seqs": 8}),
+     "engine.max_num_seqs: a vLLM scheduler key; expected it unset"),
     (_with(engine={"kind": "trt"}), "engine.kind: got 'trt'; expected one of sglang, vllm"),
     (_with(engine={"max_num_batched_tokens": 0}), "engine.max_num_batched_tokens: got 0; expected null"),
     (_with(engine={"enable_chunked_prefill": "yes"}), "engine.enable_chunked_prefill: got 'yes'"),
