@@ -12,15 +12,21 @@ token (also after a preemption before it), ``load_s`` 0 (no tier), compute the r
 A request that could never be served (``cdiv(prompt + output, B)`` above the pool's blocks:
 longer than the ``max_model_len`` the pool allows) is rejected at arrival.
 
-L2 seam (`offload`): an object with vLLM's connector-side calls, None by default (and then
-nothing below happens): at first scheduling ``get_num_new_matched_tokens(request,
-local_hit_tokens) -> extra CPU-hit tokens``; after the admission ``update_state_after_alloc(
-request, block_ids, extra_tokens)``; when a request frees its blocks ``request_finished(request,
-block_ids)``; after each step ``take_transfers() -> [Transfer, ...]`` (loads and stores), handed
-to the data plane. Not wired yet: the scenario refuses L2 keys under ``engine.kind: vllm``.
+L2 seam (`offload`, None by default: then none of this happens): a connector with the calls of
+`cache_core.vllm_offload.VllmOffloadConnector` (vLLM's OffloadingConnectorScheduler):
+``new_request(block_keys, prompt_len)`` at arrival; ``matched_tokens(state, gpu_hit_tokens)`` at
+each prefix lookup (a hit is loaded asynchronously, as vLLM's connector does: the request takes
+the blocks up to it and waits out of the queue until the load lands, `VllmScheduler._load`);
+``load(state, blocks, tokens)``; ``offer(state, computed, blocks)`` after each step a request ran
+(its store job); ``finished(state, computed, blocks)`` when it finishes (blocks freed at once:
+vLLM's delayed free while stores are pending is not modelled); ``complete(transfer)`` when the
+data plane reports a transfer done. Transfers (``direction`` load / store, ``gpu_blocks``,
+``nbytes``) go onto the L2 <-> L1 link as ``load`` / ``backup`` actions. The reported L2 hit is
+``cached_host`` (the wait for its load counts as ``queue_s``). Not wired to scenarios yet: they refuse L2 keys under ``engine.kind: vllm``.
 """
 from __future__ import annotations
 
+from .actions import BACKUP, L1, L2, LOAD, Transfer
 from .engine_types import DONE, WAITING, EngineStalled, Step
 from .scheduling import FINISHED, RUNNING
 from .scheduling import WAITING as Q_WAITING
@@ -75,6 +81,8 @@ class VllmEngine:
         self.sched.offload = offload
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.offload = offload
+        self.pending: dict = {}  # transfer id -> (connector transfer, request)
+        self.next_id = 0
         self.arrived = 0
         self.input_closed = False
         self.steps = 0
@@ -86,20 +94,45 @@ class VllmEngine:
 
     @property
     def inflight(self) -> int:
-        return 0
+        """Transfers handed to the data plane, not yet reported done."""
+        return len(self.pending)
+
+    def submit_transfers(self) -> None:
+        """Hand the connector's new transfers to the data plane (L2 <-> L1)."""
+        for t, r in self.sched.take_transfers():
+            load = t.direction == LOAD
+            self.next_id += 1
+            n = len(t.gpu_blocks)
+            a = Transfer(id=self.next_id, kind=LOAD if load else BACKUP, component="full", src_tier=L2 if load else L1,
+                         dst_tier=L1 if load else L2, tokens=n * self.P, bytes=t.nbytes,
+                         src=None if load else tuple(t.gpu_blocks), dst=tuple(t.gpu_blocks) if load else None)
+            self.pending[a.id] = (t, r)
+            self.counters["transfers"] += 1
+            self.dataplane.submit(a, self.transfer_done)
+
+    def transfer_done(self, tid: int, ok: bool) -> None:
+        t, r = self.pending.pop(tid)
+        self.offload.complete(t)
+        if t.direction == LOAD:
+            self.sched.load_done(r)
+        self.clock.kick()
 
     # -- the loop ---------------------------------------------------------------------------
     def loop(self):
         """The serving loop (a generator: ``yield`` what the plug-ins return)."""
         while not (self.input_closed and self.sched.idle()):
             step = self.form_step()
+            self.submit_transfers()
             if step is None:
-                if self.input_closed:
+                if self.sched.loaded_waiting():
+                    continue  # a load landed meanwhile: schedule it
+                if self.input_closed and not self.pending:
                     raise EngineStalled(f"nothing can run: {self.stall_report()}")
                 yield self.clock.idle(None)
                 continue
             yield from self.executor.execute(step)
             self.complete(step)
+            self.submit_transfers()
 
     def form_step(self) -> Step | None:
         """The next step (None: nothing scheduled)."""

@@ -103,10 +103,18 @@ class VllmScheduler:
         self.waiting: deque = deque()
         self.keys: dict = {}  # id(request) -> the hashes of its full blocks (prompt + output[:-1])
         self.preempted_log: list = []  # rids preempted, in order
-        self.offload = None  # an L2 connector (see `VllmEngine`), consulted at first scheduling
+        self.offload = None  # an L2 connector (see `VllmEngine`), consulted at each prefix lookup
+        self.oreq: dict = {}  # id(request) -> its connector state
+        self.holding: deque = deque()  # requests holding blocks loaded (or loading) from the L2
+        self.inflight: dict = {}  # id(request) -> request still prefilling (vLLM's _inflight_prefills)
+        self.transfers: list = []  # (connector transfer, request) issued, for the engine's data plane
+        self.loading: set = set()  # id(request) of those in `holding` whose load is in flight
+        self.ncached: dict = {}  # id(request) -> its blocks cached so far (vLLM's num_cached_block)
 
     def add(self, r) -> None:
-        self.keys[id(r)] = r.seq.page_keys(self.B).tolist()
+        self.keys[id(r)] = keys = r.seq.page_keys(self.B).tolist()
+        if self.offload is not None:
+            self.oreq[id(r)] = self.offload.new_request(keys, len(r.prompt))
         self.waiting.append(r)
 
     # -- one step ---------------------------------------------------------------------------
@@ -148,31 +156,91 @@ class VllmScheduler:
                 return False
 
     def _admit(self, budget: int, thr: int, out: list) -> int:
-        c, kv, B = self.config, self.kv, self.B
-        while budget > 0 and self.waiting and len(self.running) < c.max_num_seqs:
+        """The waiting loop: requests holding KV blocks (loaded from the L2) first, then the queue."""
+        for r in [x for x in self.holding if id(x) not in self.loading]:
+            if budget <= 0 or len(self.running) >= self.config.max_num_seqs:
+                return budget
+            took = self._admit_one(r, [], budget, thr, out)
+            if took is None:
+                return budget
+            self.holding.remove(r)
+            budget -= took
+        while budget > 0 and self.waiting and len(self.running) < self.config.max_num_seqs:
             r = self.waiting[0]
-            keys = self.keys[id(r)]
-            hit = kv.lookup(keys, r.fill_len)
-            computed = len(hit) * B
-            new = r.fill_len - computed
-            if 0 < thr < new:
-                new = thr
-            if not c.enable_chunked_prefill and new > budget:
+            hit = self.kv.lookup(self.keys[id(r)], r.fill_len)
+            ext = 0 if self.offload is None else self.offload.matched_tokens(self.oreq[id(r)], len(hit) * self.B)
+            if ext:
+                if not self._load(r, hit, ext):
+                    break
+                continue
+            took = self._admit_one(r, hit, budget, thr, out)
+            if took is None:
                 break
-            new = min(new, budget)
-            if not kv.fits(hit, cdiv(r.fill_len, B) - len(hit)):  # the whole sequence must fit
-                break
+            budget -= took
+        return budget
+
+    def _admit_one(self, r, hit: list, budget: int, thr: int, out: list) -> int | None:
+        """Schedule r (with its prefix hit, or the blocks it holds): the tokens taken, None if not."""
+        c, kv, B = self.config, self.kv, self.B
+        computed = len(hit) * B if hit or not r.pages else r.computed_tokens
+        new = r.fill_len - computed
+        if 0 < thr < new:
+            new = thr
+        if not c.enable_chunked_prefill and new > budget:
+            return None
+        new = min(new, budget)
+        held = len(hit) or len(r.pages)
+        if not kv.fits(hit, cdiv(r.fill_len, B) - held):  # the whole sequence must fit
+            return None
+        if not r.pages:
             self.waiting.popleft()
             kv.touch(hit)
             r.pages = list(hit)
-            r.computed_tokens = computed
-            self._grow(r, cdiv(computed + new, B) - len(hit), computed + new)
+            self.ncached[id(r)] = len(hit)
             if r.retracted == 0:
                 r.cached_tokens = r.cached_device = computed
-            self.running.append(r)
-            out.append((r, new, computed))
-            budget -= new
-        return budget
+        r.computed_tokens = computed
+        self._grow(r, cdiv(computed + new, B) - len(r.pages), computed + new)
+        if computed + new < r.fill_len:
+            self.inflight[id(r)] = r
+        self.running.append(r)
+        out.append((r, new, computed))
+        return new
+
+    def _load(self, r, hit: list, ext: int) -> bool:
+        """An L2 hit of `ext` tokens past the GPU hit (vLLM's async connector load): the blocks up
+        to it (within the free blocks less what in-flight prefills still need), uncached until the
+        load lands; r holds them, out of the queue, until then (`load_done`)."""
+        kv, B = self.kv, self.B
+        if not kv.fits(hit, cdiv(r.fill_len, B) - len(hit)):
+            return False
+        reserved = sum(cdiv(x.fill_len, B) - len(x.pages) for x in self.inflight.values())
+        if not kv.fits(hit, cdiv(len(hit) * B + ext, B) - len(hit) + reserved):
+            return False
+        self.waiting.popleft()
+        kv.touch(hit)
+        ev0 = kv.evicted_blocks
+        r.pages = list(hit) + kv.take(cdiv(len(hit) * B + ext, B) - len(hit))
+        r.evicted_tokens += (kv.evicted_blocks - ev0) * B
+        r.computed_tokens = len(hit) * B + ext
+        if r.retracted == 0:
+            r.cached_tokens, r.cached_device, r.cached_host = r.computed_tokens, len(hit) * B, ext
+        self.loading.add(id(r))
+        self.ncached[id(r)] = len(hit)
+        self.inflight[id(r)] = r
+        self.holding.append(r)
+        self.transfers.append((self.offload.load(self.oreq[id(r)], r.pages, ext), r))
+        return True
+
+    def load_done(self, r) -> None:
+        """r's load landed (`_update_waiting_for_remote_kv`): its blocks are cached, and a hit of
+        the whole sequence recomputes the last token."""
+        full = r.computed_tokens // self.B
+        self.kv.cache(r.pages, self.keys[id(r)], self.ncached[id(r)], full)
+        self.ncached[id(r)] = full
+        if r.computed_tokens == r.fill_len:
+            r.computed_tokens -= 1
+        self.loading.discard(id(r))
 
     def _grow(self, r, need: int, upto: int) -> None:
         """Give r `need` new blocks and cache the blocks full up to token `upto`."""
@@ -181,16 +249,19 @@ class VllmScheduler:
             ev0 = kv.evicted_blocks
             r.pages += kv.take(need)
             r.evicted_tokens += (kv.evicted_blocks - ev0) * self.B
-        done = min(r.computed_tokens, r.fill_len) // self.B
+        done = self.ncached[id(r)]
         full = min(upto, r.fill_len) // self.B
         if full > done:
             kv.cache(r.pages, self.keys[id(r)], done, full)
+            self.ncached[id(r)] = full
 
     def preempt(self, r) -> None:
         """vLLM's `_preempt_request`: free r's blocks, computed 0, to the waiting queue's front."""
         self.kv.free(r.pages)
         r.pages = []
         r.computed_tokens = 0
+        self.inflight.pop(id(r), None)
+        del self.ncached[id(r)]
         r.retracted += 1
         self.preempted_log.append(r.rid)
         self.waiting.appendleft(r)
@@ -198,23 +269,39 @@ class VllmScheduler:
     def complete(self, scheduled: list) -> tuple[list, list]:
         """After the step: (requests that sampled their first token, requests that finished)."""
         first, done = [], []
+        off = self.offload
         for r, new, _ctx in scheduled:
             r.computed_tokens += new
+            if off is not None:  # the step's store job (the connector's offer of computed blocks)
+                self.transfers.append((off.offer(self.oreq[id(r)], r.computed_tokens, r.pages), r))
             if r.computed_tokens < r.fill_len:
                 continue  # a prefill chunk: no token
+            self.inflight.pop(id(r), None)
             if r.generated_tokens == 0:
                 first.append(r)
             r.generated_tokens += 1
             if r.generated_tokens >= r.output_length:
                 self.running.remove(r)
+                if off is not None:
+                    self.transfers.append((off.finished(self.oreq.pop(id(r)), r.computed_tokens, r.pages), r))
                 self.kv.free(r.pages)
                 r.pages = []
-                del self.keys[id(r)]
+                del self.keys[id(r)], self.ncached[id(r)]
                 done.append(r)
         return first, done
 
+    def take_transfers(self) -> list:
+        """The connector's transfers issued since the last call (None entries dropped)."""
+        out = [(t, r) for t, r in self.transfers if t is not None]
+        self.transfers = []
+        return out
+
+    def loaded_waiting(self) -> bool:
+        """A request holds blocks whose load has landed (it can be scheduled)."""
+        return any(id(r) not in self.loading for r in self.holding)
+
     def idle(self) -> bool:
-        return not self.running and not self.waiting
+        return not self.running and not self.waiting and not self.holding
 
 
 __all__ = ["VllmConfig", "VllmScheduler", "batch_defaults", "DEFAULT_BLOCK_SIZE"]

@@ -275,3 +275,131 @@ def test_the_torch_backend_is_refused_in_one_line(tmp_path, capsys):
                                    "--no-plots", "--no-progress"])
     assert rc == 2 and err.count("\n") == 1 and "engine.kind vllm runs on the sim backend only" in err, err
     assert not (tmp_path / "out").exists()
+
+
+# -- the L2 seam ------------------------------------------------------------------------------------
+class FakeConnector:
+    """The calls of cache_core/vllm_offload.py's VllmOffloadConnector, one block per chunk, an
+    unbounded CPU: its lookup (a run of chunks past the GPU hit, over the prompt's full chunks) and
+    store offers (the prompt's computed full blocks not offered yet), logging every call."""
+
+    def __init__(self, B):
+        self.B, self.cpu, self.log = B, set(), []
+
+    class T:
+        def __init__(self, direction, keys, gpu_blocks, nbytes):
+            self.direction, self.keys, self.gpu_blocks, self.nbytes = direction, keys, gpu_blocks, nbytes
+
+    def new_request(self, keys, prompt_len):
+        return {"keys": keys, "P": prompt_len, "next": 0, "local": 0}
+
+    def matched_tokens(self, st, local):
+        B, n = self.B, st["P"] // self.B
+        st["next"], st["local"] = 0, local
+        if n * B - local < B:
+            return 0
+        hits = 0
+        for k in st["keys"][local // B:n]:
+            if k not in self.cpu:
+                break
+            hits += 1
+        return hits * B
+
+    def load(self, st, blocks, ext):
+        B, end = self.B, st["local"] + ext
+        st["next"] = -(-end // B)
+        return self.T("load", st["keys"][st["local"] // B:st["next"]], blocks[st["local"] // B:st["next"]], 10 * ext)
+
+    def offer(self, st, computed, blocks):
+        n = min(min(computed, st["P"]) // self.B, len(blocks), len(st["keys"]))
+        if n <= st["next"]:
+            return None
+        keys, src = st["keys"][st["next"]:n], blocks[st["next"]:n]
+        st["next"] = n
+        return self.T("store", keys, src, 10 * self.B * len(keys))
+
+    def finished(self, st, computed, blocks):
+        return self.offer(st, computed, blocks)
+
+    def complete(self, t):
+        self.log.append((t.direction, list(t.gpu_blocks)))
+        if t.direction == "store":
+            self.cpu.update(t.keys)
+
+
+class InstantPlane:
+    """A data plane whose transfers land at once (in submit)."""
+
+    def __init__(self):
+        self.got = []
+
+    def submit(self, t, on_done):
+        self.got.append((t.kind, t.src_tier, t.dst_tier, t.tokens, t.bytes))
+        on_done(t.id, True)
+
+
+def test_an_l2_hit_is_loaded_before_the_request_computes_the_rest_by_hand():
+    """B=4, 3 usable GPU blocks, one request at a time (max_num_seqs 1). A (8 tokens) and B (8 other
+    tokens) each store their 2 prompt blocks to the CPU when they finish; B's admission evicts A's
+    second block (2). C = A's prompt + 1 token: the GPU hits block 1 (4 tokens), the connector the
+    next 4 (a1 in the CPU): C takes block 2 (the head: evicting b1) for the load, waits out of the
+    queue until it lands, then computes its 1 last token (block 3, evicting b0) with 8 cached:
+    cached_tokens 8 = 4 device + 4 host; nothing more to store (the load marked its chunks)."""
+    conn, plane, clock = FakeConnector(4), InstantPlane(), Clock()
+    ex = Recorder(clock)
+    eng = VllmEngine(VllmConfig(block_size=4, max_num_seqs=1), 4, clock, plane, ex, offload=conn)
+    ex.eng = eng
+    eng.blocks.evicted_log = []
+    for r in (_req("A", range(1, 9), 1), _req("B", range(20, 28), 1), _req("C", range(1, 10), 1)):
+        eng.arrive(r)
+    eng.close_input()
+    for _ in eng.loop():
+        pass
+    eng.cache.check()
+    assert [s[0] for s in ex.log] == [[("A", 8, 0)], [("B", 8, 0)], [("C", 1, 8)]]
+    assert conn.log == [("store", [1, 2]), ("store", [3, 2]), ("load", [2])]
+    assert plane.got == [("backup", "L1", "L2", 8, 80), ("backup", "L1", "L2", 8, 80), ("load", "L2", "L1", 4, 40)]
+    got = {r.rid: (r.cached_tokens, r.cached_device, r.cached_host, r.evicted_tokens) for r in eng.finished}
+    assert got == {"A": (0, 0, 0, 0), "B": (0, 0, 0, 4), "C": (8, 4, 4, 8)}
+    assert eng.blocks.evicted_log == [2, 2, 3] and eng.counters["transfers"] == 3
+    assert eng.blocks.free_queue() == [(3, False), (2, True), (1, True)]
+
+
+class HeldPlane:
+    """A data plane that holds every transfer until the test releases it."""
+
+    def __init__(self):
+        self.held = []
+
+    def submit(self, t, on_done):
+        self.held.append((t, on_done))
+
+    def release(self):
+        held, self.held = self.held, []
+        for t, on_done in held:
+            on_done(t.id, True)
+
+
+def test_a_request_waits_out_of_the_queue_while_its_load_is_in_flight_and_the_next_one_runs():
+    """The CPU holds C's 2 prompt blocks, the GPU nothing: C takes blocks 1 and 2 for its 8-token
+    load and leaves the queue; D (behind it) runs in the same step (block 3). With the load still in
+    flight nothing can run: the loop idles. Once it lands C computes its last token (block 3 again:
+    D freed it to the head) with 8 cached, all from the host."""
+    conn, plane, clock = FakeConnector(4), HeldPlane(), Clock()
+    conn.cpu.update(TokenSeq(np.arange(1, 10, dtype=np.int64)).page_keys(4).tolist())
+    ex = Recorder(clock)
+    eng = VllmEngine(VllmConfig(block_size=4), None, clock, plane, ex, offload=conn)
+    ex.eng = eng
+    for r in (_req("C", range(1, 10), 1), _req("D", [50, 51, 52], 1)):
+        eng.arrive(r)
+    eng.close_input()
+    idles = 0
+    for _ in eng.loop():
+        idles += 1
+        assert [t.kind for t, _ in plane.held] == ["load"] and eng.inflight == 1
+        plane.release()
+    assert idles == 1 and [s[0] for s in ex.log] == [[("D", 3, 0)], [("C", 1, 8)]]
+    got = {r.rid: (r.cached_tokens, r.cached_device, r.cached_host, r.admit_s, r.first_token_s, r.pages)
+           for r in eng.finished}
+    assert got == {"D": (0, 0, 0, 0.0, 1.0, []), "C": (8, 0, 8, 1.0, 2.0, [])}
+    assert conn.log == [("load", [1, 2])] and eng.blocks.free_queue()[:1] == [(3, False)]
