@@ -22,7 +22,8 @@ the blocks up to it and waits out of the queue until the load lands, `VllmSchedu
 vLLM's delayed free while stores are pending is not modelled); ``complete(transfer)`` when the
 data plane reports a transfer done. Transfers (``direction`` load / store, ``gpu_blocks``,
 ``nbytes``) go onto the L2 <-> L1 link as ``load`` / ``backup`` actions. The reported L2 hit is
-``cached_host`` (the wait for its load counts as ``queue_s``). Not wired to scenarios yet: they refuse L2 keys under ``engine.kind: vllm``.
+``cached_host`` (the wait for its load counts as ``queue_s``). Not wired to scenarios yet: they
+refuse L2 keys under ``engine.kind: vllm``.
 """
 from __future__ import annotations
 
