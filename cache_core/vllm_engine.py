@@ -10,7 +10,8 @@ decode by its context. Times of a result row: ``queue_s`` in the waiting queue u
 token (also after a preemption before it), ``load_s`` 0 (no tier), compute the rest.
 
 A request that could never be served (``cdiv(prompt + output, B)`` above the pool's blocks:
-longer than the ``max_model_len`` the pool allows) is rejected at arrival.
+longer than the ``max_model_len`` the pool allows; without chunked prefill, longer than the
+budget, which vLLM keeps >= max_model_len) is rejected at arrival.
 
 L2 seam (`offload`, None by default: then none of this happens): a connector with the calls of
 `cache_core.vllm_offload.VllmOffloadConnector` (vLLM's OffloadingConnectorScheduler):
@@ -186,7 +187,9 @@ class VllmEngine:
         self.arrived += 1
         r.phase_since_s = r.arrival_s
         n = self.blocks.num_blocks
-        if n is not None and cdiv(len(r.prompt) + r.output_length, self.P) > n - 1:
+        total = len(r.prompt) + r.output_length
+        if (n is not None and cdiv(total, self.P) > n - 1) or (
+                not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens):
             r.rejected = True
             r.phase = DONE
             r.state = FINISHED

@@ -72,10 +72,20 @@ def check_kind_keys(raw: dict, doc: dict, comps: list, where: str, error) -> Non
         raise error(f"{where}: events: engine.kind vllm has no fault what-ifs yet; expected no events")
 
 
-def vllm_config(doc: dict, hw, where: str, error) -> VllmConfig:
-    """The VllmConfig of ``engine``: set keys as given, unset ones vLLM 0.33.0's defaults for the GPU."""
+def vllm_config(doc: dict, hw, model, where: str, error) -> VllmConfig:
+    """The VllmConfig of ``engine``: set keys as given, unset ones vLLM 0.33.0's defaults for the GPU.
+    Without chunked prefill the budget must hold the model's whole context (vLLM's max_model_len):
+    unset, it is raised to it (arg_utils `_set_default_max_num_seqs_and_batched_tokens_args`); set
+    below it, refused (config/scheduler.py `SchedulerConfig.verify_max_model_len`)."""
     e = doc["engine"]
     tokens, seqs = batch_defaults(hw.hbm_bytes_per_gpu, hw.gpu_name)
+    chunked = e["enable_chunked_prefill"] is not False
+    if not chunked:
+        if e["max_num_batched_tokens"] is not None and e["max_num_batched_tokens"] < model.max_context_tokens:
+            raise error(f"{where}: engine.max_num_batched_tokens: {e['max_num_batched_tokens']} is below "
+                        f"{model.name}'s context ({model.max_context_tokens}) with enable_chunked_prefill false; "
+                        "expected at least that (vLLM refuses it)")
+        tokens = max(tokens, model.max_context_tokens)
     pick = {"block_size": DEFAULT_BLOCK_SIZE, "max_num_seqs": seqs, "max_num_batched_tokens": tokens,
             "enable_chunked_prefill": True}
     vals = {k: pick[k] if e[k] is None else e[k] for k in VLLM_KEYS}

@@ -161,7 +161,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
     cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where)
     engine = (_engine_config(e, c, doc["seed"], where) if e["kind"] == "sglang"
-              else kinds.vllm_config(doc, hw, where, ScenarioError))
+              else kinds.vllm_config(doc, hw, model, where, ScenarioError))
     _check_fits(e, c["page_size"], model, swa, where)
     wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
     cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where, attention_backend=e["attention_backend"])

@@ -133,12 +133,16 @@ def test_a_preemption_recomputes_the_last_running_request_and_evicts_in_free_que
 
 def test_without_chunked_prefill_a_prompt_over_the_budget_waits_and_blocks_the_queue():
     """enable_chunked_prefill false: the head that does not fit the budget left stops the waiting
-    loop (FCFS); with it on, the budget cuts it into a chunk."""
-    reqs = lambda: [_req("A", range(1, 7), 2), _req("B", range(10, 17), 2), _req("C", [40], 2)]  # noqa: E731
-    _, log = _run(VllmConfig(block_size=4, max_num_batched_tokens=8, enable_chunked_prefill=False), None, reqs())
-    assert [s[0] for s in log][:3] == [[("A", 6, 0)], [("A", 1, 6), ("B", 7, 0)], [("B", 1, 7), ("C", 1, 0)]]
-    _, log = _run(VllmConfig(block_size=4, max_num_batched_tokens=8), None, reqs())
-    assert [s[0] for s in log][:2] == [[("A", 6, 0), ("B", 2, 0)], [("A", 1, 6), ("B", 5, 2), ("C", 1, 0)]]
+    loop (FCFS); with it on, the budget cuts it into a chunk. Without chunking a request longer
+    than the budget (vLLM keeps it >= max_model_len) is rejected at arrival: D, 8 + 1 tokens."""
+    reqs = lambda: [_req("A", range(1, 7), 2), _req("B", range(10, 17), 1), _req("C", [40], 2),  # noqa: E731
+                    _req("D", range(60, 68), 1)]
+    eng, log = _run(VllmConfig(block_size=4, max_num_batched_tokens=8, enable_chunked_prefill=False), None, reqs())
+    assert [s[0] for s in log] == [[("A", 6, 0)], [("A", 1, 6), ("B", 7, 0)], [("C", 1, 0)], [("C", 1, 1)]]
+    assert [r.rid for r in eng.finished if r.rejected] == ["D"]
+    eng, log = _run(VllmConfig(block_size=4, max_num_batched_tokens=8), None, reqs())
+    assert [s[0] for s in log][:2] == [[("A", 6, 0), ("B", 2, 0)], [("A", 1, 6), ("B", 5, 2), ("C", 1, 0), ("D", 1, 0)]]
+    assert not any(r.rejected for r in eng.finished)
 
 
 def test_a_request_longer_than_the_pool_is_rejected_at_arrival_and_a_stall_is_named():
@@ -171,6 +175,8 @@ def test_the_catalog_scenario_resolves_to_vllms_h200_defaults_and_sglang_config_
     assert "max_running_requests" not in sc.doc["engine"] and sc.doc["engine"]["kind"] == "vllm"
     a100 = scenario.from_file("vllm-quickstart", sets=["hardware=a100-80gbx1", "engine.max_num_seqs=8"])
     assert (a100.engine.max_num_batched_tokens, a100.engine.max_num_seqs) == (2048, 8)
+    whole = scenario.from_file("vllm-quickstart", sets=["engine.enable_chunked_prefill=false"])
+    assert whole.engine.max_num_batched_tokens == 40960  # raised to Qwen3-32B's context, as vLLM does
     sg = scenario.from_file("quickstart")
     assert sg.engine.kind == "sglang" and list(sg.doc["engine"]) == [
         "max_running_requests", "max_prefill_tokens", "chunked_prefill_tokens", "schedule_policy", "new_token_ratio",
@@ -258,6 +264,8 @@ def _with(**sections):
     (_with(cache={"policy": "lfu"}), "cache.policy: 'lfu': engine.kind vllm evicts in vLLM's free-queue order only"),
     (_with(model="gpt-oss-20b"), "cache.components: ['full', 'swa']: engine.kind vllm models full attention only"),
     (_with(fleet={"engines": 2}), "fleet: engine.kind vllm runs a single engine so far"),
+    (_with(engine={"enable_chunked_prefill": False, "max_num_batched_tokens": 4096}),
+     "engine.max_num_batched_tokens: 4096 is below Qwen3-32B's context (40960) with enable_chunked_prefill false"),
 ])
 def test_an_option_the_vllm_flavour_does_not_model_is_one_line_and_writes_nothing(tmp_path, capsys, doc, needle):
     path = tmp_path / "s.yaml"
