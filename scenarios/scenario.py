@@ -21,7 +21,9 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
            expert parallelism, priced by sim/operators.py), attention_backend (null | a backend
-           of sim/opdata/attention_backends.json: prefill attention on its measured curve)
+           of sim/opdata/attention_backends.json: prefill attention on its measured curve);
+           kind (sglang | vllm); under vllm instead: block_size, max_num_seqs,
+           max_num_batched_tokens, enable_chunked_prefill (vLLM's; scenarios/engine_kinds.py)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
