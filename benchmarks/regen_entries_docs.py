@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from regen_core import ROOT, entry, fail, table
+from regen_core import ROOT, entry, fail, run_key, table
 
 
 # README ------------------------------------------------------------------------------------
@@ -36,6 +36,15 @@ def _readme_trace(ctx) -> str:
        command="3 x the bundled Mooncake trace's requests (benchmarks/bench_fleet.py --copies 3)")
 def _readme_fleet_requests(ctx) -> str:
     return f"{3 * _trace_requests():,}"
+
+
+_VLLM_RUNS = [run_key("vllm-quickstart"), run_key("quickstart", "cache.hicache_ratio=null")]  # engine.kind vllm, sglang
+
+
+@entry("readme-vllm-quickstart", "README.md", cheap=True, seconds=8, block=False, runs=_VLLM_RUNS,
+       command="radixsim run vllm-quickstart; radixsim run quickstart --set cache.hicache_ratio=null (hit_rate)")
+def _readme_vllm_quickstart(ctx) -> str:
+    return " against ".join(f"{ctx.runs(k[0], *k[1])['hit_rate']:.3f}" for k in _VLLM_RUNS)
 
 
 @entry("readme-test-count", "README.md", cheap=False, seconds=60, block=False,

@@ -105,6 +105,8 @@ class EngineConfig:
     seed: int = 0
     schedule_options: object = None  # the schedule policy's options dataclass (None: its defaults)
 
+    kind = "sglang"  # engine.kind (a class attribute: vllm_sched.VllmConfig is the vllm kind)
+
     def __post_init__(self):
         check_int(self.max_running_requests, "engine.max_running_requests", 1)
         check_int(self.max_prefill_tokens, "engine.max_prefill_tokens", 1)

@@ -20,6 +20,14 @@ def sim_engine(env, sc, storage=None):
     from scenarios.presets import transfer_shards
     from sim.simulator import build
 
+    if sc.engine.kind == "vllm":  # engine.kind: vllm (cache_core/vllm_engine.py)
+        from scenarios.engine_kinds import num_blocks
+        from sim.simulator import build_vllm
+
+        cost = make_cost(sc)
+        B = sc.engine.block_size
+        return build_vllm(env, sc.engine, num_blocks(sc.cache.capacity_tokens, B), cost, sc.hardware,
+                          layers=sc.model.num_layers), cost
     cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None, storage=storage)
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),

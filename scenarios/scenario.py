@@ -21,7 +21,9 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
     engine.max_running_requests, max_prefill_tokens, chunked_prefill_tokens, schedule_policy,
            new_token_ratio, mixed_chunk, load_overlap (layerwise | none), ep_size (1 | tp: MoE
            expert parallelism, priced by sim/operators.py), attention_backend (null | a backend
-           of sim/opdata/attention_backends.json: prefill attention on its measured curve)
+           of sim/opdata/attention_backends.json: prefill attention on its measured curve);
+           kind (sglang | vllm); under vllm instead: block_size, max_num_seqs,
+           max_num_batched_tokens, enable_chunked_prefill (vLLM's; scenarios/engine_kinds.py)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -47,6 +49,7 @@ from cache_core.options import build
 from cache_core.scheduling import schedule_policy_config
 
 from . import cache_pools as pools
+from . import engine_kinds as kinds
 from . import presets
 from .cost_section import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, validate_document, set_key  # noqa: F401
@@ -155,17 +158,19 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     tp = _tp(doc["tp"], model, hw, where)
     c, e = doc["cache"], doc["engine"]
     comps = pools.components(c, model, where)
+    kinds.check_kind_keys(raw, doc, comps, where, ScenarioError)
     l1 = pools.l1_pool(c, model, hw, tp, where)
     swa = pools.swa_pool(c, model, l1, where) if "swa" in comps else None
     mamba = pools.mamba_pool(c, model, l1, where) if "mamba" in comps else None
     tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
     cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where)
-    engine = _engine_config(e, c, doc["seed"], where)
+    engine = (_engine_config(e, c, doc["seed"], where) if e["kind"] == "sglang"
+              else kinds.vllm_config(doc, hw, model, where, ScenarioError))
     _check_fits(e, c["page_size"], model, swa, where)
     wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
     cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where, attention_backend=e["attention_backend"])
     _check_attention_curve(e["attention_backend"], tp, model, hw, where)
-    out = {**doc, "model": model_doc, "hardware": hw_doc, "tp": tp,
+    out = {**doc, "model": model_doc, "hardware": hw_doc, "tp": tp, "engine": kinds.engine_doc(e, engine),
            "cache": pools.cache_doc(c, comps, l1, swa, mamba, tiers), "cost": {**doc["cost"], "efficiency": cost.efficiency}}
     del out["fleet"]  # None: one engine (config.yaml as before)
     spec = None

@@ -15,6 +15,7 @@ from cache_core.tiers.store import l3_model_names
 
 from .agentic import LENGTHS, AgenticConfig
 from .cost_kinds import cost_kind_names
+from .engine_kinds import KIND_LIMITS
 from .program_names import PROGRAM_NAMES
 from .schema_sections import defaults as _defaults, plugin_sections
 from .workload_kinds import workload_kind, workload_kind_names
@@ -184,6 +185,7 @@ LIMITS = {
     "cache.l3_replicas": 1024, "cache.l3_eviction_shards": 2**20, "cache.l3_objects_per_page": 2**20,
     "engine.max_running_requests": 10**5, "engine.max_prefill_tokens": 2**30,
     "engine.chunked_prefill_tokens": 2**30, "engine.ep_size": 1024,
+    **KIND_LIMITS,
     "workload.num_clients": 10**5, "workload.num_rounds": 10**5, "workload.request_length": 2**28,
     "workload.output_length": 2**28, "workload.max_parallel": 10**5, "workload.vocab_size": 2**40,
     "workload.num_sessions": 10**5, "workload.concurrency": 10**5, "workload.system_prompt_tokens": 2**28,

@@ -16,6 +16,7 @@ from cache_core.tiers.store import l3_model_configs, l3_model_names
 from .attention_backend_data import backend_names as attention_backend_names
 
 from .cost_kinds import cost_kind_names, cost_kinds
+from .engine_kinds import KIND_KEYS
 from .torch_options import TorchOptions
 
 ANY_SIZE = "a token count, a size like 500GiB"
@@ -54,6 +55,7 @@ def _cache_section() -> dict:
 def _engine_section() -> dict:
     """`engine:` (defaults: EngineConfig's), each schedule policy's keys after `schedule_policy`."""
     return _spliced({
+        **KIND_KEYS,  # engine.kind and the vLLM kind's keys (scenarios/engine_kinds.py)
         "max_running_requests": (_EC["max_running_requests"], "int1", "an integer >= 1"),
         "max_prefill_tokens": (_EC["max_prefill_tokens"], "int1", "an integer >= 1"),
         "chunked_prefill_tokens": (_EC["chunked_prefill_tokens"], "int1_or_none", "null or an integer >= 1"),

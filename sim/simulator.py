@@ -135,6 +135,17 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
     return eng
 
 
+def build_vllm(env: simpy.Environment, config, num_blocks: int | None, cost, hardware, *, layers: int = 1):
+    """A vLLM-like engine (cache_core/vllm_engine.py) on the same simulated plug-ins: its steps
+    on the cost model, its (future L2) transfers on the hardware's links."""
+    from cache_core.vllm_engine import VllmEngine
+
+    links = LinkSet.from_hardware(env, hardware)
+    eng = VllmEngine(config, num_blocks, SimClock(env), SimDataPlane(links), CostExecutor(env, cost, layers=layers))
+    eng.links = links
+    return eng
+
+
 # ----------------------------------------------------------------------------------------------
 # clients
 # ----------------------------------------------------------------------------------------------
@@ -248,4 +259,4 @@ def timed_arrivals(env: simpy.Environment, engine: Engine, items, *, speedup: fl
     engine.close_input()
 
 
-__all__ = ["SimClock", "SimDataPlane", "CostExecutor", "build", "sim_clock", "multiturn_clients", "timed_arrivals"]
+__all__ = ["SimClock", "SimDataPlane", "CostExecutor", "build", "build_vllm", "sim_clock", "multiturn_clients", "timed_arrivals"]
