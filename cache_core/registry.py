@@ -1,4 +1,4 @@
-"""A small name -> class registry (eviction policies, waiting-queue policies)."""
+"""A small name -> class registry (eviction policies, waiting-queue policies, component kinds)."""
 from __future__ import annotations
 
 
@@ -25,12 +25,15 @@ class Registry:
         """Drop `name` (a test's toy, once the test is done); KeyError if it is not registered."""
         del self._classes[name]
 
-    def make(self, name: str, **kwargs):
+    def get(self, name: str) -> type:
+        """The class registered as `name`; ValueError naming the known ones."""
         try:
-            cls = self._classes[name]
+            return self._classes[name]
         except KeyError:
             raise ValueError(f"unknown {self.what} {name!r}; known: {', '.join(self.names())}") from None
-        return cls(**kwargs)
+
+    def make(self, name: str, **kwargs):
+        return self.get(name)(**kwargs)
 
     def names(self) -> list[str]:
         return sorted(self._classes)
