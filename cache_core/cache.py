@@ -65,7 +65,7 @@ class RadixCache:
             topo.add(spec.build(topo.link(slot, usable, config.tiers)))
         self.components = topo.components
         self.voters = topo.voters
-        self.tiered = TieredAccess(topo, self.hier, P, memo=not config.extra_components) if self.hier is not None else None
+        self.tiered = TieredAccess(topo, self.hier, P) if self.hier is not None else None
         if self.hier is not None:
             topo.tiers = self.hier
             link = self.hier.link()
@@ -77,7 +77,7 @@ class RadixCache:
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
-        self.l1 = L1Match(topo, memo=not config.extra_components) if self.hier is None else None
+        self.l1 = L1Match(topo) if self.hier is None else None
         self.matcher: L1Match | TieredMatch = (self.tiered.matcher if self.tiered is not None
                                                else present(self.l1, "an L1 matcher without tiers"))
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records

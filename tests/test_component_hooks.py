@@ -1,0 +1,197 @@
+"""The core names no component (issue 30 item 5): what it used to ask SWA and MAMBA by name
+it now asks every component through a hook (components/base.py), so a component defined in
+a test file takes part: session references (`add_session_ref`/`drop_session_ref`/
+`session_node_removed`), the `session` policy's payload key (`session_referenced`), per-page
+slot reporting (`page_slots`, `RadixCache.slots_of`), the tree snapshot (`snapshot_state`)
+and the match memo (`match_state`: the memo is on with any components)."""
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from cache_core import CacheConfig, RadixCache, ReplayStepper, invariants
+from cache_core.snapshot import snapshot
+from cache_core.tiers import TierConfig
+from cache_core.tree import RadixTree
+from helpers import node_at, toks
+from radixsim.run import request_rows
+from test_engine import make, req, run
+from test_fourth_component import Ring, RingSpec, ring_of
+
+
+class SessionRing(Ring):
+    """RING with session references: the payload at a session's frontier counts them and the
+    `session` policy takes unreferenced payloads first; it reports one slot per page and a
+    state in the tree snapshot."""
+
+    name = "sring"
+    slots_per_page = True
+
+    def __init__(self, link, window: int, slots: int):
+        super().__init__(link, window, slots)
+        self.refs: Counter = Counter()  # node id -> session references
+        self.calls: list = []
+
+    def session_referenced(self, node) -> bool:
+        return self.refs[node.id] > 0
+
+    def add_session_ref(self, node):
+        pl = node.comp[self.kind]
+        self.calls.append(("add", node.end))
+        if pl is None:
+            return None
+        self.refs[node.id] += 1
+        self.touched(node)
+        return node
+
+    def drop_session_ref(self, node, token) -> None:
+        self.calls.append(("drop", node.end, token.end))
+        self.refs[token.id] -= 1
+        self.touched(token)
+
+    def session_node_removed(self, node, token):
+        self.calls.append(("removed", node.end))
+        return None if token is node else token
+
+    def page_slots(self, node, npages: int):
+        pl = node.comp[self.kind]
+        return np.full(npages, -1 if pl is None else pl.slot, dtype=np.int32)
+
+    def snapshot_state(self, node):
+        pl = node.comp[self.kind] if node.comp else None
+        return None if pl is None else f"slot {pl.slot}"
+
+
+class SessionRingSpec(RingSpec):
+    name = "sring"
+
+    def build(self, link) -> SessionRing:
+        return SessionRing(link, self.window, self.slots)
+
+
+def _sring(cache) -> SessionRing:
+    (c,) = [c for c in cache.components if c.name == "sring"]
+    return c
+
+
+A = toks("abcdefghijklmnop")  # 16 tokens
+B = toks("ABCDEFGHIJKLMNOP")
+C = toks("0123456789+-*/=<")
+
+
+def test_every_component_is_built_through_its_spec_in_slot_order():
+    from cache_core.config import FullSpec
+
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, extra_components=(RingSpec(window=8, slots=2),)))
+    assert [(c.name, c.kind) for c in cache.components] == [("full", 0), ("ring", 1)]
+    assert cache.component("ring") is ring_of(cache) and cache.component("swa") is None and cache.swa is None
+    assert type(FullSpec().build(cache.topo.link(0, 64))).__name__ == "FullComponent"
+    with pytest.raises(ValueError, match=r"component names must be unique, got \['full', 'ring', 'ring'\]"):
+        CacheConfig(extra_components=(RingSpec(window=8, slots=2), RingSpec(window=4, slots=1)))
+
+
+def test_session_references_reach_an_extra_component_through_its_hooks():
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, policy="session",
+                                   extra_components=(SessionRingSpec(window=8, slots=2),)))
+    ring = _sring(cache)
+    st = ReplayStepper(cache)
+    st.step(A, session_id="s")  # its region ends at A's leaf, which holds A's RING payload
+    st.step(B)
+    a = node_at(cache, A)
+    assert ring.calls == [("add", 16)] and ring.refs[a.id] == 1
+    invariants.check(cache)
+    # RING is full: C needs a slot. The session policy takes B's unreferenced payload first (its
+    # leaf goes whole), though A's is older: LRU would take A's
+    st.step(C)
+    assert node_at(cache, A) is a and node_at(cache, B) is None and node_at(cache, C) is not None
+    cache.close_session("s")
+    assert ring.calls == [("add", 16), ("drop", 16, 16)] and ring.refs[a.id] == 0
+    invariants.check(cache)
+
+
+def test_without_the_session_policy_lru_takes_the_older_payload():
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, extra_components=(SessionRingSpec(window=8, slots=2),)))
+    st = ReplayStepper(cache)
+    for s in (A, B, C):
+        st.step(s, session_id="s")
+    assert node_at(cache, A) is None and node_at(cache, B) is not None and _sring(cache).calls == []
+
+
+def test_a_removed_frontier_drops_the_reference_that_went_with_it():
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, policy="session",
+                                   extra_components=(SessionRingSpec(window=8, slots=1),)))
+    ring = _sring(cache)
+    st = ReplayStepper(cache)
+    st.step(A, session_id="s")
+    a_id = node_at(cache, A).id
+    st.step(B)  # the one RING slot: A's referenced payload is the only candidate, its leaf goes
+    assert node_at(cache, A) is None and ring.calls == [("add", 16), ("removed", 16)]
+    cache.close_session("s")  # nothing left to drop
+    assert ring.calls == [("add", 16), ("removed", 16)] and ring.refs[a_id] == 1
+    invariants.check(cache)
+
+
+def test_slots_of_and_the_snapshot_report_every_component_by_name():
+    cache = RadixCache(CacheConfig(page_size=4, capacity_tokens=256, extra_components=(SessionRingSpec(window=8, slots=2),)))
+    st = ReplayStepper(cache)
+    st.step(A)
+    got = cache.slots_of(A)
+    assert list(got) == ["full", "sring"]
+    assert got["full"].tolist() == [0, 1, 2, 3] and got["sring"].tolist() == [0, 0, 0, 0]
+    nodes = snapshot(cache)["nodes"]
+    assert [(n["swa"], n["mamba"], n["sring"]) for n in nodes] == [(None, None, None), (None, None, "slot 0")]
+    assert list(nodes[1])[-4:] == ["lock_ref", "srefs", "children", "sring"]
+
+
+def _count_walks(monkeypatch) -> Counter:
+    walks: Counter = Counter()
+    orig = RadixTree.path_nodes
+
+    def counted(self, qb, *a, **kw):
+        walks[id(qb)] += 1
+        return orig(self, qb, *a, **kw)
+
+    monkeypatch.setattr(RadixTree, "path_nodes", counted)
+    return walks
+
+
+def _requests(seed: int) -> list:
+    rng = random.Random(seed)
+    prefixes = [np.arange(rng.randrange(8, 64)) + 10_000 * k for k in range(4)]
+    out = []
+    for i in range(40):
+        tail = np.array([rng.randrange(100) for _ in range(rng.randrange(1, 24))], dtype=np.int64) + 1000 * (i + 1)
+        out.append((0.002 * i, req(i, np.concatenate([rng.choice(prefixes), tail]), rng.randrange(1, 4))))
+    return out
+
+
+@pytest.mark.parametrize("tiers", [None, TierConfig(hicache_ratio=2, write_policy="write_through")])
+def test_the_match_memo_gives_an_extra_component_the_same_results(monkeypatch, tiers):
+    """The memo is on with any components (`match_state`): a cache with RING serves 40 seeded
+    requests through the engine with the memo and without it, `invariants.check` after every
+    step: every request's row is the same, and the memo walks fewer times."""
+    got = []
+    for memo in (True, False):
+        walks = _count_walks(monkeypatch)
+        cfg = CacheConfig(page_size=4, capacity_tokens=384, tiers=tiers, extra_components=(RingSpec(window=8, slots=6),))
+        env, cache, e, _ = make(cfg, max_running_requests=3, chunked_prefill_tokens=None, seed=7)
+        assert (cache.matcher.memo is not None) is True
+        if not memo:
+            cache.matcher.memo, cache.matcher.quiet = None, False  # every match queries
+        orig = e.executor.execute
+
+        def checked(step, _orig=orig, _cache=cache):
+            yield from _orig(step)
+            invariants.check(_cache)
+
+        e.executor.execute = checked
+        run(env, e, _requests(5))
+        got.append((request_rows(e), sum(walks.values()), ring_of(cache).evicted))
+        monkeypatch.undo()
+    (rows_on, walks_on, ev_on), (rows_off, walks_off, ev_off) = got
+    print("walks", walks_on, walks_off, "ring evictions", ev_on)
+    assert len(rows_on) == 40 and rows_on == rows_off and ev_on == ev_off
+    assert ev_on > 0 and walks_on < walks_off
