@@ -65,7 +65,8 @@ SCHEMA = {
         "swa_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
         "mamba_slots": (None, "int1_or_none", "null or an integer >= 1"),
         "mamba_every_tokens": (None, "int1_or_none", "null or an integer >= 1"),
-        "components": (None, "components", "null or a list of full, swa, mamba"),
+        "components": (None, "components", "null or a list with full: swa, mamba (sized from the model) and any "
+                                           "registered component kind, by name or as {kind: NAME, FIELD: VALUE}"),
         "l2_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
         "hicache_ratio": (None, "pos_or_none", "null or a number > 0"),
         "hicache_size_gb": (None, "pos_or_none", "null or a number > 0 (GB of 1e9 bytes per rank)"),
@@ -213,8 +214,8 @@ def _ok(check, v) -> bool:
         "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
         "l3_model": lambda: isinstance(v, str) and v in l3_model_names(),
         "cost_kind": lambda: isinstance(v, str) and v in _cost_model_names(),
-        "components": lambda: v is None or (isinstance(v, list) and v and
-                                            all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
+        "components": lambda: v is None or (isinstance(v, list) and v and "full" in v and
+                                            all(isinstance(c, (str, dict)) for c in v)),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
         "size_or_none": lambda: v is None or _size_syntax(v),
         "size_l3": lambda: v is None or _size_syntax(v),

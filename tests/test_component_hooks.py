@@ -11,15 +11,19 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import yaml
 
 from cache_core import CacheConfig, RadixCache, ReplayStepper, invariants
+from cache_core.config import register_component, unregister_component
 from cache_core.snapshot import snapshot
 from cache_core.tiers import TierConfig
 from cache_core.tree import RadixTree
 from helpers import node_at, toks
-from radixsim.run import request_rows
+from radixsim.run import request_rows, simulate
+from scenarios import scenario
 from test_engine import make, req, run
 from test_fourth_component import Ring, RingSpec, ring_of
+from test_scenario import PREFIX, VALID, assert_one_line, run_file
 
 
 class SessionRing(Ring):
@@ -195,3 +199,53 @@ def test_the_match_memo_gives_an_extra_component_the_same_results(monkeypatch, t
     print("walks", walks_on, walks_off, "ring evictions", ev_on)
     assert len(rows_on) == 40 and rows_on == rows_off and ev_on == ev_off
     assert ev_on > 0 and walks_on < walks_off
+
+
+# -- components named by scenario files (scenarios/cache_pools.py) ------------------------------
+@pytest.fixture
+def ring_kind():
+    register_component("ring")(RingSpec)  # the toy of tests/test_fourth_component.py, one line
+    yield
+    unregister_component("ring")
+
+
+def _scenario(tmp_path, components) -> str:
+    doc = yaml.safe_load(VALID)
+    doc["cache"]["components"] = components
+    path = tmp_path / "ring.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return str(path)
+
+
+def test_a_scenario_names_a_registered_component_with_its_fields(tmp_path, ring_kind):
+    path = _scenario(tmp_path, ["full", {"kind": "ring", "window": 16, "slots": 3}])
+    sc = scenario.resolve(scenario.load(path), path)
+    (spec,) = sc.cache.extra_components
+    assert (type(spec), spec.window, spec.slots) == (RingSpec, 16, 3)
+    assert sc.cache.components == ("full", "ring") and sc.doc["cache"]["components"][1] == {
+        "kind": "ring", "window": 16, "slots": 3}
+    e = simulate(sc)[0]
+    ring = ring_of(e.cache)
+    assert (ring.pool.capacity_pages, ring.W) == (3, 16)
+    # 2 clients x 2 rounds: 100 prompt + 3 output tokens, 96 in whole pages of 16; round 2 reuses
+    # them (RING accepts 96: its payload ends there). 4 payloads (one per request) in 3 slots:
+    # one is evicted
+    assert [r["cached_tokens"] for r in request_rows(e)] == [0, 0, 96, 96] and ring.evicted == 1
+    invariants.check(e.cache)
+
+
+@pytest.mark.parametrize("components,needles", [
+    (["full", {"kind": "ring", "windw": 8, "slots": 2}],
+     ["cache.components[1].windw: not a field of component 'ring'", "expected one of window, slots"]),
+    (["full", {"kind": "rings", "window": 8}],
+     ["cache.components[1].kind: 'rings' is not a registered component kind", "expected one of ring"]),
+    (["full", {"kind": "ring", "window": 8}],
+     ["cache.components[1]: component 'ring': ", "missing 1 required", "'slots'"]),
+    (["full", "rings"], ["cache.components[1]: 'rings' is not a component", "expected one of full, swa, mamba, ring"]),
+])
+def test_a_bad_component_in_a_scenario_is_one_line_naming_file_and_field(capsys, tmp_path, ring_kind, components,
+                                                                        needles):
+    path = _scenario(tmp_path, components)
+    _, rc, out, err = run_file(capsys, tmp_path, path=path)
+    assert_one_line(rc, out, err, f"{PREFIX}{path}: {needles[0]}", *needles[1:])
+    assert not (tmp_path / "out").exists()
