@@ -249,3 +249,42 @@ def test_a_bad_component_in_a_scenario_is_one_line_naming_file_and_field(capsys,
     _, rc, out, err = run_file(capsys, tmp_path, path=path)
     assert_one_line(rc, out, err, f"{PREFIX}{path}: {needles[0]}", *needles[1:])
     assert not (tmp_path / "out").exists()
+
+
+# -- the torch backend's pools (gpu_backend/pool_kinds.py) --------------------------------------
+def _torch_cache(extra=(), **kw):
+    return RadixCache(CacheConfig(page_size=4, capacity_tokens=256, extra_components=extra, **kw),
+                      record_actions="transfers")
+
+
+def test_the_torch_pools_of_each_component_come_from_its_hook():
+    from cache_core.config import MambaConfig, SwaConfig
+    from gpu_backend.pool_kinds import component_pools
+
+    cache = _torch_cache(swa=SwaConfig(window_tokens=8, capacity_tokens=64), mamba=MambaConfig(slots=5))
+    pools, ex = component_pools(cache.voters, max_running=3, chunk_tokens=16, page_size=4)
+    # SWA: 16 core pages + (3 + 1) rings of (2 window pages + 4 chunk pages + 2) = 48; MAMBA: 5 + 3 + 1
+    assert pools == {"swa_pages": {"L1": 16 + 4 * 8, "L2": 0}, "state_slots": {"L1": 9, "L2": 0}}
+    assert ex == {"swa_scratch_base": 16, "swa_scratch_pages": 8, "scratch_base": 5}
+
+
+def test_a_component_without_torch_pools_is_refused_and_a_registered_hook_is_used():
+    import simpy
+
+    from gpu_backend.backend import TorchOptions, build_plugins
+    from gpu_backend.pool_kinds import register_torch_pool, unregister_torch_pool
+    from scenarios.presets import get_model
+
+    cache = _torch_cache((RingSpec(window=8, slots=2),))
+    with pytest.raises(ValueError, match=r"^the torch backend has no pools for component 'ring'; expected components "
+                                         r"among full, swa, mamba \(gpu_backend/pool_kinds.py: register_torch_pool\)$"):
+        build_plugins(simpy.Environment(), cache, get_model("qwen3-32b"), TorchOptions(), 2)
+    seen = []
+    register_torch_pool("ring")(lambda comp, **kw: (seen.append((comp.name, kw)) or {}, {}))  # RING: no tensors
+    try:
+        _, pools, _, _ = build_plugins(simpy.Environment(), cache, get_model("qwen3-32b"), TorchOptions(), 2)
+    finally:
+        unregister_torch_pool("ring")
+    assert seen == [("ring", {"max_running": 2, "chunk_tokens": 8192, "page_size": 4})]
+    # qwen3-32b: FULL only; the SWA and state pools stay empty (no hook asked for them)
+    assert [pools.size("L1", k) for k in ("full", "swa", "state")] == [64, 0, 0]
