@@ -5,9 +5,9 @@ configuration, not code: FULL always (`FullSpec`); then one *component spec* per
 component, in order: SWA and/or MAMBA when their config is given, then `extra_components`
 (`CacheConfig.component_specs`). A spec is a record with a `name` and `build(link) ->
 Component` (a `components.ports.TreeLink` in); the cache builds every component through it.
-Spec classes are registered by kind (`register_component`: SWA and MAMBA here, a toy from
-tests/test_plugin_families.py), so a scenario can name any registered kind with its fields
-(`make_component_spec`). Sidecars follow FULL or SWA indices.
+Spec classes are registered by kind (`register_component`: SWA and MAMBA here; the RING toy
+from tests/test_component_hooks.py), so a scenario can name any registered kind with its
+fields (`component_spec_class`; scenarios/cache_pools.py). Sidecars follow FULL or SWA indices.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ _COMPONENTS = Registry("component kind")
 
 def register_component(kind: str):
     """Class decorator: a component spec class (fields = its config; `build(link)`) that
-    scenarios and `make_component_spec` can name by `kind` (sets `cls.name = kind`)."""
+    scenarios can name by `kind` (`component_spec_class`) (sets `cls.name = kind`)."""
     return _COMPONENTS.register(kind)
 
 
