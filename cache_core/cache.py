@@ -19,10 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .allocator import INDEX_DTYPE
-from .components.full import FullComponent
-from .components.mamba import MambaComponent
-from .components.swa import SwaComponent
-from .config import CacheConfig
+from .config import CacheConfig, FullSpec
 from .eviction import make_policy
 from .l1_match import L1Match
 from .optional import present
@@ -44,42 +41,31 @@ class RadixCache:
     follow); `record_actions="transfers"` records only transfers and state copies (what an
     engine's data plane executes). With tiers, `auto_ack=False` leaves transfers in flight until `ack(id)`.
 
-    Components: FULL, then SWA and MAMBA when configured, then `config.extra_components`
-    (each built from a `ports.TreeLink`); the cache iterates them (components/base.py)."""
+    Components: FULL, then each of `config.component_specs` (SWA and MAMBA when configured,
+    then `config.extra_components`), each built by its spec from a `ports.TreeLink` with the
+    next payload slot; the cache iterates them (components/base.py) and names none."""
 
     def __init__(self, config: CacheConfig, record_actions: bool = False, auto_ack: bool = True, storage=None):
         self.config = config
         self.page_size = P = config.page_size
-        self.policy = make_policy(config.policy)
-        extra = config.extra_components
-        voting = config.swa is not None or config.mamba is not None or bool(extra)
+        self.policy = make_policy(config.policy, config.policy_options)
+        specs = config.component_specs
+        voting = bool(specs)
         tiered = config.tiered
         self.actions: list | None = [] if record_actions else None
         # voting components and tiers rank internal nodes, so their access statistics must be eager
-        self.topo = topo = Topology(P, self.policy, 3 + len(extra) if voting else 0, not (voting or tiered),
+        self.topo = topo = Topology(P, self.policy, 1 + len(specs) if voting else 0, not (voting or tiered),
                                     self.actions, config.sidecars)
         self.tree = topo.tree
-        useless = topo.useless_leaf if voting else None
-        tcfg = config.tiers  # not None when tiered
-        self.hier = make_hierarchy(topo, config, auto_ack, useless, storage)  # `storage`: a prebuilt L3 store
-        self.full = self.hier.full if self.hier is not None else FullComponent(self.tree, config.usable_tokens,
-                                                                               self.policy, useless)
+        usable = config.usable_tokens
+        self.full = FullSpec().build(topo.link(0, usable, config.tiers, topo.useless_leaf if voting else None))
+        self.hier = make_hierarchy(topo, config, auto_ack, self.full, storage)  # `storage`: a prebuilt L3 store
         topo.add(self.full)
-        self.swa: SwaComponent | None = None
-        self.mamba: MambaComponent | None = None
-        if config.swa is not None:
-            self.swa = SwaComponent(topo.link(1), config.swa.window_tokens, config.swa_tokens,
-                                    tcfg.swa_bytes_per_token if tcfg is not None else 0)
-            topo.add(self.swa)
-        if config.mamba is not None:
-            self.mamba = MambaComponent(topo.link(2), config.mamba.slots, config.mamba.every_tokens,
-                                        tcfg.state_bytes if tcfg is not None else 0)
-            topo.add(self.mamba)
-        for i, spec in enumerate(extra):
-            topo.add(spec.build(topo.link(3 + i)))
+        for slot, spec in enumerate(specs, 1):  # every voting component, built the same way
+            topo.add(spec.build(topo.link(slot, usable, config.tiers)))
         self.components = topo.components
         self.voters = topo.voters
-        self.tiered = TieredAccess(topo, self.hier, P, memo=not extra) if self.hier is not None else None
+        self.tiered = TieredAccess(topo, self.hier, P) if self.hier is not None else None
         if self.hier is not None:
             topo.tiers = self.hier
             link = self.hier.link()
@@ -91,12 +77,23 @@ class RadixCache:
         # with auto_ack False: `load` emits every L2->L1 load of a host run at once (the data
         # plane acknowledges them in emission order) instead of one per call
         self.pipeline_loads = False
-        self.l1 = L1Match(topo, memo=not extra) if self.hier is None else None
+        self.l1 = L1Match(topo) if self.hier is None else None
         self.matcher: L1Match | TieredMatch = (self.tiered.matcher if self.tiered is not None
                                                else present(self.l1, "an L1 matcher without tiers"))
         if record_actions and record_actions != "transfers":  # "transfers": only Transfer records
             for c in self.components:
                 topo.watch(c.pool, c.name)
+
+    def component(self, name: str):
+        """The component named `name` ("full", "swa", "mamba", an extra's), or None."""
+        for c in self.components:
+            if c.name == name:
+                return c
+        return None
+
+    # lookups by name for the many callers that read the built-in hybrid components
+    swa = property(lambda self: self.component("swa"))
+    mamba = property(lambda self: self.component("mamba"))
 
     # -- match / lock ------------------------------------------------------------------------
     def match(self, seq, limit_tokens: int | None = None) -> MatchResult:
@@ -190,8 +187,8 @@ class RadixCache:
 
     # -- insert -----------------------------------------------------------------------------------
     def insert(self, seq, num_tokens: int, pages: np.ndarray = _EMPTY, pages_from: int = 0,
-               after: MatchResult | None = None, *, swa_pages: np.ndarray | None = None,
-               state_slots=None, slots: dict | None = None, priority: int = 0, keep_uncached: bool = False,
+               after: MatchResult | None = None, *, slots: dict | None = None, priority: int = 0,
+               keep_uncached: bool = False,
                inserted_len: int = 0) -> InsertResult:
         """Insert seq[:num_tokens] (page-aligned). `pages` hold the KV of tokens
         pages_from .. pages_from + len(pages)*P: those the tree already holds are freed, the
@@ -200,12 +197,12 @@ class RadixCache:
 
         `after`: a still-locked match of a prefix of `seq` (no longer than num_tokens); the
         walk resumes from it instead of looking the matched path up again (same result).
-        `swa_pages`: SWA pages the request computed for its window, in position order; they
-        fill [max(pages_from, num_tokens - window), num_tokens), healing tombstones; the rest
-        are freed. `state_slots`: the request's MAMBA slots (private state first, then
-        snapshot slots): they become checkpoints where the strategy says, or are freed.
         `slots`: every voting component's request units by component name (what
-        `lifecycle.request_slots` gave; `swa_pages`/`state_slots` are the same for SWA and MAMBA).
+        `lifecycle.request_slots` gave), placed by each component (`Component.place`), e.g.
+        ``{"swa": pages}``: SWA pages the request computed for its window, in position order,
+        filling [max(pages_from, num_tokens - window), num_tokens) and healing tombstones;
+        ``{"mamba": slots}``: private state first, then snapshot slots, checkpoints where the
+        strategy says. Units a component does not place are freed.
         `priority`: the request's priority; every node on the inserted path keeps the highest
         it has seen (the `priority` and `session` policies read it).
         `keep_uncached`: pages of new tokens the tree cannot take (a node above them is not on
@@ -237,8 +234,7 @@ class RadixCache:
         counted = self._count_hit_and_priority(final, inserted_len, priority)
         shape = self.topo.version  # a split below (a MAMBA checkpoint) puts new nodes on the counted path
         if self.voters:
-            given = dict(slots) if slots else {}
-            given.update((k, v) for k, v in (("swa", swa_pages), ("mamba", state_slots)) if v is not None)
+            given = slots or {}
             self.topo.touch_path(visited)
             hi = min(num_tokens, final.end)  # nothing was cached past a node still in flight (tiers)
             for c in self.voters:
@@ -323,10 +319,8 @@ class RadixCache:
     # -- one request's units of the voting components (lifecycle.py takes and returns them) ---------
     def finalize(self, m: MatchResult, slots) -> list:
         """Component finalizers for one request that reuses `m` (`slots`: its units by
-        component name; a bare int is MAMBA's private slot): MAMBA copies the shared
-        checkpoint into the private slot (a `CopyState` action). Returns the actions."""
-        if not isinstance(slots, dict):
-            slots = {"mamba": [slots]}
+        component name): e.g. MAMBA copies the shared checkpoint into the private slot (a
+        `CopyState` action). Returns the actions."""
         acts = []
         for c in self.voters:
             if c.name in slots:
@@ -335,48 +329,23 @@ class RadixCache:
             self.topo.record(a)
         return acts
 
-    # SWA and MAMBA pools as callers and tests see them
-    @property
-    def free_swa_tokens(self) -> int:
-        return present(self.swa, "no SWA component").pool.free_pages * self.page_size
-
-    def evict_swa(self, num_tokens: int) -> int:
-        """Free at least `num_tokens` of the SWA pool in policy order; returns tokens freed."""
-        return present(self.swa, "no SWA component").evict_tokens(num_tokens)
-
-    def alloc_swa(self, num_pages: int):
-        """Take SWA pages without evicting; None if not enough are free."""
-        return present(self.swa, "no SWA component").alloc(num_pages)
-
-    def free_swa(self, pages: np.ndarray) -> None:
-        present(self.swa, "no SWA component").release_slots(pages)
-
-    def alloc_states(self, n: int):
-        """`n` MAMBA state slots for one request (evicting checkpoints if short): the first
-        is its private working state; None if the pool cannot supply them."""
-        return present(self.mamba, "no MAMBA component").acquire(n)
-
-    def free_states(self, slots) -> None:
-        present(self.mamba, "no MAMBA component").release(slots)
-
     # -- reporting --------------------------------------------------------------------------------
     def slots_of(self, seq, num_tokens: int | None = None) -> dict:
         """Read-only: the slot indices that hold seq[:num_tokens] where it is cached, per pool,
-        one per page in position order: ``{"full": [...], "swa": [...]}`` (-1 = SWA
-        tombstone) plus each sidecar under its own name with its source's exact indices.
-        This is the FULL -> SWA index translation (e.g. six pages F0..F5 with a two-page
-        window map F4, F5 -> S0, S1). No tick, no split."""
+        one per page in position order: ``{"full": [...]}`` plus each component that keeps
+        one index per page (`Component.page_slots`; SWA: -1 = tombstone) and each sidecar
+        under its own name with its source's exact indices. This is the FULL -> SWA index
+        translation (e.g. six pages F0..F5 with a two-page window map F4, F5 -> S0, S1). No
+        tick, no split."""
         seq = seq if isinstance(seq, TokenSeq) else TokenSeq(seq)
         n = seq.length if num_tokens is None else min(num_tokens, seq.length)
         P = self.page_size
-        full, swa = [], []
+        comps = [c for c in self.components if c.slots_per_page]
+        per: dict = {c.name: [] for c in comps}
         for node, k in self.tree.path_nodes(seq.data, n // P * P):
-            full.append(node.value[: k // P])
-            if self.swa is not None:
-                swa.append(node.comp[self.swa.kind].pages[: k // P])
-        out = {"full": np.concatenate(full) if full else _EMPTY.copy()}
-        if self.swa is not None:
-            out["swa"] = np.concatenate(swa) if swa else _EMPTY.copy()
+            for c in comps:
+                per[c.name].append(c.page_slots(node, k // P))
+        out = {name: np.concatenate(got) if got else _EMPTY.copy() for name, got in per.items()}
         for sc in self.config.sidecars:
             out[sc.name] = out[sc.follows]
         return out

@@ -1,18 +1,62 @@
 """Static cache configuration: frozen, keyword-only dataclasses validated on construction.
 
 Sizes are in tokens (or state slots for MAMBA); None = unbounded. Which components exist is
-configuration, not code: FULL always; SWA and/or MAMBA when their config is given; sidecars
-follow FULL or SWA indices.
+configuration, not code: FULL always (`FullSpec`); then one *component spec* per voting
+component, in order: SWA and/or MAMBA when their config is given, then `extra_components`
+(`CacheConfig.component_specs`). A spec is a record with a `name` and `build(link) ->
+Component` (a `components.ports.TreeLink` in); the cache builds every component through it.
+Spec classes are registered by kind (`register_component`: SWA and MAMBA here; the RING toy
+from tests/test_component_hooks.py), so a scenario can name any registered kind with its
+fields (`component_spec_class`; scenarios/cache_pools.py). Sidecars follow FULL or SWA indices.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .components.full import FullComponent
+from .components.full_tiered import TieredFull
+from .components.mamba import MambaComponent
+from .components.swa import SwaComponent
 from .eviction import make_policy
+from .registry import Registry
 
 if TYPE_CHECKING:
     from .tiers.config import TierConfig
+
+
+_COMPONENTS = Registry("component kind")
+
+
+def register_component(kind: str):
+    """Class decorator: a component spec class (fields = its config; `build(link)`) that
+    scenarios can name by `kind` (`component_spec_class`) (sets `cls.name = kind`)."""
+    return _COMPONENTS.register(kind)
+
+
+def unregister_component(kind: str) -> None:
+    _COMPONENTS.unregister(kind)
+
+
+def component_kinds() -> list[str]:
+    return _COMPONENTS.names()
+
+
+def component_spec_class(kind: str) -> type:
+    """The spec class registered as `kind` (ValueError naming the known kinds)."""
+    return _COMPONENTS.get(kind)
+
+
+class FullSpec:
+    """FULL, the anchor (slot 0): its pool is the cache's L1 (`link.full_tokens`); with L2 or
+    L3 the tiered FULL (the hierarchy hands it its port)."""
+
+    name = "full"
+
+    def build(self, link) -> FullComponent:
+        t = link.tier_config
+        cls = TieredFull if t is not None and (t.has_l2 or t.l3) else FullComponent
+        return cls(link.tree, link.full_tokens, link.policy, link.useless_leaf)
 
 
 def _int_or_none(name: str, v, lo: int = 0) -> None:
@@ -20,6 +64,7 @@ def _int_or_none(name: str, v, lo: int = 0) -> None:
         raise ValueError(f"{name} must be an integer >= {lo} or None, got {v!r}")
 
 
+@register_component("swa")
 @dataclass(frozen=True, kw_only=True)
 class SwaConfig:
     """Sliding-window KV: window W tokens; pool = capacity_tokens, or full_tokens_ratio x
@@ -37,7 +82,19 @@ class SwaConfig:
         if not (0 < self.full_tokens_ratio):
             raise ValueError(f"swa full_tokens_ratio must be > 0, got {self.full_tokens_ratio}")
 
+    def pool_tokens(self, full_tokens: int | None) -> int | None:
+        """The SWA pool in tokens: explicit, else ratio x the FULL pool (None: both unbounded)."""
+        if self.capacity_tokens is not None:
+            return self.capacity_tokens
+        return None if full_tokens is None else int(full_tokens * self.full_tokens_ratio)
 
+    def build(self, link) -> SwaComponent:
+        t = link.tier_config
+        return SwaComponent(link, self.window_tokens, self.pool_tokens(link.full_tokens),
+                            t.swa_bytes_per_token if t is not None else 0)
+
+
+@register_component("mamba")
 @dataclass(frozen=True, kw_only=True)
 class MambaConfig:
     """Recurrent-state checkpoints: `slots` state slots (None = unbounded, allowed only with
@@ -50,6 +107,10 @@ class MambaConfig:
     def __post_init__(self):
         _int_or_none("mamba slots", self.slots)
         _int_or_none("mamba every_tokens", self.every_tokens, 1)
+
+    def build(self, link) -> MambaComponent:
+        t = link.tier_config
+        return MambaComponent(link, self.slots, self.every_tokens, t.state_bytes if t is not None else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,11 +133,12 @@ class CacheConfig:
     page_size: int = 1
     capacity_tokens: int | None = None
     policy: str = "lru"
+    policy_options: object = None  # the eviction policy's options dataclass (None: its defaults)
     swa: SwaConfig | None = None
     mamba: MambaConfig | None = None
     sidecars: tuple = ()
     tiers: TierConfig | None = None  # L2/L3, or None (L1 only)
-    # more voting components: objects with `name` and `build(link) -> Component` (a
+    # more voting components: specs with `name` and `build(link) -> Component` (a
     # components.ports.TreeLink in; tests/test_fourth_component.py shows one)
     extra_components: tuple = ()
 
@@ -97,6 +159,14 @@ class CacheConfig:
             raise ValueError(f"sidecar names must be unique, got {names}")
         if any(s.follows == "swa" for s in self.sidecars) and self.swa is None:
             raise ValueError("a sidecar follows 'swa' but the cache has no SWA component")
+        comps = ["full"] + [c.name for c in self.component_specs]
+        if len(set(comps)) != len(comps):
+            raise ValueError(f"component names must be unique, got {comps}")
+
+    @property
+    def component_specs(self) -> tuple:
+        """The voting components' specs in build order (slots 1, 2, ...): SWA, MAMBA, then the extras."""
+        return tuple(c for c in (self.swa, self.mamba) if c is not None) + tuple(self.extra_components)
 
     @property
     def tiered(self) -> bool:
@@ -113,14 +183,7 @@ class CacheConfig:
     @property
     def swa_tokens(self) -> int | None:
         """The SWA pool in tokens: explicit, else ratio x FULL (None when both unbounded)."""
-        if self.swa is None:
-            return None
-        if self.swa.capacity_tokens is not None:
-            return self.swa.capacity_tokens
-        usable = self.usable_tokens
-        if usable is None:  # capacity_tokens is None
-            return None
-        return int(usable * self.swa.full_tokens_ratio)
+        return None if self.swa is None else self.swa.pool_tokens(self.usable_tokens)
 
     @property
     def components(self) -> tuple:

@@ -185,16 +185,6 @@ class EngineRequest(Request):
     def limit(self) -> int:
         return max(self.fill_len - 1, 0)
 
-    @property
-    def swa_pages(self):
-        """The SWA window pages it computes into (None: none taken)."""
-        return None if self.slots is None else self.slots.get("swa")
-
-    @property
-    def states(self):
-        """Its MAMBA state slots, private state first (None: none taken)."""
-        return None if self.slots is None else self.slots.get("mamba")
-
 
 @dataclass(frozen=True, slots=True)
 class Step:

@@ -92,6 +92,12 @@ class Policy:
     def key_for(self, component: str):
         return self.key
 
+    def payload_key(self, component: str, referenced):
+        """The key for a component's payloads that answers `referenced(node)` (whether a
+        session references its payload on `node`; `Component.session_referenced`): by
+        default `key_for(component)`; the ``session`` policy ranks by it."""
+        return self.key_for(component)
+
     def evict_hook(self, component: str):
         """A callable(node, key) the queue calls on each candidate it hands out for eviction
         (a policy with state that moves on evictions: a SIEVE hand, a GreedyDual clock), or None."""
@@ -185,8 +191,9 @@ class SLRU(Policy):
 class SessionAware(Policy):
     """The seed's session-aware eviction (sessions.py registers the references):
     FULL ranks (referenced, session refcount, base priority, LRU) — unreferenced first;
-    SWA and MAMBA take unreferenced entries of their regions first, then referenced ones,
-    LRU within each. References change the order only: nothing is pinned."""
+    a component that reports session references (`Component.session_referenced`: SWA, MAMBA)
+    takes unreferenced entries of their regions first, then referenced ones, LRU within each.
+    References change the order only: nothing is pinned."""
 
     reads_hits = False
     uses_sessions = True
@@ -196,12 +203,8 @@ class SessionAware(Policy):
         r = node.srefs
         return (r > 0, r, node.priority, node.tick)
 
-    def key_for(self, component: str):
-        if component == "swa":
-            return lambda node: (bool(node.comp[1].sess), node.tick)
-        if component == "mamba":
-            return lambda node: (node.comp[2].srefs > 0, node.tick)
-        return self.key
+    def payload_key(self, component: str, referenced):
+        return lambda node: (referenced(node), node.tick)
 
 
 class EvictionQueue:
@@ -209,11 +212,12 @@ class EvictionQueue:
 
     __slots__ = ("policy", "_heap", "_is_candidate", "_key", "_volatile", "_on_pop")
 
-    def __init__(self, policy: Policy, is_candidate: Callable, component: str = "full"):
+    def __init__(self, policy: Policy, is_candidate: Callable, component: str = "full", referenced=None):
         self.policy = policy
         self._heap: list = []
         self._is_candidate = is_candidate
-        self._key = policy.key_for(component)
+        # `referenced`: the component's session_referenced hook, or None
+        self._key = policy.key_for(component) if referenced is None else policy.payload_key(component, referenced)
         self._volatile = policy.volatile
         self._on_pop = policy.evict_hook(component)
 

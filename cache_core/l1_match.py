@@ -13,11 +13,13 @@ of a request's query while the cache's state is unchanged (issue 16 item 3).
   touch, with exactly the ticks and queue offers of a new walk.
 
 `version` is the state a query depends on: the topology's counter (every insert, split and
-removal) plus every component pool's frees (evictions, SWA tombstones; an allocation hands
-pages to a caller and places nothing on a node: the tree takes them at an insert). Locks
-are not part of it: no query reads a lock (they decide only which nodes a queue takes, which
-`touch` offers afresh). Used with the built-in components; tiers match through tiers/match.py
-(residency changes with acknowledgements and L3 contents)."""
+removal) plus what each component lists in `match_state()` (its pool's frees by default:
+evictions, SWA tombstones; an allocation hands pages to a caller and places nothing on a
+node: the tree takes them at an insert). Locks are not part of it: no query reads a lock
+(they decide only which nodes a queue takes, which `touch` offers afresh). Used with any
+components (a component without a pool adds nothing; one whose votes change otherwise lists
+a counter of its own); tiers match through tiers/match.py (residency changes with
+acknowledgements and L3 contents)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -129,9 +131,9 @@ class MemoMatch:
 
 
 class L1Match(MemoMatch):
-    def __init__(self, topo, memo: bool):
+    def __init__(self, topo, memo: bool = True):
         self.topo, self.tree, self.page_size = topo, topo.tree, topo.page_size
-        self.pools = [c.pool for c in topo.components] if memo else []  # (an extra component may have none)
+        self.pools = [p for c in topo.components for p in c.match_state()] if memo else []
         self.memo: PlanMemo | None = PlanMemo() if memo else None
         self.quiet = memo and topo.policy.tick_order_only
 

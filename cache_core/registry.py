@@ -1,5 +1,5 @@
 """A small name -> class registry (eviction policies, waiting-queue policies, L3 store models,
-cost models). Each entry owns a config dataclass (cache_core/options.py; `NoOptions` when it
+cost models, component kinds). Each entry owns a config dataclass (cache_core/options.py; `NoOptions` when it
 names none): its fields are the entry's scenario keys."""
 from __future__ import annotations
 
@@ -47,12 +47,15 @@ class Registry:
         del self._configs[name]
         changed()
 
-    def make(self, name: str, **kwargs):
+    def get(self, name: str) -> type:
+        """The class registered as `name`; ValueError naming the known ones."""
         try:
-            cls = self._classes[name]
+            return self._classes[name]
         except KeyError:
             raise ValueError(f"unknown {self.what} {name!r}; known: {', '.join(self.names())}") from None
-        return cls(**kwargs)
+
+    def make(self, name: str, **kwargs):
+        return self.get(name)(**kwargs)
 
     def names(self) -> list[str]:
         return sorted(self._classes)

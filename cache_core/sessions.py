@@ -4,9 +4,10 @@ When a request of a session completes successfully, the session's reusable regio
 registered (replacing its previous one):
 - FULL: the prefix path from the root to the end of the request's cached sequence
   (``node.srefs`` counts the sessions whose path covers a node);
-- SWA: its tail window plus one page (the window start is recorded on every SWA payload
-  that intersects [end - W - P, end), like window locks, so splits stay exact);
-- MAMBA: the checkpoint at that frontier.
+- every other component: what its `add_session_ref(frontier)` hook references (SWA: its tail
+  window plus one page; MAMBA: the checkpoint at that frontier); the token it returns is
+  handed back to `drop_session_ref` and, when the frontier's node leaves the tree, to
+  `session_node_removed` (components/base.py).
 
 `close(sid)` removes the references but not the cache entries. Generations (one counter
 for all ids, so a generation is never reused) and a bounded set of recently closed ids
@@ -20,13 +21,12 @@ from collections import OrderedDict
 
 
 class _State:
-    __slots__ = ("gen", "node", "ws", "mamba")
+    __slots__ = ("gen", "node", "refs")
 
     def __init__(self, gen: int):
         self.gen = gen
         self.node = None  # FULL frontier
-        self.ws = 0  # SWA window start of the region
-        self.mamba = None  # node whose MAMBA payload holds this session's reference
+        self.refs: list = []  # [(component, token)] of the other components' references
 
 
 class SessionRegistry:
@@ -37,7 +37,7 @@ class SessionRegistry:
         self.closed_bound = closed_bound
         self.sessions: dict = {}
         self.closed: OrderedDict = OrderedDict()  # sid -> last generation
-        self._at: dict = {}  # node id -> [sids whose frontier or MAMBA ref sits there]
+        self._at: dict = {}  # node id -> [sids whose frontier sits there]
         self.stale_finishes = 0
         self._gen = 0
 
@@ -94,11 +94,8 @@ class SessionRegistry:
         cache.full.touched(node)
         if cache.hier is not None:
             cache.hier.touched(node)
-        if cache.swa is not None:
-            st.ws = max(0, node.end - cache.swa.window - cache.page_size)
-            cache.swa.add_session_ref(node, st.ws)
-        if cache.mamba is not None and cache.mamba.add_session_ref(node):
-            st.mamba = node  # the frontier itself, so on_remove finds it through `_at`
+        for c in cache.voters:
+            st.refs.append((c, c.add_session_ref(node)))
 
     def _release(self, sid, st: _State) -> None:
         node = st.node
@@ -116,11 +113,10 @@ class SessionRegistry:
         cache.full.touched(node)
         if cache.hier is not None:
             cache.hier.touched(node)
-        if cache.swa is not None:
-            cache.swa.drop_session_ref(node, st.ws)
-        if st.mamba is not None:
-            cache.mamba.drop_session_ref(st.mamba)
-        st.node = st.mamba = None
+        for c, token in st.refs:
+            if token is not None:
+                c.drop_session_ref(node, token)
+        st.node, st.refs = None, []
 
     def _touch(self, n) -> None:
         self.cache.topo.touch_all(n)
@@ -134,7 +130,8 @@ class SessionRegistry:
 
     def on_remove(self, node) -> None:
         """A node left the tree: sessions whose frontier was there keep the rest of their
-        region (the frontier moves to the parent); a MAMBA reference there is gone."""
+        region (the frontier moves to the parent); each component says which of its
+        references went with the node (`session_node_removed`)."""
         sids = self._at.pop(node.id, None)
         if not sids:
             return
@@ -143,8 +140,7 @@ class SessionRegistry:
             st = self.sessions.get(sid)
             if st is None:
                 continue
-            if st.mamba is node:
-                st.mamba = None
+            st.refs = [(c, c.session_node_removed(node, token)) for c, token in st.refs]
             if st.node is node:
                 st.node = parent if parent is not None and parent.parent is not None else None
                 if st.node is not None:

@@ -20,6 +20,7 @@ included, so the list is a tree). Per node:
   "tombstone" (none), or None (no SWA payload: no SWA component, or the root);
 - ``mamba``: its MAMBA checkpoint: "present" (an L1 slot), "host" (only on L2),
   "tombstone", or None (no checkpoint payload);
+- another voting component: its `snapshot_state(node)` under its name, after ``children``;
 - ``lock_ref``: FULL lock count (the root is always locked); ``srefs``: sessions whose
   registered region covers the node; ``children``: its number of children.
 
@@ -30,38 +31,14 @@ from __future__ import annotations
 import json
 from collections import deque
 
-from .components.base import ComponentKind
-
 SNAPSHOT_VERSION = 1
 
 
-def _payload(node, kind: ComponentKind):
-    comp = node.comp
-    return comp[kind] if comp and len(comp) > kind else None
-
-
-def _swa_state(pl) -> str | None:
-    if pl is None:
-        return None
-    n = len(pl.pages)
-    on = int((pl.pages >= 0).sum())
-    if n and on == n:
-        return "present"
-    return "partial" if on else "tombstone"
-
-
-def _mamba_state(pl) -> str | None:
-    if pl is None:
-        return None
-    if pl.slot >= 0:
-        return "present"
-    return "host" if getattr(pl, "host", -1) >= 0 else "tombstone"
-
-
-def node_record(node, tiered: bool, head_tokens: int = 8) -> dict:
-    """One node of the snapshot (module doc), as plain Python values."""
+def node_record(node, tiered: bool, head_tokens: int = 8, voters=()) -> dict:
+    """One node of the snapshot (module doc), as plain Python values; each of `voters` (the
+    components after FULL) reports its state under its name (`Component.snapshot_state`)."""
     parent = node.parent
-    return {
+    rec = {
         "id": int(node.id),
         "parent": None if parent is None else int(parent.id),
         "tokens": int(node.num_tokens),
@@ -69,12 +46,14 @@ def node_record(node, tiered: bool, head_tokens: int = 8) -> dict:
         "head": [int(t) for t in node.tokens()[:head_tokens].tolist()],
         "on_l1": node.value is not None,
         "on_l2": (node.host is not None) if tiered else None,
-        "swa": _swa_state(_payload(node, ComponentKind.SWA)),
-        "mamba": _mamba_state(_payload(node, ComponentKind.MAMBA)),
+        "swa": None,  # the file's columns for the built-in hybrid components (None: absent)
+        "mamba": None,
         "lock_ref": int(node.lock_ref),
         "srefs": int(node.srefs),
         "children": len(node.children),
     }
+    rec.update((c.name, c.snapshot_state(node)) for c in voters)  # another component: a key after these
+    return rec
 
 
 def snapshot(cache, max_nodes: int = 2000, head_tokens: int = 8) -> dict:
@@ -84,11 +63,12 @@ def snapshot(cache, max_nodes: int = 2000, head_tokens: int = 8) -> dict:
         raise ValueError(f"max_nodes must be >= 1, got {max_nodes}")
     tree = cache.tree
     tiered = getattr(cache, "hier", None) is not None
+    voters = getattr(cache, "voters", ())
     nodes: list = []
     queue = deque([tree.root])
     while queue and len(nodes) < max_nodes:
         node = queue.popleft()
-        nodes.append(node_record(node, tiered, head_tokens))
+        nodes.append(node_record(node, tiered, head_tokens, voters))
         queue.extend(node.children.values())
     total = int(tree.num_nodes)
     return {

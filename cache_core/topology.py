@@ -4,7 +4,7 @@ and the components share (never the cache itself).
 It fans the tree's split/remove hooks out to every component, keeps the lock registry (node
 id -> count, for invariant checks), removes a leaf with every ancestor that became useless,
 offers a node again to every queue (`touch_all`) and records actions. Components are
-registered with `add` (FULL first); each gets a `ports.TreeLink` from `link(slot)`.
+registered with `add` (FULL first); each is built by its spec from a `ports.TreeLink` (`link(slot, ...)`).
 """
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ class Topology:
         self._sidecars_of: dict[str, tuple] = {}  # component name -> sidecars_of(name)
         self.version = 0  # bumped by every insert, split and removal (l1_match.py; no query reads a lock)
 
-    def link(self, slot: int) -> TreeLink:
+    def link(self, slot: int, full_tokens: int | None = None, tier_config=None, useless_leaf=None) -> TreeLink:
         return TreeLink(tree=self.tree, policy=self.policy, page_size=self.page_size, slot=slot,
-                        remove_leaf=self.remove_leaf, record=self.record)
+                        remove_leaf=self.remove_leaf, record=self.record, full_tokens=full_tokens,
+                        tier_config=tier_config, useless_leaf=useless_leaf)
 
     def add(self, comp) -> None:
         if self.full is None:

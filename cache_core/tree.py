@@ -66,7 +66,7 @@ class Node:
     pkeys: "np.ndarray | None" = None  # page keys of this edge (L3 tier or a policy that needs them)
     priority: int = 0  # highest request priority that inserted or extended this node
     srefs: int = 0  # sessions whose registered FULL region (prefix path) covers this node
-    comp: list | tuple = field(default_factory=list)  # per-component payloads, by ComponentKind (): none
+    comp: list | tuple = field(default_factory=list)  # per-component payloads, by slot (TreeLink.slot) (): none
 
     @property
     def num_tokens(self) -> int:

@@ -13,9 +13,6 @@ import numpy as np
 
 END = "end"
 
-REASONS = {"swa": "SWA window incomplete", "mamba": "no MAMBA checkpoint at boundary"}
-
-
 def _deepest(m, npages: int) -> int:
     """Index of the deepest accepted boundary in the mask, or -1."""
     if m is True or m is END:
@@ -115,7 +112,7 @@ def vote(voters, visited, traversed: int, page_size: int, l1_only: bool = False,
         s = _suffix_start(nodes, nodes[s].parent.end - max(span, reach))
     if out is not None:
         out.extend(validators)
-    lost = tuple((c.name, traversed - o, REASONS.get(c.name, "rejected"))
+    lost = tuple((c.name, traversed - o, c.lost_reason)
                  for c, o in zip(voters, own) if o < traversed)
     return best, best_node, best_cut, lost
 

@@ -232,11 +232,12 @@ def reserve(cache, seq, prompt_tokens: int, radix: bool, keep: int = 0):
         cache.unlock(m)
         return None
     swa = None
-    if cache.swa is not None and need:
-        k = min(need, cache.swa.window_pages + 1)
-        if cache.free_swa_tokens < k * P:
-            cache.evict_swa(k * P - cache.free_swa_tokens)
-        swa = cache.alloc_swa(k)
+    sw = cache.swa
+    if sw is not None and need:
+        k = min(need, sw.window_pages + 1)
+        if sw.free_tokens < k * P:
+            sw.evict_tokens(k * P - sw.free_tokens)
+        swa = sw.alloc(k)
         if swa is None:
             cache.free(pages)
             cache.unlock(m)
@@ -253,7 +254,7 @@ def land(cache, seq, prompt_tokens: int, reserved):
         _free(cache, reserved)
         cache.unlock(m)
         return None
-    done = cache.insert(seq, n, pages, m.cached_tokens, swa_pages=swa)
+    done = cache.insert(seq, n, pages, m.cached_tokens, slots=None if swa is None else {"swa": swa})
     cache.unlock(m)
     cache.lock(done)
     return done
@@ -265,7 +266,7 @@ def _free(cache, reserved) -> None:
     if pages is not None:
         cache.free(pages)
     if swa is not None:
-        cache.free_swa(swa)
+        cache.swa.release_slots(swa)
 
 
 __all__ = ["PDFleet", "land", "reserve"]

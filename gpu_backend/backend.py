@@ -10,6 +10,7 @@ from scenarios.torch_options import (CLOCKS, DTYPE_NAMES, TorchOptions, declare_
 from .dataplane import TorchDataPlane
 from .executor import TorchExecutor
 from .model import SyntheticHybridModel
+from .pool_kinds import component_pools, pages
 from .pools import KVPools
 from .spec import HybridSpec, preset_counts
 from .store import LocalDirStore
@@ -60,10 +61,6 @@ def make_page_store(opts: TorchOptions):
     return _PAGE_STORES[opts.store](opts)
 
 
-def _pages(pool) -> int:
-    return 0 if pool is None or pool.capacity_pages is None else pool.capacity_pages
-
-
 def synthetic_model(preset, config, opts: TorchOptions) -> tuple:
     """(the synthetic model the torch backend runs for a cache of `config` (a `CacheConfig`: its
     SWA window, page size and sidecars) with model preset `preset` and options `opts`, its layer
@@ -79,9 +76,10 @@ def synthetic_model(preset, config, opts: TorchOptions) -> tuple:
 def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, record_logits: bool = False,
                   store=None, chunk_tokens: int = 8192, pace=(None, None), load_overlap: str = "none"):
     """(model, pools, data plane, executor) for `cache` (built with record_actions and, with
-    tiers, auto_ack=False). Pools mirror the cache's pools per tier; MAMBA gets one scratch
-    state slot and SWA a ring of scratch pages per running request beyond the core's
-    (`chunk_tokens`: the longest prefill of one forward). `pace`: (data plane, executor)
+    tiers, auto_ack=False). Pools mirror the cache's pools per tier, each component's from its
+    hook (pool_kinds.py: MAMBA gets one scratch state slot and SWA a ring of scratch pages per
+    running request beyond the core's; `chunk_tokens`: the longest prefill of one forward; a
+    component without a hook is refused). `pace`: (data plane, executor)
     that time transfers and steps on the engine's clock (None: their measured durations, times
     preset layers / model layers when `opts.layers` reduced the model). `load_overlap`: the
     engine's (``layerwise``: the loads stay in flight until the forward waits for them layer by
@@ -89,29 +87,18 @@ def build_plugins(env, cache, preset, opts: TorchOptions, max_running: int, *, r
     P = cache.page_size
     if cache.config.capacity_tokens is None:
         raise ValueError("the torch backend needs a bounded L1 (cache.l1_tokens)")
+    comp_pools, comp_ex = component_pools(cache.voters, max_running=max_running, chunk_tokens=chunk_tokens,
+                                          page_size=P)  # each component's hook (pool_kinds.py)
     model, scale = synthetic_model(preset, cache.config, opts)
     spec = model.spec
     hier = cache.hier
-    full = {"L1": cache.full.pool.capacity_pages, "L2": _pages(hier.pool) if hier is not None else 0}
-    swa = 0
-    swa_scratch = swa_core = 0
-    if cache.swa is not None:
-        swa_core = _pages(cache.swa.pool)
-        swa_scratch = cache.swa.window_pages + -(-chunk_tokens // P) + 2
-        swa = {"L1": swa_core + (max_running + 1) * swa_scratch, "L2": _pages(cache.swa.host_pool)}
-    state = 0
-    scratch = 0
-    if cache.mamba is not None:
-        scratch = _pages(cache.mamba.pool)
-        state = {"L1": scratch + max_running + 1, "L2": _pages(cache.mamba.host_pool)}
+    full = {"L1": cache.full.pool.capacity_pages, "L2": pages(hier.pool) if hier is not None else 0}
     dtype = DTYPES[opts.dtype]
-    pools = KVPools(spec, full_pages=full, swa_pages=swa, state_slots=state, layout=opts.layout,
-                    device=opts.device, dtype=dtype)
+    pools = KVPools(spec, full_pages=full, **comp_pools, layout=opts.layout, device=opts.device, dtype=dtype)
     if store is None and hier is not None and hier.storage is not None:
         store = make_page_store(opts)
     plane = TorchDataPlane(env, pools, store, pace=pace[0], layer_scale=scale, overlap=load_overlap)
-    ex = TorchExecutor(env, model, pools, cache, scratch_base=scratch, swa_scratch_base=swa_core,
-                       swa_scratch_pages=swa_scratch, record_logits=record_logits, pace=pace[1],
+    ex = TorchExecutor(env, model, pools, cache, **comp_ex, record_logits=record_logits, pace=pace[1],
                        layer_scale=scale)
     plane.already_taken = ex.snapshot_taken
     ex.loads = plane

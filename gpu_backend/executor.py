@@ -162,7 +162,8 @@ class TorchExecutor:
         if lo:
             pre = self.cache.slots_of(r.seq, lo)["swa"].tolist()
             out[: len(pre)] = pre
-        own = [] if r.swa_pages is None else [int(x) for x in r.swa_pages]
+        got = None if r.slots is None else r.slots.get("swa")  # its SWA window pages (lifecycle.request_slots)
+        own = [] if got is None else [int(x) for x in got]
         hi = r.seq.length // P * P
         q0 = max(lo, hi - self.cache.swa.window_pages * P) // P  # own[i] holds position page q0 + i
         scratch = self._swa_block(r)
@@ -203,7 +204,7 @@ class TorchExecutor:
         if self.cache.mamba is None:
             return None, None
         s = self.scratch_base + self._claim(self._scratch, self._free_scratch, r)
-        seed = int(r.states[0]) if start == r.match.cached_tokens and start > 0 else None
+        seed = int(r.slots["mamba"][0]) if start == r.match.cached_tokens and start > 0 else None
         return s, seed
 
     @property
@@ -227,12 +228,13 @@ class TorchExecutor:
         if self.cache.mamba is None:
             return ()
         lo, hi = r.match.cached_tokens, r.seq.length // self.P * self.P
-        private = int(r.states[0])
+        states = r.slots["mamba"]  # its MAMBA state slots, private state first
+        private = int(states[0])
         if start == lo:  # a new admission: what an earlier one (retracted since) wrote is void
             for slot in [s for s, (_, _, x) in self.snapshots.items() if x is r]:
                 del self.snapshots[slot]
         targets = [(hi, private)] if hi > lo else []
-        every, snaps = self.cache.mamba.every, [int(x) for x in r.states[1:]]
+        every, snaps = self.cache.mamba.every, [int(x) for x in states[1:]]
         if every and hi > lo:
             q = (hi - 1) // every * every
             while q > lo and snaps:

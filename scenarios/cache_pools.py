@@ -8,9 +8,11 @@ takes it as `CacheConfig.capacity_tokens`.
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from dataclasses import dataclass
 
-from cache_core.config import MambaConfig, SwaConfig
+from cache_core.config import MambaConfig, SwaConfig, component_kinds, component_spec_class
 from cache_core.options import build
 from cache_core.tiers import TierConfig
 from cache_core.tiers.store import l3_model_config
@@ -55,13 +57,59 @@ def pool(key: str, tokens, page, where: str, at_least_one_page: bool = True) -> 
         raise ScenarioError(f"{where}: {err}") from None
 
 
-def components(c: dict, model, where: str) -> list[str]:
+BUILT_IN = ("full", "swa", "mamba")  # sized from the model preset and the cache.* keys
+
+
+def components(c: dict, model, where: str) -> list:
     """cache.components, or the model's own (full, then swa and mamba where it has them)."""
     comps = c["components"] or ["full"] + (["swa"] if model.swa_layers else []) + (["mamba"] if model.state_bytes else [])
+    comps = [x["kind"] if isinstance(x, dict) and list(x) == ["kind"] and x["kind"] in BUILT_IN else x for x in comps]
+    bad = [i for i, x in enumerate(comps) if isinstance(x, str) and x not in BUILT_IN and x not in component_kinds()]
+    if bad:
+        raise ScenarioError(f"{where}: cache.components[{bad[0]}]: {comps[bad[0]]!r} is not a component; expected "
+                            f"one of {', '.join(dict.fromkeys(BUILT_IN + tuple(component_kinds())))}")
     if "swa" in comps and not model.swa_layers or "mamba" in comps and not model.state_bytes:
         raise ScenarioError(f"{where}: cache.components: {comps} names a component {model.name} does not have; "
                             f"expected a subset of its own")
     return comps
+
+
+def extra_components(comps: list, where: str) -> tuple:
+    """The specs of cache.components' registered kinds other than full/swa/mamba (a name, or
+    {kind: NAME, FIELD: VALUE}: the kind's spec class built with those fields), in order."""
+    out = []
+    for i, item in enumerate(comps):
+        at = f"{where}: cache.components[{i}]"
+        kind, fields = (item, {}) if isinstance(item, str) else (item.get("kind"), {k: v for k, v in item.items()
+                                                                                      if k != "kind"})
+        if kind in BUILT_IN:
+            if fields:
+                raise ScenarioError(f"{at}: {kind} is sized from the model preset and the cache.* keys; "
+                                    f"expected the name {kind!r} alone")
+            continue
+        try:
+            cls = component_spec_class(kind)
+        except ValueError:
+            others = [k for k in component_kinds() if k not in BUILT_IN]
+            raise ScenarioError(f"{at}.kind: {kind!r} is not a registered component kind; expected "
+                                + (f"one of {', '.join(others)}" if others else "a registered kind (none is, "
+                                   "besides full, swa, mamba)")) from None
+        known = spec_fields(cls)
+        for k in fields:
+            if k not in known:
+                raise ScenarioError(f"{at}.{k}: not a field of component {kind!r}; expected one of {', '.join(known)}")
+        try:
+            out.append(cls(**fields))
+        except (TypeError, ValueError) as err:
+            raise ScenarioError(f"{at}: component {kind!r}: {err}") from None
+    return tuple(out)
+
+
+def spec_fields(cls) -> list:
+    """A component spec class's fields (a dataclass's, else its constructor's keywords)."""
+    if dataclasses.is_dataclass(cls):
+        return [f.name for f in dataclasses.fields(cls)]
+    return [n for n in inspect.signature(cls).parameters if n not in ("self", "args", "kwargs")]
 
 
 def l1_pool(c: dict, model, hw, tp: int, where: str) -> L1Pool:
@@ -171,4 +219,4 @@ def cache_doc(c: dict, comps: list, l1: L1Pool, swa, mamba, tier: Tiers) -> dict
     return out
 
 
-__all__ = ["L1Pool", "Tiers", "components", "l1_pool", "swa_pool", "mamba_pool", "tiers", "cache_doc"]
+__all__ = ["L1Pool", "Tiers", "components", "extra_components", "spec_fields", "l1_pool", "swa_pool", "mamba_pool", "tiers", "cache_doc"]

@@ -251,7 +251,7 @@ def state_bytes_per_layer(f) -> int:
 
 
 def bytes_per_token(model: ModelPreset, component, *, sidecars: bool = True) -> float:
-    """Bytes that one token of `component` ("full"/"swa", any case, or a ComponentKind)
+    """Bytes that one token of `component` ("full"/"swa", any case, or a component)
     occupies in the whole model: its KV plus, by default, the sidecars that follow it (they
     move with it across tiers). MAMBA holds a per-checkpoint state, not per-token bytes:
     use ``model.state_bytes``."""

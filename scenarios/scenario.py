@@ -45,6 +45,7 @@ import yaml
 
 from cache_core.config import CacheConfig
 from cache_core.engine_types import EngineConfig
+from cache_core.eviction import policy_config
 from cache_core.options import build
 from cache_core.scheduling import schedule_policy_config
 
@@ -163,7 +164,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     swa = pools.swa_pool(c, model, l1, where) if "swa" in comps else None
     mamba = pools.mamba_pool(c, model, l1, where) if "mamba" in comps else None
     tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
-    cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where)
+    cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where, pools.extra_components(comps, where))
     engine = (_engine_config(e, c, doc["seed"], where) if e["kind"] == "sglang"
               else kinds.vllm_config(doc, hw, model, where, ScenarioError))
     _check_fits(e, c["page_size"], model, swa, where)
@@ -205,11 +206,11 @@ def _tp(tp, model, hw, where: str) -> int:
     return tp
 
 
-def _cache_config(c: dict, model, l1_tokens: int, swa, mamba, tiers, where: str) -> CacheConfig:
+def _cache_config(c: dict, model, l1_tokens: int, swa, mamba, tiers, where: str, extra: tuple = ()) -> CacheConfig:
     sidecars = tuple(s for s in model.sidecars if s.follows == "full" or swa is not None)
     try:
         return CacheConfig(page_size=c["page_size"], capacity_tokens=l1_tokens, policy=c["policy"], swa=swa,
-                           mamba=mamba, sidecars=sidecars, tiers=tiers)
+                           policy_options=build(policy_config(c["policy"]), c), mamba=mamba, sidecars=sidecars, tiers=tiers, extra_components=extra)
     except ValueError as err:
         raise ScenarioError(f"{where}: {err}") from None
 

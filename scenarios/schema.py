@@ -154,8 +154,8 @@ def _ok(check, v) -> bool:
         "workload_kind": lambda: isinstance(v, str) and workload_kind(v) is not None,
         "l3_model": lambda: isinstance(v, str) and v in l3_model_names(),
         "cost_kind": lambda: isinstance(v, str) and v in _cost_model_names(),
-        "components": lambda: v is None or (isinstance(v, list) and v and
-                                            all(c in ("full", "swa", "mamba") for c in v) and "full" in v),
+        "components": lambda: v is None or (isinstance(v, list) and v and "full" in v and
+                                            all(isinstance(c, (str, dict)) for c in v)),
         "size_auto": lambda: v == "auto" or _size_syntax(v),
         "size_or_none": lambda: v is None or _size_syntax(v),
         "size_l3": lambda: v is None or _size_syntax(v),

@@ -37,7 +37,8 @@ def _cache_section() -> dict:
         "swa_tokens": (None, "size_or_none", f"null or {_ANY_SIZE}"),
         "mamba_slots": (None, "int1_or_none", "null or an integer >= 1"),
         "mamba_every_tokens": (None, "int1_or_none", "null or an integer >= 1"),
-        "components": (None, "components", "null or a list of full, swa, mamba"),
+        "components": (None, "components", "null or a list with full: swa, mamba (sized from the model) and any "
+                                           "registered component kind, by name or as {kind: NAME, FIELD: VALUE}"),
         "l2_tokens": (_TC["l2_tokens"], "size_or_none", f"null or {_ANY_SIZE}"),
         "hicache_ratio": (_TC["hicache_ratio"], "pos_or_none", "null or a number > 0"),
         "hicache_size_gb": (None, "pos_or_none", "null or a number > 0 (GB of 1e9 bytes per rank)"),

@@ -78,24 +78,32 @@ def node_at(cache, tokens):
     return None
 
 
-def swa_l1(node) -> list:
-    from cache_core.components.swa import SWA
+def swa_pl(node):
+    """The node's SWA payload, or None (found by type: a payload's slot depends on the cache's components)."""
+    from cache_core.components.swa import SwaPayload
 
-    return node.comp[SWA].pages.tolist()
+    return next((p for p in node.comp if isinstance(p, SwaPayload)), None)
+
+
+def mamba_pl(node):
+    """The node's MAMBA payload, or None (found by type, as `swa_pl`)."""
+    from cache_core.components.mamba import MambaPayload
+
+    return next((p for p in node.comp if isinstance(p, MambaPayload)), None)
+
+
+def swa_l1(node) -> list:
+    return swa_pl(node).pages.tolist()
 
 
 def swa_l2(node) -> list:
-    from cache_core.components.swa import SWA
-
-    h = node.comp[SWA].host
+    h = swa_pl(node).host
     return None if h is None else h.tolist()
 
 
 def ckpt(node) -> tuple:
     """(L1 slot, L2 slot) of a node's MAMBA checkpoint, -1 where absent."""
-    from cache_core.components.mamba import MAMBA
-
-    pl = node.comp[MAMBA]
+    pl = mamba_pl(node)
     return (-1, -1) if pl is None else (pl.slot, pl.host)
 
 

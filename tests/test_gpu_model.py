@@ -259,14 +259,14 @@ def test_core_slots_drive_the_pools():
     m2 = cache.match(seq, (len(second) - 1) // P * P)
     assert m2.cached_tokens == 20
     cache.lock(m2)
-    private = int(cache.alloc_states(1)[0])
-    (copy,) = cache.finalize(m2, private)
+    private = int(cache.mamba.acquire(1)[0])
+    (copy,) = cache.finalize(m2, {"mamba": [private]})
     slots = cache.slots_of(seq, 20)
     assert (slots["swa"][:3] == -1).all() and (slots["swa"][3:] >= 0).all()
     # the first request's KV and state, where the core keeps them (computed after the fact)
     m.forward(first[:20], 0, slots["full"], slots["swa"], copy.src, pools)
     pools.copy_state(copy.tier, copy.src, copy.dst)
-    own_full, own_swa = cache.alloc(3), cache.alloc_swa(3)
+    own_full, own_swa = cache.alloc(3), cache.swa.alloc(3)
     out = m.forward(second[20:], 20, np.concatenate([slots["full"], own_full]),
                     np.concatenate([slots["swa"], own_swa]), private, pools)
     close(out, m.forward(second)[20:])

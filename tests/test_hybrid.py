@@ -28,8 +28,8 @@ from cache_core import (CacheConfig, MambaConfig, RadixCache, ReplayStepper, Sid
                         SwaConfig, TokenSeq)
 from cache_core import invariants
 from cache_core.actions import L1, Alloc, CopyState, Free
-from cache_core.components.mamba import MAMBA
 from conftest import TRACE
+from helpers import mamba_pl, swa_pl
 
 SWA_WHY = "SWA window incomplete"
 MAMBA_WHY = "no MAMBA checkpoint at boundary"
@@ -92,7 +92,7 @@ def checkpoint_ends(cache, tokens) -> list:
     t = TokenSeq(tokens)
     out = []
     for nd, k in cache.tree.path_nodes(t.data, t.length):
-        pl = nd.comp[MAMBA]
+        pl = mamba_pl(nd)
         if k == nd.num_tokens and pl is not None and pl.slot >= 0:
             out.append(nd.end)
     return out
@@ -101,7 +101,7 @@ def checkpoint_ends(cache, tokens) -> list:
 def mamba_tombstone_ends(cache, tokens) -> list:
     t = TokenSeq(tokens)
     return [nd.end for nd, k in cache.tree.path_nodes(t.data, t.length)
-            if nd.comp[MAMBA] is not None and nd.comp[MAMBA].slot < 0]
+            if mamba_pl(nd) is not None and mamba_pl(nd).slot < 0]
 
 
 # =======================================================================================
@@ -137,7 +137,7 @@ def test_figure2_traversal_reaches_n4_but_n2_is_the_deepest_safe_boundary():
     invariants.check(c)
     # touch n1..n3, so n4 is the oldest SWA candidate: its window goes, the node stays
     assert cached_at(c, BASE, 24) == 16
-    assert c.evict_swa(2) == 4
+    assert c.swa.evict_tokens(2) == 4
     assert swa_of(c, BASE[:40]) == [T, T, 0, 1, T, T, 2, 3, T, T, 4, 5, T, T, T, T, T, T, 8, 9]
     assert c.num_nodes == 6
     st = c.stats()["swa"]
@@ -211,7 +211,7 @@ def test_swa_boundary_needs_exactly_the_window():
     assert swa_of(c, BASE[:10]) == list(range(10))
     assert sweep(c, BASE, range(11)) == list(range(11))  # all present: all reusable
     # evict one page run from the oldest SWA node, [0,2) (internal: it stays, as tombstones)
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     assert c.num_nodes == 6
     assert swa_of(c, BASE[:10]) == [-1, -1, 2, 3, 4, 5, 6, 7, 8, 9]
     assert full_of(c, BASE[:10]) == list(range(10))  # FULL still anchors the node
@@ -223,7 +223,7 @@ def test_swa_boundary_needs_exactly_the_window():
     invariants.check(c)
     # touch [0,4) so [4,6) is the oldest candidate; a tombstone there blocks 5..8
     assert cached_at(c, BASE, 4) == 0
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     assert swa_of(c, BASE[:10]) == [-1, -1, 2, 3, -1, -1, 6, 7, 8, 9]
     assert sweep(c, BASE, range(11)) == [0, 0, 0, 0, 0, 0, 0, 0, 0, 9, 10]
     assert probe(c, BASE, 8) == (0, 8, (("swa", 8, SWA_WHY),))
@@ -292,7 +292,7 @@ def test_swa_leaf_victim_is_removed_whole_internal_victim_is_tombstoned():
     assert (st["used_tokens"], st["tombstone_tokens"], st["tombstone_nodes"]) == (6, 2, 0)
     # LRU SWA order: leaf a (last seen in its own step), [0,4) (b's step), leaf b (newest).
     # leaf a is an unlocked leaf: removed whole, FULL pages too; its parent stays (it has b)
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     assert c.num_nodes == 3
     assert full_of(c, a) == [0, 1, 2, 3] and swa_of(c, b) == [-1, -1, 0, 1, 4, 5]
     assert c.free_tokens == 100 - 6
@@ -300,7 +300,7 @@ def test_swa_leaf_victim_is_removed_whole_internal_victim_is_tombstoned():
     assert (st["full"]["evicted_tokens"], st["swa"]["evicted_nodes"], st["swa"]["evicted_tokens"]) == (2, 1, 2)
     invariants.check(c)
     # [0,4) is internal: its pages become tombstones, the node stays (FULL anchors it)
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     assert c.num_nodes == 3
     assert swa_of(c, b) == [-1, -1, -1, -1, 4, 5]
     assert full_of(c, b) == [0, 1, 2, 3, 6, 7]
@@ -313,7 +313,7 @@ def test_swa_leaf_victim_is_removed_whole_internal_victim_is_tombstoned():
     assert probe(c, b, 4) == (0, 4, (("swa", 4, SWA_WHY),))
     invariants.check(c)
     # leaf b goes too; its parent is now a leaf with only tombstones: useless, removed with it
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     assert c.num_nodes == 1
     assert c.free_tokens == 100
     st = c.stats()
@@ -335,17 +335,17 @@ def test_swa_window_lock_protects_only_the_window():
     assert m.cached_tokens == 16
     c.lock(m)
     invariants.check(c)
-    assert c.evict_swa(1000) == 6  # only [0,8)'s three pages
+    assert c.swa.evict_tokens(1000) == 6  # only [0,8)'s three pages
     assert swa_of(c, BASE[:16]) == [-1, -1, -1, -1, 3, 4, 5, 6]
     assert c.num_nodes == 4
-    assert c.evict_swa(1000) == 0
+    assert c.swa.evict_tokens(1000) == 0
     assert c.evict(1000) == 0  # FULL: the whole path is locked
     assert c.match(BASE[:16]).cached_tokens == 16  # the locked window still serves
     invariants.check(c)
     c.unlock(m)
     invariants.check(c)
     # unlocked: the leaf goes whole, then [8,12) (now a leaf), then [0,8) (a useless leaf)
-    assert c.evict_swa(1000) == 8
+    assert c.swa.evict_tokens(1000) == 8
     assert c.num_nodes == 1
     assert c.stats()["full"]["evicted_tokens"] == 16
     invariants.check(c)
@@ -362,7 +362,7 @@ def test_swa_window_lock_straddling_a_node_protects_all_of_it():
     assert swa_of(c, BASE[:9]) == [-1, 0, 1, 2, -1, 3, 4, 5, 6]
     m = c.match(BASE[:9])
     c.lock(m)
-    assert c.evict_swa(100) == 3
+    assert c.swa.evict_tokens(100) == 3
     assert swa_of(c, BASE[:9]) == [-1, -1, -1, -1, -1, 3, 4, 5, 6]
     c.unlock(m)
     invariants.check(c)
@@ -392,7 +392,7 @@ def test_mamba_two_requests_copy_one_checkpoint_into_distinct_private_slots():
     assert checkpoint_ends(c, seq(BASE[:10], [1, 2, 3])) == [10, 13]
     assert checkpoint_ends(c, seq(BASE[:10], [4, 5, 6])) == [10, 13]
     t = TokenSeq(BASE[:10])
-    assert c.tree.path_nodes(t.data, 10)[0][0].comp[MAMBA].slot == shared
+    assert mamba_pl(c.tree.path_nodes(t.data, 10)[0][0]).slot == shared
 
 
 def test_mamba_concurrent_reuse_never_hands_out_the_shared_slot():
@@ -407,26 +407,26 @@ def test_mamba_concurrent_reuse_never_hands_out_the_shared_slot():
         m = c.match(seq(BASE[:10], tail), 11)
         assert m.cached_tokens == 10
         c.lock(m)
-        s = c.alloc_states(1)
+        s = c.mamba.acquire(1)
         assert s is not None
-        acts = c.finalize(m, int(s[0]))
+        acts = c.finalize(m, {"mamba": [int(s[0])]})
         assert acts == [CopyState("mamba", L1, 0, int(s[0]), 10)]
         ms.append(m)
         privs.append(int(s[0]))
         invariants.check(c)
     assert privs == [1, 2]
-    assert c.alloc_states(1) is None
+    assert c.mamba.acquire(1) is None
     assert c.mamba.evict(1) == 0
     assert c.stats()["mamba"]["private_slots"] == 2
     handed = [i for a in c.actions[n0:] if isinstance(a, Alloc) and a.component == "mamba" for i in a.indices]
     freed = [i for a in c.actions[n0:] if isinstance(a, Free) and a.component == "mamba" for i in a.indices]
     assert handed == [1, 2] and freed == []
-    c.free_states(privs)
+    c.mamba.release(privs)
     for m in ms:
         c.unlock(m)
     invariants.check(c)
     # unlocked, the checkpoint can be evicted: its leaf goes whole
-    assert c.alloc_states(3) is not None
+    assert c.mamba.acquire(3) is not None
     assert c.num_nodes == 1 and c.stats()["mamba"]["evicted_nodes"] == 1
 
 
@@ -534,9 +534,9 @@ def test_six_page_example_direct_insert():
     c = hybrid(P, W=2 * P, sidecars=SIDECARS, actions=True)
     s = BASE[: 6 * P]
     pages = c.alloc(6)
-    swa_pages = c.alloc_swa(2)
+    swa_pages = c.swa.alloc(2)
     assert pages.tolist() == [0, 1, 2, 3, 4, 5] and swa_pages.tolist() == [0, 1]
-    c.insert(s, 6 * P, pages, 0, swa_pages=swa_pages)
+    c.insert(s, 6 * P, pages, 0, slots={"swa": swa_pages})
     invariants.check(c)
     out = c.slots_of(s)
     assert out["full"].tolist() == [0, 1, 2, 3, 4, 5]
@@ -596,9 +596,9 @@ def test_sidecars_follow_every_alloc_and_free_of_their_source():
     assert seen == {(k, p) for k in ("Alloc", "Free") for p in ("full", "swa", "mamba")}
     nodes = list(c.tree.iter_nodes())[1:]
     assert held["full"] == {int(i) for n in nodes for i in n.value}
-    assert held["swa"] == {int(i) for n in nodes for i in n.comp[1].pages if i >= 0}
-    assert held["mamba"] == {n.comp[MAMBA].slot for n in nodes if n.comp[MAMBA] is not None
-                             and n.comp[MAMBA].slot >= 0}
+    assert held["swa"] == {int(i) for n in nodes for i in swa_pl(n).pages if i >= 0}
+    assert held["mamba"] == {mamba_pl(n).slot for n in nodes if mamba_pl(n) is not None
+                             and mamba_pl(n).slot >= 0}
 
 
 def test_sidecar_must_follow_a_present_pool():
@@ -699,7 +699,7 @@ def test_swa_heal_keeps_pages_at_their_positions():
     assert node_ends(c, BASE[:12]) == [7, 8, 10, 12]
     m = c.match(BASE[:8])  # lock [5,8) so the next SWA victim is [8,10)
     c.lock(m)
-    assert c.evict_swa(1) == 2
+    assert c.swa.evict_tokens(1) == 2
     c.unlock(m)
     assert swa_of(c, BASE[:12]) == [-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, 6, 7]
     n0 = len(c.actions)

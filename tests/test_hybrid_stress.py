@@ -44,8 +44,7 @@ from cache_core import (CacheConfig, MambaConfig, RadixCache, ReplayStepper, Sid
                         SwaConfig, TokenSeq)
 from cache_core import invariants
 from cache_core.actions import Alloc, CopyState, Free
-from cache_core.components.mamba import MAMBA
-from cache_core.components.swa import SWA
+from helpers import mamba_pl, swa_pl
 
 REASONS = {"swa": "SWA window incomplete", "mamba": "no MAMBA checkpoint at boundary"}
 SIDECARS = (SidecarConfig(name="c4", follows="full"), SidecarConfig(name="c128", follows="full"),
@@ -116,12 +115,12 @@ def oracle_match(cache, tokens, limit):
     accept = {}
     if cache.swa is not None:
         wp = -(-cache.swa.window // P)
-        pages = (np.concatenate([nd.comp[SWA].pages[: k // P] for nd, k in nodes])
+        pages = (np.concatenate([swa_pl(nd).pages[: k // P] for nd, k in nodes])
                  if nodes else np.empty(0, dtype=np.int64))
         accept["swa"] = {b for b in bounds if (pages[max(0, b // P - wp): b // P] >= 0).all()}
     if cache.mamba is not None:
         accept["mamba"] = {nd.end for nd, k in nodes if k == nd.num_tokens
-                           and nd.comp[MAMBA] is not None and nd.comp[MAMBA].slot >= 0}
+                           and mamba_pl(nd) is not None and mamba_pl(nd).slot >= 0}
     both = set(bounds)
     for s in accept.values():
         both &= s
@@ -140,14 +139,14 @@ def node_at(cache, tokens, end):
 
 def ckpt_at(cache, tokens, end):
     nd = node_at(cache, tokens, end)
-    pl = None if nd is None else nd.comp[MAMBA]
+    pl = None if nd is None else mamba_pl(nd)
     return -1 if pl is None else pl.slot
 
 
 def swa_evictable_pages(cache):
     tot = 0
     for n in cache.tree.iter_nodes():
-        pl = n.comp[SWA] if n.parent is not None else None
+        pl = swa_pl(n) if n.parent is not None else None
         if pl is not None and not pl.locks:
             tot += len(pl.pages) - pl.ntomb
     return tot
@@ -342,7 +341,7 @@ class Run:
         used = c.stats()["swa"]["used_tokens"] // P
         evictable = swa_evictable_pages(c)
         free0 = c.swa.pool.free_pages
-        got = c.evict_swa(k)
+        got = c.swa.evict_tokens(k)
         assert got % P == 0
         assert got // P == c.swa.pool.free_pages - free0
         assert min(-(-k // P), evictable) * P <= got <= used * P
@@ -350,8 +349,8 @@ class Run:
     def op_evict_mamba(self):
         c = self.cache
         k = self.rng.randint(1, 4)
-        unlocked = sum(1 for n in c.tree.iter_nodes() if n.parent is not None and n.comp[MAMBA] is not None
-                       and n.comp[MAMBA].slot >= 0 and n.comp[MAMBA].locks == 0)
+        unlocked = sum(1 for n in c.tree.iter_nodes() if n.parent is not None and mamba_pl(n) is not None
+                       and mamba_pl(n).slot >= 0 and mamba_pl(n).locks == 0)
         free0 = c.mamba.pool.free_pages
         got = c.mamba.evict(k)
         assert got == c.mamba.pool.free_pages - free0

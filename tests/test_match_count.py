@@ -132,7 +132,7 @@ def test_a_reused_match_has_the_ticks_of_a_walk_and_a_state_change_walks_again(m
     got = []
     for c in caches:
         ins = TokenSeq(np.arange(32))
-        c.insert(ins, 32, c.alloc(8), 0, swa_pages=c.alloc_swa(2) if swa else None)
+        c.insert(ins, 32, c.alloc(8), 0, slots={"swa": c.swa.alloc(2)} if swa else None)
         walks.clear()
         seen = [c.match(a, 36), c.match(b, 36), c.match(a, 36)]
         m = seen[-1]
@@ -157,7 +157,7 @@ def test_query_is_pure_and_touch_does_what_match_does(swa, cut, result, nodes):
     for _ in range(2):
         c = RadixCache(CacheConfig(page_size=4, capacity_tokens=400,
                                    swa=SwaConfig(window_tokens=4, capacity_tokens=400) if swa else None))
-        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, swa_pages=c.alloc_swa(1) if swa else None)
+        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, slots={"swa": c.swa.alloc(1)} if swa else None)
         caches.append(c)
     b = TokenSeq(np.concatenate([np.arange(24), np.arange(16) + 100]))
     c, twin = caches
@@ -233,7 +233,7 @@ def test_a_reused_tiered_match_has_the_ticks_of_a_walk_and_a_state_change_walks_
         c = RadixCache(cfg, auto_ack=False)
         if not memo:
             c.matcher.memo = None
-        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, swa_pages=c.alloc_swa(2) if swa else None)
+        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, slots={"swa": c.swa.alloc(2)} if swa else None)
         _ack_all(c)
         walks.clear()
         seen = [_result(m) for m in _tiered_calls(c, swa)]
@@ -252,7 +252,7 @@ def test_a_tiered_query_is_pure(l3, swa):
         cfg = CacheConfig(page_size=4, capacity_tokens=400, tiers=TierConfig(hicache_ratio=2, l3=l3, min_prefetch_tokens=4),
                           swa=SwaConfig(window_tokens=4, capacity_tokens=400) if swa else None)
         c = RadixCache(cfg)
-        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, swa_pages=c.alloc_swa(1) if swa else None)
+        c.insert(TokenSeq(np.arange(32)), 32, c.alloc(8), 0, slots={"swa": c.swa.alloc(1)} if swa else None)
         if l3:
             c.hier.storage.put(TokenSeq(np.arange(40)).page_keys(4))
         caches.append(c)

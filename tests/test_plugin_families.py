@@ -83,7 +83,9 @@ def test_eviction_policy():
         assert scenario("cache", policy="toy-mru").doc["cache"]["toy_mru_depth"] == 2  # the default applied
         keys = list(SCHEMA["cache"])  # (rebuilt by the first validation after a registration)
         assert keys[keys.index("policy") + 1] == "toy_mru_depth"  # beside the key that names the policy
-        assert resolve(apply_sets(BASE, ["cache.toy_mru_depth=3"]), "s.yaml").doc["cache"]["toy_mru_depth"] == 3
+        sc = resolve(apply_sets(BASE, ["cache.policy=toy-mru", "cache.toy_mru_depth=3"]), "s.yaml")
+        assert sc.doc["cache"]["toy_mru_depth"] == 3
+        assert RadixCache(sc.cache).policy.options == MruOptions(3)  # the value reaches the running cache
         with pytest.raises(ScenarioError, match=r"^s\.yaml: cache\.toy_mru_depth: got 0; expected an integer >= 1 "
                                                 r"\(a toy's knob\)$"):
             scenario("cache", policy="toy-mru", toy_mru_depth=0)

@@ -22,8 +22,6 @@ import pytest
 from cache_core import (CacheConfig, MambaConfig, Policy, RadixCache, ReplayStepper, SwaConfig, TokenSeq,
                         invariants, register_policy)
 from cache_core.belady import NextUseOracle
-from cache_core.components.mamba import MAMBA
-from cache_core.components.swa import SWA
 from cache_core.sessions import SessionRegistry
 from radixsim.cli import main
 
@@ -31,7 +29,7 @@ from radixsim.cli import main
 # ---------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------
-from helpers import drain, edge, evict_one, shape, toks  # noqa: E402  (shared test helpers)
+from helpers import drain, edge, evict_one, mamba_pl, shape, swa_pl, toks  # noqa: E402  (shared test helpers)
 
 
 def new_cache(policy, page_size=1, capacity=256):
@@ -237,12 +235,12 @@ def three_leaves(policy):
     nodes = {edge(n)[0]: n for n in cache.tree.root.children.values()}
     assert sorted(nodes) == ["a", "b", "c"]
     for n in nodes.values():
-        assert n.comp[SWA].pages[-2:].min() >= 0 and n.comp[SWA].ntomb == 6
-        assert n.comp[MAMBA].slot >= 0
+        assert swa_pl(n).pages[-2:].min() >= 0 and swa_pl(n).ntomb == 6
+        assert mamba_pl(n).slot >= 0
     if cache.sessions is not None:
-        assert nodes["a"].comp[SWA].sess == [5]  # ws = end - W - P = 8 - 2 - 1
-        assert nodes["a"].comp[MAMBA].srefs == 1
-        assert (nodes["b"].comp[SWA].sess, nodes["b"].comp[MAMBA].srefs) == ([], 0)
+        assert swa_pl(nodes["a"]).sess == [5]  # ws = end - W - P = 8 - 2 - 1
+        assert mamba_pl(nodes["a"]).srefs == 1
+        assert (swa_pl(nodes["b"]).sess, mamba_pl(nodes["b"]).srefs) == ([], 0)
     invariants.check(cache)
     return cache, nodes
 
@@ -259,22 +257,22 @@ def test_swa_evicts_unreferenced_first_then_referenced(policy, want):
     cache, nodes = three_leaves(policy)
     got = []
     for _ in range(3):
-        assert cache.evict_swa(1) == 2  # one leaf, removed whole with its 2 SWA pages
+        assert cache.swa.evict_tokens(1) == 2  # one leaf, removed whole with its 2 SWA pages
         got.append(_alive(nodes))
         invariants.check(cache)
     assert got == want
-    assert cache.evict_swa(1) == 0 and cache.num_nodes == 1
+    assert cache.swa.evict_tokens(1) == 0 and cache.num_nodes == 1
 
 
 @pytest.mark.parametrize("policy,after4", [("lru", "c"), ("session", "a")])
 def test_swa_one_call_takes_referenced_only_when_needed(policy, after4):
     cache, nodes = three_leaves(policy)
-    assert cache.evict_swa(4) == 4
+    assert cache.swa.evict_tokens(4) == 4
     assert _alive(nodes) == after4
     cache, nodes = three_leaves(policy)
-    assert cache.evict_swa(6) == 6  # needs all three: the referenced one goes too
+    assert cache.swa.evict_tokens(6) == 6  # needs all three: the referenced one goes too
     assert _alive(nodes) == ""
-    assert cache.free_swa_tokens == 100
+    assert cache.swa.free_tokens == 100
     invariants.check(cache)
 
 
@@ -333,19 +331,19 @@ def test_swa_internal_node_ranked_by_reference(policy):
     x = next(iter(a.children.values()))
     b = cache.tree.root.children[np.array(toks("b"), dtype=np.int64).tobytes()]
     assert (a.tick, x.tick, b.tick) == (6, 7, 10)
-    first = cache.evict_swa(1)
+    first = cache.swa.evict_tokens(1)
     invariants.check(cache)
     if policy == "lru":
-        assert first == 2 and a.alive and x.alive and b.alive and a.comp[SWA].ntomb == 8
-        assert cache.evict_swa(1) == 2  # X removed, and the useless A (all tombstones) with it
+        assert first == 2 and a.alive and x.alive and b.alive and swa_pl(a).ntomb == 8
+        assert cache.swa.evict_tokens(1) == 2  # X removed, and the useless A (all tombstones) with it
         assert (a.alive, x.alive, b.alive) == (False, False, True)
         assert shape(cache) == {"bbbbbbbb": {}}
     else:
         assert first == 2 and a.alive and not x.alive and b.alive
-        assert a.comp[SWA].ntomb == 6 and a.comp[SWA].sess == [5]
-        assert cache.evict_swa(1) == 2
+        assert swa_pl(a).ntomb == 6 and swa_pl(a).sess == [5]
+        assert cache.swa.evict_tokens(1) == 2
         assert (a.alive, b.alive) == (True, False)
-        assert cache.evict_swa(1) == 2
+        assert cache.swa.evict_tokens(1) == 2
         assert not a.alive and cache.num_nodes == 1
     invariants.check(cache)
 
@@ -359,10 +357,10 @@ def test_mamba_internal_checkpoint_ranked_by_reference():
         x = next(iter(a.children.values()))
         assert cache.mamba.evict(1) == 1
         if policy == "lru":  # A (older) loses its checkpoint and stays as a tombstone
-            assert a.alive and x.alive and a.comp[MAMBA].slot == -1
+            assert a.alive and x.alive and mamba_pl(a).slot == -1
         else:  # X (unreferenced) is removed whole; A keeps its referenced checkpoint
-            assert a.alive and not x.alive and a.comp[MAMBA].slot >= 0
-            assert a.comp[MAMBA].srefs == 1
+            assert a.alive and not x.alive and mamba_pl(a).slot >= 0
+            assert mamba_pl(a).srefs == 1
         invariants.check(cache)
 
 
@@ -370,9 +368,9 @@ def test_hybrid_close_releases_swa_and_mamba_references():
     cache, nodes = three_leaves("session")
     cache.close_session("s")
     a = nodes["a"]
-    assert a.srefs == 0 and a.comp[SWA].sess == [] and a.comp[MAMBA].srefs == 0
+    assert a.srefs == 0 and swa_pl(a).sess == [] and mamba_pl(a).srefs == 0
     # now plain LRU order: A (oldest) goes first
-    assert cache.evict_swa(1) == 2
+    assert cache.swa.evict_tokens(1) == 2
     assert _alive(nodes) == "bc"
     invariants.check(cache)
 
@@ -564,20 +562,21 @@ def test_hybrid_frontier_moves_up_and_close_releases_everything():
     assert (edge(b), edge(c)) == ("bbbb", "cccc")
     assert (a.srefs, b.srefs, c.srefs) == (2, 1, 1)
     # window 2, P 1: ws = 12 - 3 = 9: only the leaves intersect [9, 12)
-    assert (a.comp[SWA].sess, b.comp[SWA].sess, c.comp[SWA].sess) == ([], [9], [9])
-    assert (a.comp[MAMBA].srefs, b.comp[MAMBA].srefs, c.comp[MAMBA].srefs) == (0, 1, 1)
+    assert (swa_pl(a).sess, swa_pl(b).sess, swa_pl(c).sess) == ([], [9], [9])
+    assert (mamba_pl(a).srefs, mamba_pl(b).srefs, mamba_pl(c).srefs) == (0, 1, 1)
     assert cache.mamba.evict(1) == 1  # A's checkpoint (unreferenced): a tombstone, A stays
-    assert a.alive and a.comp[MAMBA].slot == -1
+    assert a.alive and mamba_pl(a).slot == -1
     assert cache.mamba.evict(1) == 1  # B (referenced, older than C): removed whole
     assert not b.alive and c.alive and a.alive
-    assert cache.sessions.sessions["s"].node is a and cache.sessions.sessions["s"].mamba is None
+    st = cache.sessions.sessions["s"]
+    assert st.node is a and [(c.name, t) for c, t in st.refs] == [("swa", 9), ("mamba", None)]
     assert (a.srefs, c.srefs) == (2, 1)
     invariants.check(cache)
     cache.close_session("s")
     cache.close_session("t")
     for n in cache.tree.iter_nodes():
         if n.parent is not None:
-            assert (n.srefs, n.comp[SWA].sess, n.comp[MAMBA].srefs) == (0, [], 0)
+            assert (n.srefs, swa_pl(n).sess, mamba_pl(n).srefs) == (0, [], 0)
     assert cache.sessions._at == {}
     invariants.check(cache)
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from cache_core.config import CacheConfig, MambaConfig, SidecarConfig, SwaConfig
-from cache_core.components.base import ComponentKind
+from cache_core import RadixCache
 from scenarios.presets import (
     HARDWARE, MODELS, GiB, HardwarePreset, ModelPreset, bytes_per_token, describe, get_hardware,
     get_model, kv_shards, l1_plan, l1_tokens_auto,
@@ -111,7 +111,8 @@ def test_dsv4_sidecar_totals_match_models_md():
     assert flash.sidecar_bytes_per_token("swa") * 256 == 12_206_080
     assert pro.sidecar_bytes_per_token("swa") * 256 == 18_710_528
     assert bytes_per_token(flash, "full") == 3_850.25
-    assert bytes_per_token(flash, ComponentKind.SWA) == 25_112 + 47_680
+    assert bytes_per_token(flash, "SWA") == 25_112 + 47_680
+    assert bytes_per_token(flash, RadixCache(CacheConfig(swa=SwaConfig(window_tokens=8))).swa) == 25_112 + 47_680
 
 
 def test_layer_mix_of_each_family():

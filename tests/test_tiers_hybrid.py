@@ -34,11 +34,9 @@ import pytest
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq
 from cache_core import invariants
 from cache_core.actions import L1, L2, L3, CopyState, Free, Transfer
-from cache_core.components.mamba import MAMBA
-from cache_core.components.swa import SWA
 from cache_core.keys import page_keys
 from cache_core.tiers import TierConfig
-from helpers import ckpt, ints, node_at, swa_l1, swa_l2, transfers
+from helpers import ckpt, ints, mamba_pl, node_at, swa_l1, swa_l2, swa_pl, transfers
 from helpers import tshape as shape
 
 SWA_WHY = "SWA window incomplete"
@@ -120,10 +118,10 @@ def l1_serves(c, tokens, b, full_only=False):
         for nd, _ in path:
             if nd.end > lo:
                 j0 = max(0, (lo - nd.parent.end) // P)
-                if not (nd.comp[SWA].pages[j0:] >= 0).all():
+                if not (swa_pl(nd).pages[j0:] >= 0).all():
                     return f"SWA window [{lo}, {b}) not all on L1"
     if c.mamba is not None:
-        pl = path[-1][0].comp[MAMBA]
+        pl = mamba_pl(path[-1][0])
         if pl is None or pl.slot < 0:
             return f"no checkpoint on L1 at {b}"
     return None
@@ -205,7 +203,7 @@ def test_swa_window_reuse_when_only_swa_pages_left_l1():
     step(c, AB)
     a, b = node_at(c, A), node_at(c, AB)
     assert swa_l1(a) == [-1, -1, 0, 1] and swa_l1(b) == [2, 3]
-    assert c.evict_swa(16) == 16  # LRU: A (internal), then B (leaf): both only lose L1 copies
+    assert c.swa.evict_tokens(16) == 16  # LRU: A (internal), then B (leaf): both only lose L1 copies
     invariants.check(c)
     assert c.num_nodes == 3 and a.alive and b.alive
     assert swa_l1(a) == [-1, -1, -1, -1] and swa_l1(b) == [-1, -1]
@@ -410,7 +408,7 @@ def test_l3_swa_window_continues_the_run_of_the_tree():
     step(c, AB3)
     a, b = node_at(c, A), node_at(c, AB3)
     assert swa_l1(a) == [-1, 0, 1, 2] and swa_l1(b) == [3, 4, 5]
-    assert c.evict_swa(4) == 12  # LRU: A (internal) loses its L1 SWA pages; no L2 copy yet
+    assert c.swa.evict_tokens(4) == 12  # LRU: A (internal) loses its L1 SWA pages; no L2 copy yet
     assert swa_l1(a) == [-1] * 4 and swa_l2(a) is None
     assert c.evict(12) == 12  # B demoted: write_back backs up A (FULL only), then B
     assert c.hier.evict_l2(12) == 12
@@ -635,7 +633,7 @@ def test_fallback_when_the_mamba_pool_cannot_take_the_checkpoint():
     a, b = node_at(c, A), node_at(c, AB3)
     assert c.evict(1) == 12 and ckpt(b) == (-1, 1) and ckpt(a) == (0, 0)
     ha = _held(c, A)
-    priv = c.alloc_states(1)
+    priv = c.mamba.acquire(1)
     assert ints(priv) == [1] and c.mamba.pool.free_pages == 0
     req = TokenSeq(np.concatenate([AB3, toks((300, 304))]))
     m = c.match(req, 28)
@@ -647,12 +645,12 @@ def test_fallback_when_the_mamba_pool_cannot_take_the_checkpoint():
     assert m2.handle._node is a and l1_serves(c, req, 16) is None and l1_serves(c, req, 28) is not None
     assert shape(transfers(c, n0)) == [("load", "full", L2, L1, 12)]
     assert ckpt(b) == (-1, 1) and ckpt(a) == (0, 0)
-    acts = c.finalize(m2, int(priv[0]))
+    acts = c.finalize(m2, {"mamba": [int(priv[0])]})
     assert [(x.src, x.dst, x.at_tokens) for x in acts] == [(0, 1, 16)]
     invariants.check(c)
     c.unlock(m2)
     c.unlock(ha)
-    c.free_states(priv)
+    c.mamba.release(priv)
     invariants.check(c)
 
 

@@ -19,14 +19,13 @@ import simpy
 
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq, invariants
 from cache_core.actions import L1, L2, L3, CopyState, Transfer
-from cache_core.components.swa import SWA
 from cache_core.engine_types import EngineConfig, EngineRequest
 from cache_core.keys import page_keys
 from cache_core.tiers import TierConfig
 from scenarios.presets import get_hardware
 from sim.cost import RooflineCostModel
 from sim.simulator import build
-from helpers import ckpt, ints, node_at, swa_l1, swa_l2, transfers
+from helpers import ckpt, ints, node_at, swa_l1, swa_l2, swa_pl, transfers
 from helpers import tshape as shape
 
 MAMBA_WHY = "no MAMBA checkpoint at boundary"
@@ -95,7 +94,7 @@ def l1_serves(c, tokens, b) -> bool:
     if c.swa is not None:
         lo = max(0, b - c.swa.window_pages * P)
         for nd, _ in path:
-            if nd.end > lo and not (nd.comp[SWA].pages[max(0, (lo - nd.parent.end) // P):] >= 0).all():
+            if nd.end > lo and not (swa_pl(nd).pages[max(0, (lo - nd.parent.end) // P):] >= 0).all():
                 return False
     return c.mamba is None or ckpt(path[-1][0])[0] >= 0
 

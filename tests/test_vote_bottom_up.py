@@ -8,7 +8,7 @@ import pytest
 from cache_core import CacheConfig, MambaConfig, RadixCache, ReplayStepper, SwaConfig, TokenSeq
 from cache_core.components.base import Component
 from cache_core.tiers import TierConfig
-from cache_core.vote import END, REASONS, _and, _deepest, look_back, vote
+from cache_core.vote import END, _and, _deepest, look_back, vote
 
 
 def vote_top_down(voters, visited, traversed, page_size, l1_only=False, out=None):
@@ -37,7 +37,7 @@ def vote_top_down(voters, visited, traversed, page_size, l1_only=False, out=None
         j = _deepest(comb, npages)
         if j >= 0:
             best, best_node, best_cut = start + (j + 1) * page_size, nd, (j + 1) * page_size
-    lost = tuple((c.name, traversed - o, REASONS.get(c.name, "rejected"))
+    lost = tuple((c.name, traversed - o, c.lost_reason)
                  for c, o in zip(voters, own) if o < traversed)
     return best, best_node, best_cut, lost
 

@@ -25,6 +25,17 @@ hook                   meaning
                        checkpoint into the private slot), returning actions.
 ``place()``            after an insert: attach the request's units to the inserted path.
 ``stats()``/``check()``  counters; invariant recount (appends error lines).
+``match_state()``      the counters a match's memo key adds up for it (l1_match.py): objects
+                       with a ``frees`` count; default its L1 and L2 pools (evictions,
+                       tombstones; inserts, splits and removals count on the topology). A
+                       component whose votes change otherwise lists a counter of its own.
+``page_slots()``       with ``slots_per_page``: its slot index per page of a node (reporting,
+                       `RadixCache.slots_of`; FULL: the KV pages, SWA: -1 = tombstone).
+session hooks          ``add_session_ref`` (a session's region now ends at a node: reference
+                       what serves it; returns a token, None: nothing referenced),
+                       ``drop_session_ref`` (release it), ``session_node_removed`` (the
+                       token after a node left the tree) and ``session_referenced`` (None,
+                       or a test the ``session`` policy ranks this component's payloads by).
 tier hooks             ``attach_tiers`` (L2 pool; a `TierLink`), ``backup`` (L1 -> L2 with its
                        node), ``demote`` (FULL left L1: drop the L1 copy), ``store_payloads`` (L3
                        keys and slots of its L2 copies), ``storage_mask``/``l3_mask`` (which boundaries
@@ -53,12 +64,10 @@ if TYPE_CHECKING:
 
 
 class ComponentKind(IntEnum):
-    """Index of a built-in component's payload slot on a node (extra components take the
-    slots after these, in registration order)."""
+    """FULL's slot (0: its pages are `node.value`); every other component takes the next slot
+    in build order (`CacheConfig.component_specs`) from its `TreeLink`."""
 
     FULL = 0
-    SWA = 1
-    MAMBA = 2
 
 
 class Component:
@@ -75,6 +84,10 @@ class Component:
     queue: EvictionQueue
     tiers: TierLink | None  # once `attach_tiers` ran
     outstanding = 0  # units handed out to requests, not yet in the tree or returned
+    slots_per_page = False  # True: `page_slots` reports one slot index per page (slots_of)
+    # None, or `referenced(node) -> bool`: whether a session references this component's payload
+    # on `node` (the `session` policy takes unreferenced payloads first; eviction.SessionAware)
+    session_referenced = None
 
     # -- matching --------------------------------------------------------------------------
     def validator(self, l1_only: bool = False):
@@ -137,6 +150,35 @@ class Component:
 
     def stats(self) -> dict:
         return {}
+
+    def match_state(self) -> list:
+        """Objects whose ``frees`` counts change whenever this component's payloads change in a
+        way a match reads, beyond inserts, splits and removals (the topology's version): its
+        L1 pool and, once tiers are attached, its L2 pool; none without a pool."""
+        return [p for p in (getattr(self, "pool", None), self.host_pool) if p is not None]
+
+    def snapshot_state(self, node) -> str | None:
+        """A word for this component's payload on `node` in the tree snapshot (snapshot.py), or None."""
+        return None
+
+    def page_slots(self, node, npages: int):
+        """With `slots_per_page`: this component's slot index per page of `node`'s first `npages`."""
+        raise NotImplementedError
+
+    # -- session references (sessions.py) -------------------------------------------------------
+    def add_session_ref(self, node):
+        """A session's region now ends at `node`: reference what reuse there needs. Returns
+        a token for `drop_session_ref` (None: nothing was referenced)."""
+        return None
+
+    def drop_session_ref(self, node, token) -> None:
+        """Release the reference `add_session_ref` gave `token` for (`node`: the region's end
+        now; it moves up to the parent when its node leaves the tree)."""
+
+    def session_node_removed(self, node, token):
+        """`node`, where a region ended, left the tree: the token to keep (None: the reference
+        went with the node)."""
+        return token
 
     def check(self, nodes, locks, in_flight, errors: list) -> None:
         """Invariant recount: `nodes` (root first), `locks` [(node, count)], `in_flight(tier,

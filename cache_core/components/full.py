@@ -22,6 +22,7 @@ from .base import Component, ComponentKind
 class FullComponent(Component):
     kind = ComponentKind.FULL
     name = "full"
+    slots_per_page = True
 
     def __init__(self, tree, capacity_tokens: int | None, policy: Policy, useless=None):
         self.tree = tree
@@ -145,6 +146,9 @@ class FullComponent(Component):
             touched(parent)  # a parent that just became an unlocked leaf is a candidate
         queue.maybe_compact(self.tree.num_nodes)
         return freed
+
+    def page_slots(self, node, npages: int):
+        return node.value[:npages]
 
     def stats(self) -> dict:
         return {

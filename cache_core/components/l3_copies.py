@@ -16,7 +16,7 @@ class L3HeldCopies:
 
     def __init__(self, storage, link, comp):
         self.storage, self.tree, self.comp = storage, link.tree, comp
-        self.queue = EvictionQueue(link.policy, self.is_candidate, comp.name)
+        self.queue = EvictionQueue(link.policy, self.is_candidate, comp.name, comp.session_referenced)
         self.dropped = 0  # SWA pages / checkpoints dropped from L2
 
     def is_candidate(self, node) -> bool:

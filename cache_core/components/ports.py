@@ -1,9 +1,12 @@
 """The narrow collaborators a component is given (never the cache itself).
 
-- `TreeLink` (every component, at construction): the tree, the eviction policy, the page
-  size, the payload slot on a node, `remove_leaf` (remove an unlocked leaf and every
-  ancestor that became useless; returns (parent, FULL tokens)) and `record` (append an
-  action record when the cache records actions, else a no-op).
+- `TreeLink` (every component, at construction: its spec's `build(link)`): the tree, the
+  eviction policy, the page size, the payload slot on a node, `remove_leaf` (remove an
+  unlocked leaf and every ancestor that became useless; returns (parent, FULL tokens)),
+  `record` (append an action record when the cache records actions, else a no-op), the FULL
+  L1 pool in tokens (`full_tokens`, None: unbounded; a pool sized as a share of it), the
+  cache's `TierConfig` (`tier_config`, None: L1 only) and, for FULL, `useless_leaf` (a leaf
+  no voting component can use; None without voting components).
 - `TierLink` (components with tiers, `Component.attach_tiers`): the L3 store, the page size,
   `emit` (record a transfer; see `TransferLedger.emit`, `cache_core/tiers/ledger.py`), `settled` (a transfer on a node
   finished: offer it again to every queue), `evict_host` (free L2 by evicting host-only
@@ -32,6 +35,9 @@ class TreeLink:
     slot: int
     remove_leaf: Callable
     record: Callable
+    full_tokens: int | None = None
+    tier_config: Any = None
+    useless_leaf: Callable | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -45,13 +45,13 @@ __all__ = ["Hierarchy", "TierConfig", "TieredFull", "WRITE_POLICIES", "PREFETCH_
 class Hierarchy:
     """L2 pool and queue, the L3 index, write policies and loads; its transfers in `ledger` (ledger.py)."""
 
-    def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, useless=None,
-                 storage=None):  # storage: see make_hierarchy
+    def __init__(self, topo, cfg: TierConfig, l1_tokens: int | None, auto_ack: bool, full: TieredFull,
+                 storage=None):  # full: built by its spec (config.FullSpec); storage: see make_hierarchy
         self.topo = topo
         self.tree = topo.tree
         self.cfg = cfg
         self.P = topo.page_size
-        self.full = TieredFull(topo.tree, l1_tokens, topo.policy, useless)
+        self.full = full
         self.voters = topo.voters  # the other components (registered after FULL)
         l2 = cfg.l2_size(l1_tokens) if cfg.has_l2 else 0
         self.l2_ratio = None if l2 is None or not l1_tokens else l2 / l1_tokens
@@ -336,11 +336,11 @@ class Hierarchy:
         return out
 
 
-def make_hierarchy(topo, config, auto_ack: bool, useless, storage=None) -> Hierarchy | None:
+def make_hierarchy(topo, config, auto_ack: bool, full, storage=None) -> Hierarchy | None:
     """The hierarchy of a cache with tiers (`config`: its CacheConfig), else None. `storage`: a prebuilt
     L3 store (several caches share one: a fleet's shared L3) that the hierarchy and, through its `link`,
     every component use from the start instead of a store of their own; it needs an L3 tier."""
     tiers = config.tiers if config.tiered else None
     if storage is not None and not (tiers and tiers.l3):
         raise ValueError("storage: a prebuilt L3 store needs a cache with an L3 tier")
-    return Hierarchy(topo, tiers, config.usable_tokens, auto_ack, useless, storage) if tiers else None
+    return Hierarchy(topo, tiers, config.usable_tokens, auto_ack, full, storage) if tiers else None

@@ -13,7 +13,8 @@ same without tiers).
   while `version` holds.
 
 `version` covers everything a query reads: the topology's counter (inserts, splits,
-removals), the frees of every component's L1 and L2 pool and of the hierarchy's L2 pool
+removals), what every component lists in `match_state()` (the frees of its L1 and L2 pool
+by default; built once its tiers are attached) and the frees of the hierarchy's L2 pool
 (evictions, demotions, tombstones; an allocation places nothing on a node by itself: the
 insert, transfer or acknowledgement that does is counted), the transfers emitted and finished
 (`Hierarchy.ids`, `Hierarchy.finished`: nodes in flight, residency set at acknowledgements)
@@ -68,14 +69,18 @@ class TieredMatch(MemoMatch):
         self.topo, self.hier, self.tree, self.page_size = topo, hier, topo.tree, topo.page_size
         self.memo: PlanMemo | None = PlanMemo() if memo else None
         self.quiet = memo and topo.policy.tick_order_only
+        self.pools = None  # every component's `match_state()` and the hierarchy's L2 pool, once built
 
     @property
     def version(self) -> int:
         hier, store = self.hier, self.hier.storage
+        pools = self.pools
+        if pools is None:  # the components' L2 pools exist once the cache attached its tiers
+            pools = self.pools = [p for c in self.topo.components for p in c.match_state()] + (
+                [] if hier.pool is None else [hier.pool])
         v = self.topo.version + hier.ids + hier.finished + (0 if store is None else store.changes)
-        v += 0 if hier.pool is None else hier.pool.frees
-        for c in self.topo.components:
-            v += c.pool.frees + (0 if c.host_pool is None else c.host_pool.frees)
+        for p in pools:
+            v += p.frees
         return v
 
     def query(self, seq, n: int) -> TierPlan:

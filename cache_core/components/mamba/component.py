@@ -1,7 +1,7 @@
 """MAMBA: recurrent-state checkpoints, reused only exactly where one was taken
 (*checkpoint reuse*).
 
-- Payload: ``node.comp[MAMBA]`` is a `MambaPayload` with one state slot: the checkpoint of the
+- Payload: ``node.comp[link.slot]`` is a `MambaPayload` with one state slot: the checkpoint of the
   recurrent state after the node's last token (so it sits on the node that ends exactly at
   the checkpoint position), or -1 for a tombstone (the checkpoint was evicted, the node
   stays). Slots come from a state pool with a fixed slot count.
@@ -40,7 +40,7 @@ class MambaComponent(Component):
         self.P = link.page_size
         self.every = every_tokens
         self.pool = PagePool(slots)
-        self.queue = EvictionQueue(link.policy, self.is_candidate, "mamba")
+        self.queue = EvictionQueue(link.policy, self.is_candidate, "mamba", self.session_referenced)
         self.state_bytes = state_bytes
         self.tiers = None  # a TierLink once attach_tiers ran
         self.private = 0  # slots held by running requests
@@ -59,7 +59,7 @@ class MambaComponent(Component):
         return pl is not None and pl.slot >= 0 and pl.locks == 0
 
     def validator(self, l1_only: bool = False):
-        return MambaVoter(l1_only)
+        return MambaVoter(self.kind, l1_only)
 
     def useless_leaf(self, node) -> bool:
         pl = node.comp[self.kind]
@@ -257,20 +257,36 @@ class MambaComponent(Component):
         held = cap - self.pool.free_pages - self.private
         return self.pool.free_pages + max(0, held - self.locked)
 
+    def snapshot_state(self, node) -> str | None:
+        """"present" (an L1 slot), "host" (only on L2), "tombstone"; None: no payload."""
+        pl = node.comp[self.kind] if node.comp else None
+        if pl is None:
+            return None
+        if pl.slot >= 0:
+            return "present"
+        return "host" if pl.host >= 0 else "tombstone"
+
     # -- session references (sessions.py) ------------------------------------------------------
-    def add_session_ref(self, node) -> bool:
+    def session_referenced(self, node) -> bool:
+        return node.comp[self.kind].srefs > 0
+
+    def add_session_ref(self, node):
+        """The checkpoint at the region's end (the token: its node), None without one."""
         pl = node.comp[self.kind] if node.parent is not None else None
         if pl is None:
-            return False
+            return None
         pl.srefs += 1
         self.touched(node)
-        return True
+        return node
 
-    def drop_session_ref(self, node) -> None:
-        pl = node.comp[self.kind]
+    def drop_session_ref(self, node, token) -> None:
+        pl = token.comp[self.kind]
         if pl is not None:
             pl.srefs -= 1
-            self.touched(node)
+            self.touched(token)
+
+    def session_node_removed(self, node, token):
+        return None if token is node else token  # the checkpoint left with its node
 
     # -- eviction ------------------------------------------------------------------------------
     def evict(self, num: int) -> int:

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 from ...vote import END
-from ..base import ComponentKind
-
-MAMBA = ComponentKind.MAMBA
 
 
 class MambaPayload:
@@ -18,13 +15,14 @@ class MambaPayload:
 
 
 class MambaVoter:
-    __slots__ = ("l1_only",)
+    __slots__ = ("kind", "l1_only")
 
-    def __init__(self, l1_only: bool = False):
+    def __init__(self, kind: int, l1_only: bool = False):
+        self.kind = kind  # the component's payload slot
         self.l1_only = l1_only
 
     def mask(self, node, start: int, npages: int):
-        pl = node.comp[MAMBA]
+        pl = node.comp[self.kind]
         if pl is None or (pl.slot < 0 and (self.l1_only or pl.host < 0)):
             return False
         return END  # only the boundary at the node's end (on any tier unless l1_only)

@@ -1,6 +1,6 @@
 """SWA: sliding-window-attention KV, reused through a complete tail window (*window reuse*).
 
-- Payload: ``node.comp[SWA]`` is an `SwaPayload`: one SWA page index per FULL page of the
+- Payload: ``node.comp[link.slot]`` is an `SwaPayload`: one SWA page index per FULL page of the
   node (-1 = *tombstone*: the slot was freed but the node stays, FULL still anchors it),
   plus the window locks that cover the node. SWA pages come from their own pool (its own
   index space; FULL page ``node.value[j]`` maps to SWA page ``pages[j]``).
@@ -34,6 +34,7 @@ _EMPTY = np.empty(0, dtype=INDEX_DTYPE)
 class SwaComponent(Component):
     name = "swa"
     lost_reason = "SWA window incomplete"
+    slots_per_page = True
 
     def __init__(self, link, window_tokens: int, capacity_tokens: int | None, bytes_per_token: int = 0):
         self.link = link
@@ -43,7 +44,7 @@ class SwaComponent(Component):
         self.window = window_tokens
         self.window_pages = -(-window_tokens // self.P)
         self.pool = PagePool(None if capacity_tokens is None else capacity_tokens // self.P)
-        self.queue = EvictionQueue(link.policy, self.is_candidate, "swa")
+        self.queue = EvictionQueue(link.policy, self.is_candidate, "swa", self.session_referenced)
         self.bytes_per_token = bytes_per_token
         self.tiers = None  # a TierLink once attach_tiers ran
         self.outstanding = 0  # pages handed out to requests
@@ -56,7 +57,7 @@ class SwaComponent(Component):
         return pl is not None and pl.ntomb < len(pl.pages) and not pl.locks
 
     def validator(self, l1_only: bool = False):
-        return SwaVoter(self.window, self.P, l1_only)
+        return SwaVoter(self.kind, self.window, self.P, l1_only)
 
     def useless_leaf(self, node) -> bool:
         """No boundary in `node` has its whole SWA window on some tier (L1 or L2; the window
@@ -266,8 +267,32 @@ class SwaComponent(Component):
                     self.touched(n)
             n = n.parent
 
+    def snapshot_state(self, node) -> str | None:
+        """On L1: "present" (every page), "partial" (some), "tombstone" (none); None: no payload."""
+        pl = node.comp[self.kind] if node.comp else None
+        if pl is None:
+            return None
+        n = len(pl.pages)
+        on = int((pl.pages >= 0).sum())
+        if n and on == n:
+            return "present"
+        return "partial" if on else "tombstone"
+
+    def page_slots(self, node, npages: int):
+        return node.comp[self.kind].pages[:npages]
+
+    @property
+    def free_tokens(self) -> int:
+        return self.pool.free_pages * self.P
+
     # -- session references (sessions.py) ------------------------------------------------------
-    def add_session_ref(self, node, ws: int) -> None:
+    def session_referenced(self, node) -> bool:
+        return bool(node.comp[self.kind].sess)
+
+    def add_session_ref(self, node) -> int:
+        """The region's tail window plus one page: its start `ws` is recorded on every payload
+        that intersects [ws, end) (like window locks, so splits stay exact); the token is `ws`."""
+        ws = max(0, node.end - self.window - self.P)
         n = node
         while n.parent is not None and n.end > ws:
             pl = n.comp[self.kind]
@@ -275,6 +300,7 @@ class SwaComponent(Component):
                 pl.sess.append(ws)
                 self.touched(n)
             n = n.parent
+        return ws
 
     def drop_session_ref(self, node, ws: int) -> None:
         n = node

@@ -3,10 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..base import ComponentKind
-
-SWA = ComponentKind.SWA
-
 
 class SwaPayload:
     __slots__ = ("pages", "ntomb", "locks", "sess", "_host", "_on_host")
@@ -78,9 +74,10 @@ def window_runs(present: np.ndarray, run: int, clean: bool, P: int, W: int):
 class SwaVoter:
     """Walks down the FULL path keeping the present-SWA run that ends at the position."""
 
-    __slots__ = ("W", "P", "run", "clean", "l1_only")
+    __slots__ = ("kind", "W", "P", "run", "clean", "l1_only")
 
-    def __init__(self, window: int, page_size: int, l1_only: bool = False):
+    def __init__(self, kind: int, window: int, page_size: int, l1_only: bool = False):
+        self.kind = kind  # the component's payload slot
         self.W, self.P = window, page_size
         self.l1_only = l1_only
         self.run = 0  # present SWA tokens ending at the current position
@@ -89,7 +86,7 @@ class SwaVoter:
     def mask(self, node, start: int, npages: int):
         """Boundaries after page j (j < npages) of `node` that this component accepts."""
         P, W = self.P, self.W
-        pl = node.comp[SWA]
+        pl = node.comp[self.kind]
         if pl is None or (pl.ntomb == len(pl.pages) and (self.l1_only or not pl.on_host(npages))):
             self.run, self.clean = 0, False  # nothing of this window anywhere: the usual internal node
             return False
