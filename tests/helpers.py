@@ -153,3 +153,11 @@ class KeyReq:
             rid, seq or KeySeq(keys, page_size), None, session, False
         self.prompt_tokens = len(keys) * page_size if prompt is None else prompt
         self.output_length = output
+
+
+def stub_cache(match, **attrs):
+    """A cache as a router reads it (`fleet/routers/base.py: exact_reuse`): its read-only match
+    (`matcher.span`, `query`, `matcher.result`) returns `match`; tiered (`hier` set) unless
+    `attrs` says otherwise; `attrs` adds what else the router reads (pools, free tokens)."""
+    matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: match})()
+    return type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None, **attrs})()

@@ -16,6 +16,8 @@ from radixsim.fleet_run import fleet_rows, simulate_fleet
 from radixsim.run import run_scenario
 from scenarios.scenario import ScenarioError, apply_sets, load, resolve
 
+from helpers import stub_cache
+
 SMALL = {  # 8 clients x 3 rounds of a growing conversation on one H200 (well under a second)
     "name": "fleet-test", "seed": 3, "model": "qwen3-32b", "hardware": "h200x1",
     "cache": {"page_size": 64, "l1_tokens": 200_000, "hicache_ratio": 2},
@@ -279,19 +281,9 @@ class _Match:
         self.host_tokens = 0
 
 
-class _Cache:
-    hier = object()  # tiered: cache_aware_exact reads device + host
-
-    def __init__(self, device):
-        self.device = device
-
-    def match(self, seq, limit):
-        return _Match(self.device)
-
-
 class _Engine:
     def __init__(self, device):
-        self.cache = _Cache(device)
+        self.cache = stub_cache(_Match(device))  # tiered: cache_aware_exact reads device + host
 
 
 class _Seq:

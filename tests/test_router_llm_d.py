@@ -14,7 +14,7 @@ from cache_core.records import TokenSeq
 from fleet.routers import make_router
 from fleet.routers.llm_d import MODEL_HASH as MODEL
 
-from helpers import KeyReq, KeySeq
+from helpers import KeyReq, KeySeq, stub_cache
 
 P = 64
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,9 +49,7 @@ class Eng:
     def __init__(self, device=0, host=0, pool=1000, free=1000, evictable=0, waiting=0, prefetching=0):
         m = _Match(device, host)
         full = type("F", (), {"evictable_tokens": evictable, "pool": type("Pool", (), {"unbounded": False})()})()
-        matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: m})()
-        self.cache = type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None,
-                                    "full": full, "free_tokens": free})()
+        self.cache = stub_cache(m, full=full, free_tokens=free)
         self.max_total_tokens = pool
         self.queues = type("Q", (), {"waiting": [None] * waiting, "prefetching": [None] * prefetching})()
 

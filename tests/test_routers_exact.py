@@ -12,7 +12,7 @@ from fleet.routers import make_router
 from radixsim.fleet_run import fleet_rows, simulate_fleet
 from scenarios.scenario import resolve
 
-from helpers import KeyReq, KeySeq
+from helpers import KeyReq, KeySeq, stub_cache
 
 P = 64
 
@@ -165,9 +165,7 @@ class _Match:
 
 class _Engine:
     def __init__(self, device=0, host=0, storage=0):
-        m = _Match(device, host, storage)
-        matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: m})()
-        self.cache = type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None})()
+        self.cache = stub_cache(_Match(device, host, storage))
 
 
 def test_cache_aware_exact_counts_device_and_host_but_not_shared_storage():
