@@ -147,6 +147,29 @@ class VllmBlockCache:
             hit.append(b)
         return hit
 
+    # -- the phases of `step`, for a core composed on this one (cache_core/vllm_offload.py) ----
+    def fits(self, hit: list[int], n_new: int) -> bool:
+        """Whether `n_new` new blocks fit beside the hit blocks (those with no reference count)."""
+        return n_new + sum(1 for b in hit if b not in self.ref) <= self.free_blocks
+
+    def touch(self, hit: list[int]) -> None:
+        """Reference the hit blocks (out of the free queue)."""
+        for b in hit:
+            if b not in self.ref:
+                del self.hashed[b]
+                self.ref[b] = 0
+            self.ref[b] += 1
+
+    def take(self, n: int) -> list[int]:
+        return self._take(n)
+
+    def cache(self, blocks: list[int], keys: list[int], start: int, end: int) -> None:
+        """Give blocks[start:end] their hashes keys[start:end] (`cache_full_blocks`)."""
+        self._cache(blocks, keys, start, end)
+
+    def free(self, blocks: list[int]) -> None:
+        self._free(blocks)
+
     def step(self, prompt, output=None) -> StepResult:
         """Serve one request alone, as vLLM's scheduler does: prefill, decode output[:-1], free."""
         B = self.block_size
@@ -161,11 +184,7 @@ class VllmBlockCache:
         need = -(-P // B) - len(hit)
         if need + sum(1 for b in hit if b not in self.ref) > self.free_blocks:
             return StepResult(P, n_out, cached, 0, True)
-        for b in hit:  # touch
-            if b not in self.ref:
-                del self.hashed[b]
-                self.ref[b] = 0
-            self.ref[b] += 1
+        self.touch(hit)
         blocks = hit + self._take(need)
         self._cache(blocks, keys, len(hit), P // B)
         done = P // B
