@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .actions import L1, L2, LOAD, STORE, TransferKind
 from .keys import as_tokens, page_keys
 from .vllm_offload_policies import POLICIES, make_policy
 from .vllm_blocks import VllmBlockCache
@@ -54,13 +55,17 @@ __all__ = ["POLICIES", "Transfer", "OffloadRequest", "VllmCpuOffload", "VllmOffl
 
 @dataclass
 class Transfer:
-    """One transfer job: `direction` "load" (CPU -> GPU) or "store" (GPU -> CPU)."""
-    direction: str
+    """One transfer job: `direction` LOAD (CPU L2 -> GPU L1) or STORE (vLLM's name: GPU L1 -> CPU L2)."""
+    direction: TransferKind
     keys: list
     cpu_chunks: list
     gpu_blocks: list
     nbytes: int
     evicted: list = field(default_factory=list)  # store: the CPU chunk keys evicted for it, in order
+
+    @property
+    def link(self) -> str:
+        return f"{L2}->{L1}" if self.direction == LOAD else f"{L1}->{L2}"
 
 
 class Chunk:
@@ -235,7 +240,7 @@ class VllmOffloadConnector:
         cids = self.cpu.prepare_load(keys, req)
         req.next_stored = -(-end // self.tpc)
         dst = blocks[first:-(-end // B)]
-        return Transfer("load", keys, cids, dst, len(dst) * B * self.bpt)
+        return Transfer(LOAD, keys, cids, dst, len(dst) * B * self.bpt)
 
     def offer(self, req: OffloadRequest, computed: int, blocks: list) -> Transfer | None:
         """The store job of one step (`computed` tokens after it, `blocks` its block table)."""
@@ -258,13 +263,13 @@ class VllmOffloadConnector:
             return None
         bpc, idx = self.bpc, {k: i for i, k in enumerate(keys, start)}
         src = [b for k in stored for b in blocks[idx[k] * bpc:(idx[k] + 1) * bpc]]
-        return Transfer("store", stored, cids, src, len(src) * self.B * self.bpt, evicted)
+        return Transfer(STORE, stored, cids, src, len(src) * self.B * self.bpt, evicted)
 
     def complete(self, t: Transfer | None) -> None:
         """The workers report the job done (update_connector_output)."""
         if t is None or not t.keys:
             return
-        (self.cpu.complete_load if t.direction == "load" else self.cpu.complete_store)(t.keys)
+        (self.cpu.complete_load if t.direction == LOAD else self.cpu.complete_store)(t.keys)
 
     def finished(self, req: OffloadRequest, computed: int, blocks: list) -> Transfer | None:
         """The step after the request finished: its last offer, then mgr.on_request_finished."""
@@ -302,7 +307,7 @@ class VllmOffloadCache:
     def _run(self, t: Transfer | None, st: OffloadStep) -> None:
         if t is not None:
             st.transfers.append(t)
-            st.stored.extend(t.keys if t.direction == "store" else ())
+            st.stored.extend(t.keys if t.direction == STORE else ())
             st.cpu_evicted.extend(t.evicted)
             self.conn.complete(t)
 
