@@ -184,12 +184,14 @@ class VllmCpuOffload:
         return to_store, cids, evicted
 
     def complete_store(self, keys) -> None:
+        get, done = self.policy.get, []
         for k in keys:
-            chunk = self.policy.get(k)
+            chunk = get(k)
             if chunk is not None and chunk.ref < 0:
                 chunk.ref = 0
-                self.evictable += 1
-                self.policy.mark_evictable(k)
+                done.append(k)
+        self.evictable += len(done)
+        self.policy.mark_evictable_all(done)
 
     def request_finished(self, req: OffloadRequest) -> None:
         order = sorted(req.seen, key=req.pos.__getitem__)

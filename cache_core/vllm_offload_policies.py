@@ -12,10 +12,14 @@ from collections import OrderedDict
 POLICIES = ("lru", "arc")  # vllm/v1/kv_offload/cpu/policies/factory.py: the built-in names
 
 
+SHIFT = 1 << 40  # lru's rank tuple (r, -position) as one int, r * SHIFT - position: the same order
+
+
 class LruPolicy:
     """LRUCachePolicy: every resident chunk has a rank; evictable chunks sit in a lazy heap and
     the lowest rank goes first. A running request's chunks rank (its rank, -position); each use
-    outside that (the request finishing) gives a fresh rank (next, 0)."""
+    outside that (the request finishing) gives a fresh rank (next, 0). A large update rebuilds
+    the heap (as vLLM's _update_heap: the same order, fewer stale entries)."""
 
     def __init__(self, capacity: int):
         self.chunks: dict = {}
@@ -33,41 +37,61 @@ class LruPolicy:
             req.rank = self.next_rank
         return req.rank
 
+    def _rebuild(self) -> None:
+        ranks = self.ranks
+        self.heap = [(ranks[k], k) for k in self.evictable]
+        heapq.heapify(self.heap)
+
+    def _push_all(self, keys: list) -> None:
+        if len(keys) >= max(64, len(self.evictable) // 4):
+            self._rebuild()
+            return
+        ranks, heap = self.ranks, self.heap
+        for k in keys:
+            heapq.heappush(heap, (ranks[k], k))
+        if len(heap) > max(64, 2 * len(self.evictable)):
+            self._rebuild()
+
     def _push(self, key) -> None:
-        heapq.heappush(self.heap, (self.ranks[key], key))
-        if len(self.heap) > max(64, 2 * len(self.evictable)):
-            self.heap = [(self.ranks[k], k) for k in self.evictable]
-            heapq.heapify(self.heap)
+        self._push_all([key])
 
     def insert(self, key, chunk, req) -> None:
         self.chunks[key] = chunk
-        self.ranks[key] = (self._request_rank(req), -req.pos[key])
+        self.ranks[key] = self._request_rank(req) * SHIFT - req.pos[key]
         if chunk.ref == 0:
             self.evictable.add(key)
             self._push(key)
 
     def _update_recency(self, keys) -> None:
+        chunks, ranks, evictable, updated = self.chunks, self.ranks, self.evictable, []
+        n = self.next_rank
         for key in keys:
-            if key in self.chunks:
-                self.next_rank += 1
-                self.ranks[key] = (self.next_rank, 0)
-                if key in self.evictable:
-                    self._push(key)
+            if key in chunks:
+                n += 1
+                ranks[key] = n * SHIFT
+                if key in evictable:
+                    updated.append(key)
+        self.next_rank = n
+        if updated:
+            self._push_all(updated)
 
     def on_store_miss(self, keys, req) -> None:  # CachePolicy default: touch
         self._update_recency(reversed(list(keys)))
 
     def on_request_access(self, keys, req) -> None:
-        rank = self._request_rank(req)
+        rank, updated = self._request_rank(req) * SHIFT, []
+        ranks, pos = self.ranks, req.pos
         for key in keys:
             if key not in self.chunks:
                 continue
-            r = (rank, -req.pos[key])
-            if self.ranks[key] >= r:
+            r = rank - pos[key]
+            if ranks[key] >= r:
                 continue
-            self.ranks[key] = r
+            ranks[key] = r
             if key in self.evictable:
-                self._push(key)
+                updated.append(key)
+        if updated:
+            self._push_all(updated)
 
     def on_request_finished(self, order, insertion_only, reused, req) -> None:
         self._update_recency(reversed(order))
@@ -101,8 +125,12 @@ class LruPolicy:
         return out
 
     def mark_evictable(self, key) -> None:
-        self.evictable.add(key)
-        self._push(key)
+        self.mark_evictable_all([key])
+
+    def mark_evictable_all(self, keys: list) -> None:
+        """mark_evictable of each key, in order (one heap update)."""
+        self.evictable.update(keys)
+        self._push_all(keys)
 
     def mark_non_evictable(self, key) -> None:
         self.evictable.remove(key)
@@ -204,6 +232,9 @@ class ArcPolicy:
         return out
 
     def mark_evictable(self, key) -> None:
+        return
+
+    def mark_evictable_all(self, keys: list) -> None:
         return
 
     def mark_non_evictable(self, key) -> None:
