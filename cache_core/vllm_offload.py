@@ -1,9 +1,8 @@
 """vLLM's CPU KV offloading connector (an L2 under vLLM v1's prefix cache), per request as
 vLLM 0.33.0 decides it, composed with VllmBlockCache (cache_core/vllm_blocks.py).
 
-Read from vllm 0.33.0 (paths under vllm/; "sched" = distributed/kv_transfer/kv_connector/v1/
-offloading/scheduler.py, "mgr" = v1/kv_offload/cpu/manager.py, "lru"/"arc" = v1/kv_offload/cpu/
-policies/{lru,arc}.py):
+Read from vllm 0.33.0 (under vllm/: "sched" = distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py,
+"mgr" = v1/kv_offload/cpu/manager.py, "lru"/"arc" = v1/kv_offload/cpu/policies/{lru,arc}.py):
 
 * chunks: the CPU holds `num_chunks` chunks of `blocks_per_chunk` GPU blocks (kv_connector_extra_config
   "block_size" = tokens per chunk, a multiple of the GPU block size; offloading/config.py:
@@ -17,8 +16,7 @@ policies/{lru,arc}.py):
 * load (sched: update_state_after_alloc; mgr: prepare_load/complete_load): the GPU blocks past the
   GPU hit up to the CPU hit, from the chunks holding them; async: vLLM allocates only the loaded
   tokens' blocks in that step (delay_cache_blocks) and the rest when the request runs; loaded
-  chunks are pinned until the load completes; the chunks up to the hit are then never offered
-  again for this request (OffloadPolicy.CHUNK_LEVEL);
+  chunks are pinned until the load completes; chunks up to the hit are not offered (CHUNK_LEVEL);
 * store (sched: _build_store_jobs, every step the request runs and once after it finishes): the
   computed full chunks not offered yet (only the prompt's with offload_prompt_only, vLLM's
   default: v1/kv_offload/base.py OffloadingSpec), so without a CPU hit the GPU-hit chunks too;
@@ -29,8 +27,16 @@ policies/{lru,arc}.py):
   (request rank, -position) (its tail before its head); when the request finishes
   (mgr.on_request_finished, in the step after it), every chunk it touched gets a fresh rank,
   tail first, so its head is the most recent; the lowest rank is evicted first;
-* ARC (arc: ARCCachePolicy): T1/T2/B1/B2 with the adaptive target, reuse moving T1 -> T2 at
-  request finish, ghost hits adapting once per request on store misses.
+* ARC (arc: ARCCachePolicy): T1/T2/B1/B2, the adaptive target (cache_core/vllm_offload_policies.py).
+
+For an engine (concurrent requests), VllmOffloadConnector is the scheduler side, per request:
+`new_request(block keys, prompt length)` at add_request; `matched_tokens(req, GPU-hit tokens)`
+at first scheduling (None: vLLM delays the request: a hit chunk is being stored or loaded);
+after the GPU allocation with a CPU hit, `load(req, block table, hit)` -> a LOAD Transfer (the
+chunks stay pinned until `complete`); each step the request runs, `offer(req, tokens computed
+after the step, block table)` -> a STORE Transfer or None; `complete(transfer)` when the
+workers report it; the step after it finishes, `finished(req, tokens computed, block table)`.
+Transfers carry CPU chunk ids, GPU block ids and bytes (GPU blocks x block size x bytes_per_token).
 
 Serial model (as VllmBlockCache.step): one request at a time; every transfer is reported done at
 the end of the step that issued it (so a lookup never sees a pending chunk, and nothing is
@@ -46,12 +52,8 @@ import numpy as np
 
 from .actions import L1, L2, LOAD, STORE, TransferKind
 from .keys import as_tokens, page_keys
-from .vllm_offload_policies import POLICIES, make_policy
+from .vllm_offload_policies import make_policy
 from .vllm_blocks import VllmBlockCache
-
-__all__ = ["POLICIES", "Transfer", "OffloadRequest", "VllmCpuOffload", "VllmOffloadConnector",
-           "VllmOffloadCache", "OffloadStep"]
-
 
 @dataclass
 class Transfer:
@@ -111,9 +113,10 @@ class VllmCpuOffload:
         self.stored_chunks = 0
         self.evicted_chunks = 0
 
-    def lookup(self, key) -> bool:
+    def lookup(self, key) -> int | None:
+        """mgr.lookup: None = MISS, -1 = HIT_PENDING (being stored), else HIT (the readers)."""
         chunk = self.policy.get(key)
-        return chunk is not None and chunk.ref >= 0
+        return None if chunk is None else chunk.ref
 
     def _record(self, keys, req: OffloadRequest, reused=()) -> None:
         new = [k for k in keys if k not in req.seen_set]
@@ -212,27 +215,37 @@ class VllmOffloadConnector:
         self.tpc = block_size * blocks_per_chunk
         self.bpt = bytes_per_token
         self.prompt_only = prompt_only
+        self.loading: set = set()  # sched _chunks_being_loaded: keys of loads not completed yet
 
     def new_request(self, block_keys: list, prompt_len: int) -> OffloadRequest:
         """`block_keys`: the chained key of every full block of the tokens that will be computed."""
         bpc = self.bpc
         return OffloadRequest(block_keys[bpc - 1::bpc], self.tpc, prompt_len)
 
-    def matched_tokens(self, req: OffloadRequest, local: int) -> int:
-        """get_num_new_matched_tokens: CPU-hit tokens past the GPU hit `local` (0: none)."""
+    def matched_tokens(self, req: OffloadRequest, local: int) -> int | None:
+        """get_num_new_matched_tokens: CPU-hit tokens past the GPU hit `local` (0: none; None: a
+        hit chunk is still being stored or loaded: vLLM delays the request, ask again later)."""
         req.next_stored, req.local, tpc = 0, local, self.tpc
         n_keys = req.prompt_len // tpc
         top = n_keys * tpc
         if top - local < tpc:
             return 0
         start = local // tpc
-        hits = 0
+        hits, pending = 0, False
         for k in req.keys[start:n_keys]:
-            if not self.cpu.lookup(k):
+            ref = self.cpu.lookup(k)
+            if ref is None:
                 break
             hits += 1
+            pending |= ref < 0
+        if pending:
+            return None
         ext = min(top, tpc * (start + hits)) - local
-        return ext if hits and ext >= tpc else 0
+        if not hits or ext < tpc:
+            return 0
+        if self.loading and any(k in self.loading for k in req.keys[start:-(-(local + ext) // tpc)]):
+            return None
+        return ext
 
     def load(self, req: OffloadRequest, blocks: list, ext: int) -> Transfer:
         """update_state_after_alloc with a CPU hit: the load job (pins its chunks)."""
@@ -240,6 +253,7 @@ class VllmOffloadConnector:
         first = req.local // B
         keys = req.keys[first // self.bpc:-(-end // self.tpc)]
         cids = self.cpu.prepare_load(keys, req)
+        self.loading.update(keys)
         req.next_stored = -(-end // self.tpc)
         dst = blocks[first:-(-end // B)]
         return Transfer(LOAD, keys, cids, dst, len(dst) * B * self.bpt)
@@ -271,7 +285,11 @@ class VllmOffloadConnector:
         """The workers report the job done (update_connector_output)."""
         if t is None or not t.keys:
             return
-        (self.cpu.complete_load if t.direction == LOAD else self.cpu.complete_store)(t.keys)
+        if t.direction == LOAD:
+            self.cpu.complete_load(t.keys)
+            self.loading.difference_update(t.keys)
+        else:
+            self.cpu.complete_store(t.keys)
 
     def finished(self, req: OffloadRequest, computed: int, blocks: list) -> Transfer | None:
         """The step after the request finished: its last offer, then mgr.on_request_finished."""
@@ -324,7 +342,7 @@ class VllmOffloadCache:
         hit = gpu.lookup(keys, P)
         local = len(hit) * B
         req = conn.new_request(keys, P)
-        ext = conn.matched_tokens(req, local)
+        ext = conn.matched_tokens(req, local)  # never None here: every transfer completes in its step
         st = OffloadStep(P, n_out, local, ext, False, [], [], [], [])
         blocks = self._admit(req, hit, keys, ext, st)
         if blocks is None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from cache_core.vllm_blocks import VllmBlockCache
-from cache_core.vllm_offload import POLICIES, VllmOffloadCache
+from cache_core.vllm_offload import VllmOffloadCache
+from cache_core.vllm_offload_policies import POLICIES
 
 from . import results
 

@@ -116,3 +116,27 @@ def test_without_l2_the_vllm_replay_rows_are_unchanged(tmp_path):
     with open(out / "requests.csv") as f:
         rows = [(r["cached_tokens"], r["cached_device"], r["cached_host"]) for r in csv.DictReader(f)]
     assert rows == [("0", "-1", "0"), ("0", "-1", "0"), ("0", "-1", "0")]
+
+
+def test_an_engine_asking_while_a_hit_chunk_is_stored_or_loaded_is_delayed():
+    """sched: a HIT_PENDING chunk (its store not completed) defers the lookup, and so does a hit
+    chunk another request is loading (_chunks_being_loaded): matched_tokens is None until then."""
+    from cache_core.vllm_offload import VllmCpuOffload, VllmOffloadConnector
+
+    conn = VllmOffloadConnector(VllmCpuOffload(4), 4, bytes_per_token=2)
+    keys = page_keys(A + [9], 4)[0].tolist()
+    r0 = conn.new_request(keys[:2], 8)
+    assert conn.matched_tokens(r0, 0) == 0
+    store = conn.offer(r0, 8, [1, 2])
+    assert (store.direction, store.cpu_chunks, store.gpu_blocks, store.nbytes) == ("store", [0, 1], [1, 2], 16)
+    r1 = conn.new_request(keys, 9)
+    assert conn.matched_tokens(r1, 0) is None  # being stored
+    conn.complete(store)
+    assert conn.matched_tokens(r1, 0) == 8
+    load = conn.load(r1, [3, 4, 5], 8)
+    assert (load.direction, load.cpu_chunks, load.gpu_blocks) == ("load", [0, 1], [3, 4])
+    r2 = conn.new_request(keys, 9)
+    assert conn.matched_tokens(r2, 0) is None  # being loaded by r1
+    conn.complete(load)
+    assert conn.matched_tokens(r2, 0) == 8
+    assert conn.matched_tokens(r2, 4) == 4  # from the chunk holding the GPU hit's end
