@@ -1,7 +1,7 @@
 """vLLM's CPU KV offloading connector as an L2 (cache_core/vllm_offload.py) on small constructed
 traces, every figure hand-computed from vllm 0.33.0's rules (the module docstring). The same
 requests run through vLLM's own OffloadingConnectorScheduler in
-tests/test_vllm_offload_reference.py (CPU_HIT, LRU, REFUSED there)."""
+tests/test_vllm_offload_reference.py (CPU_HIT, LRU, REFUSED and the ARC case there)."""
 import csv
 import json
 
@@ -140,3 +140,16 @@ def test_an_engine_asking_while_a_hit_chunk_is_stored_or_loaded_is_delayed():
     conn.complete(load)
     assert conn.matched_tokens(r2, 0) == 8
     assert conn.matched_tokens(r2, 4) == 4  # from the chunk holding the GPU hit's end
+
+
+@pytest.mark.parametrize("policy, victim", [("lru", "x"), ("arc", "y")])
+def test_arc_keeps_a_reused_chunk_that_lru_evicts(policy, victim):
+    """x stored then reused (ARC: T1 -> T2 at finish), y stored once, then z needs a chunk: LRU
+    evicts the least recent (x), ARC evicts from T1 (y, T1 at or above its target 0)."""
+    X, Y, Z = [1, 2, 3, 4, 5], [11, 12, 13, 14, 15], [21, 22, 23, 24, 25]
+    c = VllmOffloadCache(4, None, cpu_chunks=2, policy=policy)
+    rows = [c.step(p, [-1]) for p in (X, X, Y, Z)]
+    named = {_key(X, 0): "x", _key(Y, 0): "y", _key(Z, 0): "z"}
+    assert [([named[k] for k in r.stored], [named[k] for k in r.cpu_evicted]) for r in rows] == [
+        (["x"], []), ([], []), (["y"], []), (["z"], [victim])]
+    c.check()
