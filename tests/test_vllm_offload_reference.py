@@ -72,7 +72,9 @@ def _write(path, trace):
     return str(path)
 
 
-SMALL = {"cpu_hit": (CPU_HIT, 4, 12, 16), "lru": (LRU, 4, None, 12), "refused": (REFUSED, 4, None, 8)}
+ARC = [(p, [-1]) for p in ([1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [11, 12, 13, 14, 15], [21, 22, 23, 24, 25])]
+SMALL = {"cpu_hit": (CPU_HIT, 4, 12, 16, "lru"), "lru": (LRU, 4, None, 12, "lru"),
+         "refused": (REFUSED, 4, None, 8, "lru"), "arc_lru": (ARC, 4, None, 8, "lru"), "arc": (ARC, 4, None, 8, "arc")}
 
 
 @pytest.fixture(scope="module")
@@ -85,11 +87,11 @@ def reference(tmp_path_factory):
         for bs, gpu, cpu, bpc, pol, po in RUNS:
             cfg[_key(name, bs, gpu, cpu, bpc, pol, po)] = (path, bs, num_blocks(gpu, bs), cpu // (bs * bpc), bpc,
                                                             pol, po, True)
-    for name, (trace, bs, gpu, cpu) in SMALL.items():
+    for name, (trace, bs, gpu, cpu, pol) in SMALL.items():
         traces[name] = trace
         # an unbounded GPU (None): more blocks than the trace ever holds
-        cfg[_key(name, bs, gpu, cpu, 1, "lru", True)] = (_write(d / f"{name}.jsonl", trace), bs,
-                                                         num_blocks(gpu or 4096, bs), cpu // bs, 1, "lru", True, True)
+        cfg[_key(name, bs, gpu, cpu, 1, pol, True)] = (_write(d / f"{name}.jsonl", trace), bs,
+                                                       num_blocks(gpu or 4096, bs), cpu // bs, 1, pol, True, True)
     cfg["mooncake"] = (str(MOONCAKE), 16, num_blocks(MOONCAKE_GPU, 16), MOONCAKE_CPU // MOONCAKE_CHUNK,
                        MOONCAKE_CHUNK // 16, "lru", True, False)
     run = subprocess.run([str(PYTHON), "-W", "ignore", "-c", DRIVER, str(HARNESS)], input=json.dumps(cfg),
@@ -133,8 +135,8 @@ def test_the_branchy_runs_reach_cpu_hits_cpu_evictions_and_refusals(reference):
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_the_constructed_traces_equal_vllm(reference, name):
     traces, ref = reference
-    trace, bs, gpu, cpu = SMALL[name]
-    assert _ours(trace, bs, gpu, cpu, 1, "lru", True) == ref[_key(name, bs, gpu, cpu, 1, "lru", True)]
+    trace, bs, gpu, cpu, pol = SMALL[name]
+    assert _ours(trace, bs, gpu, cpu, 1, pol, True) == ref[_key(name, bs, gpu, cpu, 1, pol, True)]
 
 
 def test_mooncake_trace_through_radixsim_replay_equals_vllm_per_request(reference, tmp_path):
