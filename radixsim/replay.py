@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sized
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from .outputs import result_dir
 from .replay_summary import replay_cache_doc, replay_summary
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ReplayOptions:
     trace: str | None = None
     workload: str | None = None  # a workload kind with a replay hook ("multiturn", "agentic"): generate requests
@@ -50,6 +49,7 @@ class ReplayOptions:
     miss_split: bool = True  # cold vs evicted misses (an unbounded shadow cache replays alongside)
     close_delay: int | None = 0  # session closes: after this many more requests (None: dropped)
     engine: str = "sglang"  # "vllm": vLLM v1's hash-block prefix cache (cache_core/vllm_blocks.py)
+    offload_block_size: int | None = None  # vllm + L2: tokens per CPU offload chunk (None: the block size)
 
 
 def parse_components(spec: str) -> dict:

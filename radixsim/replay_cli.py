@@ -51,6 +51,9 @@ def _tier_args(r) -> None:
     """replay's L2/L3 options (SGLang HiCache's, and the KV bytes that read sizes in bytes)."""
     r.add_argument("--l2-tokens", type=_size, default=None,
                    help="host L2 capacity (tokens or bytes with a unit); default: --hicache-ratio x L1 if given")
+    r.add_argument("--offload-block-size", type=_pos_int, default=None,
+                   help="--engine vllm with --l2-tokens: tokens per CPU offload block (vLLM's offloading "
+                        "connector block_size; a multiple of --page-size; default: --page-size)")
     r.add_argument("--hicache-ratio", type=_pos_float, default=None,
                    help="host L2 = RATIO x L1, like SGLang's --hicache-ratio (default: no L2)")
     r.add_argument("--l3-tokens", type=_size, default=None,
@@ -197,11 +200,13 @@ def _replay_options(args):
         components=args.components, model=args.model, swa_tokens=args.swa_tokens,
         swa_full_tokens_ratio=args.swa_full_tokens_ratio, mamba_slots=args.mamba_slots,
         mamba_every=args.mamba_every, mamba_full_memory_ratio=args.mamba_full_memory_ratio,
-        progress=not args.no_progress, miss_split=not args.no_miss_split, engine=args.engine)
-    if args.engine == "vllm":
+        progress=not args.no_progress, miss_split=not args.no_miss_split, engine=args.engine,
+        offload_block_size=args.offload_block_size)
+    if args.engine == "vllm" or args.offload_block_size is not None:
         from .replay_vllm import vllm_option_errors
 
-        err = vllm_option_errors(args.policy, tiers, args.components, args.model, caps)
+        err = vllm_option_errors(args.policy, tiers, args.components, args.model, caps, args.engine,
+                                 args.offload_block_size, args.page_size)
         if err:
             raise ValueError(err)
     return opts, caps

@@ -125,7 +125,12 @@ def test_radixsim_replay_engine_vllm_writes_vllms_cached_tokens_per_request(tmp_
 
 @pytest.mark.parametrize("args, option", [
     (["--policy", "lfu"], "--policy lfu"),
-    (["--l2-tokens", "64"], "--l2-tokens/--hicache-ratio/--l3-tokens"),
+    (["--l2-tokens", "64", "--l3-tokens", "64"], "--hicache-ratio/--l3-tokens"),
+    (["--hicache-ratio", "2"], "--hicache-ratio/--l3-tokens"),
+    (["--l2-tokens", "64", "--policy", "lfu"], "--policy lfu"),
+    (["--l2-tokens", "64", "--offload-block-size", "24"], "--offload-block-size 24"),
+    (["--l2-tokens", "16", "--offload-block-size", "32"], "--l2-tokens 16"),
+    (["--offload-block-size", "32"], "--offload-block-size 32"),
     (["--components", "full,swa:64"], "--components full,swa:64"),
     (["--capacity-tokens", "32,64"], "--capacity-tokens"),
     (["--model", "qwen3-next-80b"], "--model qwen3-next-80b"),

@@ -87,6 +87,7 @@ class Replayer:
         spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float16)
         config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec(["layer.0"], spec)])
+        self.kv_cache_config = config
         self.manager = KVCacheManager(config, max_model_len=1 << 40, scheduler_block_size=block_size,
                                       hash_block_size=block_size, enable_caching=True)
         self.pool = self.manager.block_pool

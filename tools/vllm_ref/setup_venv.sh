@@ -16,4 +16,5 @@ PIP="$VENV/bin/pip"
 cd "$HERE" && "$VENV/bin/python" -W ignore -c "
 import vllm_stubs; vllm_stubs.install()
 import vllm.v1.core.kv_cache_manager, vllm.v1.request
-print('vllm v1 core import OK')"
+import vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler, vllm.v1.kv_offload.cpu.spec
+print('vllm v1 core + CPU offloading connector import OK')"
