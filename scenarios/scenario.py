@@ -3,7 +3,8 @@
 A scenario is read (`load`), optionally overridden with ``--set`` dotted keys (`apply_sets`),
 validated against `SCHEMA` and resolved (`resolve`) into ready-to-run configuration objects
 plus ``doc``: every value, defaults and derived numbers included (``l1_tokens: auto`` becomes
-a number), which `radixsim run` writes to ``config.yaml``.
+a number), which `radixsim run` writes to ``config.yaml``; a run's config.yaml (or its result
+directory) reads back as the scenario it ran (`scenarios/run_record.py`).
 
 Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
 
