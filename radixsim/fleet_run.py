@@ -251,7 +251,7 @@ def write_fleet(out: Path, sc, fleet, env, costs, store, command: str | None) ->
     results.write_stages(out, sc.workload, rows, summary)
     results.write_summary(out, summary)
     doc = {"mode": "sim", **sc.doc, "cost": {**sc.doc["cost"], "model": repr(costs[0])}}
-    results.write_config(out, doc, seed=sc.seed, command=command)
+    results.write_config(out, doc, seed=sc.seed, command=command, sc=sc)
     results.write(out / "tree.json", snapshot(fleet.engines[0].cache))  # engine 0's cache at the end
     return summary, rounds
 

@@ -51,25 +51,31 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def provenance(seed=None, command: str | None = None) -> dict:
-    """Versions, commit and command line, for config.yaml."""
+def provenance(seed=None, command: str | None = None, scenario: dict | None = None,
+               scenario_file: str | None = None) -> dict:
+    """Versions, commit and command line, for config.yaml; a scenario run's adds the scenario
+    document as given and its file, from which `radixsim run DIR` reruns it (scenarios/run_record.py)."""
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for mod in ("simpy", "torch"):
         m = sys.modules.get(mod)
         v = getattr(m, "__version__", None) if m else None
         versions[mod] = None if v is None else str(v)  # torch's is a str subclass YAML cannot write
-    return {
+    out = {
         "radixsim_version": __version__,
         "git_commit": _git_commit(),
         "versions": versions,
         "command": command if command is not None else shlex.join(["radixsim"] + sys.argv[1:]),
         "seed": seed,
     }
+    if scenario is not None:
+        out.update(scenario=scenario, scenario_file=scenario_file)
+    return out
 
 
-def write_config(out: Path, config: dict, seed=None, command: str | None = None) -> None:
+def write_config(out: Path, config: dict, seed=None, command: str | None = None, sc=None) -> None:
+    """config.yaml: `config` plus provenance (with scenario `sc`'s document as given, if any)."""
     doc = dict(config)
-    doc["provenance"] = provenance(seed, command)
+    doc["provenance"] = provenance(seed, command, getattr(sc, "raw", None), getattr(sc, "source", None))
     write(out / "config.yaml", doc)
 
 

@@ -151,7 +151,7 @@ def write_run(out: Path, sc, eng, env, cost, backend: str, command: str | None) 
     results.write_events(sc.events, rows, summary, stats=getattr(eng, "event_stats", None))
     results.write_summary(out, summary)
     doc = {"mode": backend, **sc.doc, "cost": {**sc.doc["cost"], "model": repr(cost)}}
-    results.write_config(out, doc, seed=sc.seed, command=command)
+    results.write_config(out, doc, seed=sc.seed, command=command, sc=sc)
     if sc.engine.kind != "vllm":  # vLLM keeps no tree
         results.write(out / "tree.json", snapshot(eng.cache))  # the cache at the end, for `radixsim plot --kind tree`
     return summary, rounds

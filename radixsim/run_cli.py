@@ -17,14 +17,16 @@ def add_run(sub) -> None:
                            "and per-round TTFT and hit-rate plots to --out. Without a scenario it runs the "
                            "small 'quickstart' one. Catalog names (radixsim scenarios) work without a path."))
     u.add_argument("scenario", nargs="?", default=None,
-                   help="scenario file, or a catalog name such as fig4-dsv4-flash-l3 (default: quickstart)")
+                   help="scenario file, or a catalog name such as fig4-dsv4-flash-l3 (default: quickstart), or a "
+                        "result directory (or its config.yaml) to rerun the scenario it records")
     u.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario key, e.g. --set cache.l2_tokens=4000000 or --set "
                         "workload.num_rounds=20 (a dotted key of the scenario file: README.md 'Simulate "
                         "a scenario', SCHEMA in scenarios/schema.py; repeatable)")
     u.add_argument("--out", default=None, help="result directory (default: runs/NAME)")
-    u.add_argument("--backend", choices=["sim", "torch"], default="sim",
-                   help="sim: the SimPy clock with modelled links and cost (default); torch: the same engine "
+    u.add_argument("--backend", choices=["sim", "torch"], default=None,
+                   help="sim: the SimPy clock with modelled links and cost (default; a rerun: the recorded mode); "
+                        "torch: the same engine "
                         "with real pools, copies, L3 page store and the synthetic model (sizes: the "
                         "scenario's torch.* keys; torch.clock: modelled (default, the simulator's "
                         "timing), measured or realtime)")
@@ -53,6 +55,7 @@ def _cmd_run(args) -> int:
         sys.stderr.write(f"radixsim run: {e}\n")
         return EXIT_BAD_INPUT
     out = args.out or f"runs/{sc.doc['name']}"
+    args.backend = args.backend or sc.recorded_mode or "sim"  # a rerun keeps its record's mode
     warn("radixsim run", sc.warnings)
     if args.backend == "torch":
         torch_device(args, sc)

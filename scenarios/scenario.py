@@ -3,7 +3,8 @@
 A scenario is read (`load`), optionally overridden with ``--set`` dotted keys (`apply_sets`),
 validated against `SCHEMA` and resolved (`resolve`) into ready-to-run configuration objects
 plus ``doc``: every value, defaults and derived numbers included (``l1_tokens: auto`` becomes
-a number), which `radixsim run` writes to ``config.yaml``.
+a number), which `radixsim run` writes to ``config.yaml``; a run's config.yaml (or its result
+directory) reads back as the scenario it ran (`scenarios/run_record.py`).
 
 Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
 
@@ -56,6 +57,7 @@ from .cost_section import resolve_cost
 from .schema import SCHEMA, WORKLOAD_SCHEMAS, ScenarioError, validate_document, set_key  # noqa: F401
 from .schema import L2_SIZE_KEYS
 from .workload_kinds import WorkloadContext, WorkloadSpec, workload_kind
+from .run_record import RECORD_FILE, RunRecord, is_record, record_path, recorded_scenario, rename_where
 from .yamlfile import DuplicateKeyError, load_yaml, read_mapping
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -64,7 +66,13 @@ CATALOG_DIR = Path(__file__).parent / "catalog"
 # -- reading ------------------------------------------------------------------------------------
 def load(path) -> dict:
     """The raw mapping of a scenario file (no validation yet). A catalog name (without
-    .yaml) is looked up in scenarios/catalog/."""
+    .yaml) is looked up in scenarios/catalog/; a run's config.yaml (or its result directory)
+    gives the scenario it recorded (scenarios/run_record.py)."""
+    return read(path)[0]
+
+
+def read(path) -> tuple[dict, RunRecord | None]:
+    """`load`'s mapping and, for a run record, where its scenario came from (else None)."""
     p = scenario_path(path)
     try:
         raw = read_mapping(p, "a scenario", allow_empty=False)
@@ -73,16 +81,19 @@ def load(path) -> dict:
     except ValueError as e:
         raise ScenarioError(str(e)) from None
     except IsADirectoryError:
-        raise ScenarioError(f"{path}: is a directory; expected a scenario file (YAML) or a catalog name") from None
+        raise ScenarioError(f"{path}: is a directory; expected a scenario file (YAML), a catalog name or a "
+                            f"result directory (with {RECORD_FILE})") from None
     except OSError as e:
         raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
+    if is_record(raw):
+        return recorded_scenario(raw, p)
     raw.setdefault("name", p.stem)
-    return raw
+    return raw, None
 
 
 def scenario_path(path) -> Path:
     """The file a scenario argument names: the path itself, or a catalog name."""
-    p = Path(path)
+    p = record_path(Path(path))
     if not p.exists() and p.suffix not in (".yaml", ".yml") and (CATALOG_DIR / f"{p.name}.yaml").exists():
         p = CATALOG_DIR / f"{p.name}.yaml"
     return p
@@ -143,6 +154,8 @@ class Scenario:
     fleet: object = None  # scenarios.fleet.FleetSpec of a `fleet:` section (None: one engine)
     workload_kind: str = "multiturn"  # scenarios/workload_kinds.py
     events: tuple = ()  # scenarios.events.Event of the `events:` timeline (fault what-ifs)
+    raw: dict | None = None  # the document as given (after --smoke, --set), which config.yaml records to rerun
+    recorded_mode: str | None = None  # a rerun's: the mode its run record names (sim | torch)
 
     @property
     def seed(self) -> int:
@@ -185,7 +198,7 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
         del out["events"]  # config.yaml as before for a run without events
     return Scenario(doc=out, model=model, hardware=hw, tp=tp, cache=cache, engine=engine, workload=wl,
                     efficiency=dict(cost.efficiency), cost_table=cost.table, source=where, warnings=tiers.warnings,
-                    fleet=spec, workload_kind=doc["workload"]["kind"], events=events)
+                    fleet=spec, workload_kind=doc["workload"]["kind"], events=events, raw=copy.deepcopy(raw))
 
 
 def _events(events, spec, tiers, where: str) -> tuple:
@@ -309,13 +322,20 @@ def smoke(raw: dict) -> dict:
 
 
 def from_file(path, sets=(), smoke_run: bool = False) -> Scenario:
-    raw = load(path)
+    raw, rec = read(path)
     if smoke_run:
         raw = smoke(raw)
     if sets:
         raw = apply_sets(raw, sets)
-    p = scenario_path(path)
-    return resolve(raw, str(p if p.exists() else path))
+    if rec is None:
+        p = scenario_path(path)
+        return resolve(raw, str(p if p.exists() else path))
+    try:  # relative files resolve beside the recorded scenario file, as on the first run
+        sc = resolve(raw, rec.scenario_file or rec.path)
+    except ScenarioError as e:
+        raise rename_where(e, rec) from None
+    sc.recorded_mode = rec.mode
+    return sc
 
 
 __all__ = ["Scenario", "ScenarioError", "SCHEMA", "load", "smoke", "apply_sets", "set_key", "resolve", "from_file",

@@ -169,7 +169,8 @@ def test_directory_instead_of_file(capsys, tmp_path):
     d = tmp_path / "adir"
     d.mkdir()
     path, rc, out, err = run_file(capsys, tmp_path, path=d)
-    assert_one_line(rc, out, err, f"{PREFIX}{path}: is a directory; expected a scenario file (YAML) or a catalog name")
+    assert_one_line(rc, out, err, f"{PREFIX}{path}: is a directory; expected a scenario file (YAML), a catalog name or "
+                    "a result directory (with config.yaml)")
 
 
 @pytest.mark.parametrize("item,needles", [
