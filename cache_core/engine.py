@@ -72,7 +72,7 @@ from __future__ import annotations
 from .engine_loading import MAX_RESOLVE_ROUNDS, Loader, overlap_end_s
 from .engine_queues import RequestQueues
 from .engine_steps import StepBuilder
-from .engine_types import ARRIVED, DONE, PREFETCHING, EngineConfig, EngineRequest, EngineStalled
+from .engine_types import ARRIVED, DONE, PREFETCHING, EngineConfig, EngineRequest, EngineStalled, check_finished
 from .admission import Admission, BatchLimits, RunningBatch
 from .scheduling import FINISHED, make_schedule_policy
 
@@ -187,12 +187,9 @@ class Engine:
         self.clock.kick()
 
     def check_finished(self, expected: int | None = None) -> None:
-        """After the loop's driver stopped: raise EngineStalled, naming the unfinished requests'
-        phases, unless every request that arrived (and `expected` ones, when given) finished."""
-        n = self.arrived if expected is None else expected
-        if len(self.finished) != n or self.arrived != n:
-            raise EngineStalled(f"the run stopped with {len(self.finished)} of {n} requests finished; "
-                                f"{self.stall_report()}")
+        """After the loop's driver stopped: EngineStalled unless every request finished
+        (engine_types.check_finished)."""
+        check_finished(self, expected)
 
     def stall_report(self) -> str:
         """One line: the unfinished requests by phase (with their ids) and the memory state."""

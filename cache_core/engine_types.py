@@ -44,6 +44,16 @@ class EngineStalled(RuntimeError):
     transfer that never completes). The message names the unfinished requests by phase."""
 
 
+def check_finished(engine, expected: int | None = None) -> None:
+    """After an engine's driver stopped: raise EngineStalled, naming the unfinished requests
+    (`engine.stall_report()`), unless every request that arrived (and `expected` ones, when
+    given) finished. Shared by both engine flavours."""
+    n = engine.arrived if expected is None else expected
+    if len(engine.finished) != n or engine.arrived != n:
+        raise EngineStalled(f"the run stopped with {len(engine.finished)} of {n} requests finished; "
+                            f"{engine.stall_report()}")
+
+
 class Clock(Protocol):
     def now(self) -> float: ...
     def idle(self, until: float | None): ...

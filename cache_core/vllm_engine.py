@@ -29,7 +29,7 @@ refuse L2 keys under ``engine.kind: vllm``.
 from __future__ import annotations
 
 from .actions import BACKUP, L1, L2, LOAD, Transfer
-from .engine_types import DONE, WAITING, EngineStalled, Step
+from .engine_types import DONE, WAITING, EngineStalled, Step, check_finished
 from .scheduling import FINISHED, RUNNING
 from .scheduling import WAITING as Q_WAITING
 from .vllm_blocks import VllmBlockCache
@@ -216,10 +216,9 @@ class VllmEngine:
             f(r)
 
     def check_finished(self, expected: int | None = None) -> None:
-        n = self.arrived if expected is None else expected
-        if len(self.finished) != n or self.arrived != n:
-            raise EngineStalled(f"the run stopped with {len(self.finished)} of {n} requests finished; "
-                                f"{self.stall_report()}")
+        """After the loop's driver stopped: EngineStalled unless every request finished
+        (engine_types.check_finished)."""
+        check_finished(self, expected)
 
     def stall_report(self) -> str:
         s = self.sched

@@ -68,7 +68,7 @@ def run_replay_vllm(opts, out_dir, command: str | None = None) -> dict:
 
 
 def replay_vllm(opts, out: Path, command: str | None) -> dict:
-    from .replay import no_requests, replay_requests
+    from .replay import replay_requests
 
     B = opts.page_size
     if opts.tiers is not None:
@@ -84,16 +84,7 @@ def replay_vllm(opts, out: Path, command: str | None) -> dict:
                      "cached_tokens": r.cached_tokens, "cached_device": -1, "cached_host": 0, "cached_storage": 0,
                      "evicted_tokens": r.evicted_tokens, "rejected": r.rejected,
                      "cold_tokens": None, "evicted_miss_tokens": None})
-    if not rows:
-        raise no_requests(opts)
-    cache.check()
-    results.write_requests(out, rows)
-    rounds = results.round_table(rows)
-    if rounds:
-        results.write_rounds(out, rounds)
-    summary = {"mode": "replay", "engine": "vllm", **results.totals(rows, rounds),
-               "rejected": sum(r["rejected"] for r in rows),
-               "evicted_tokens": sum(r["evicted_tokens"] for r in rows), "bytes_per_link": {},
+    summary = {**_write_rows(opts, out, rows, cache), "bytes_per_link": {},
                "cache": {"blocks_cached": len(cache.hash_of), "free_blocks_hashed": len(cache.hashed)}}
     results.write_summary(out, summary)
     src = {"trace": str(opts.trace)} if opts.trace else {"workload": opts.workload}
@@ -107,7 +98,7 @@ def replay_vllm_offload(opts, out: Path, command: str | None) -> dict:
     """The replay with vLLM's CPU offloading connector as the L2."""
     from cache_core.actions import L1, L2
 
-    from .replay import no_requests, replay_requests
+    from .replay import replay_requests
 
     B, t = opts.page_size, opts.tiers
     tpc = opts.offload_block_size or B
@@ -128,17 +119,8 @@ def replay_vllm_offload(opts, out: Path, command: str | None) -> dict:
                      "cached_tokens": r.gpu_hit + r.cpu_hit, "cached_device": r.gpu_hit, "cached_host": r.cpu_hit,
                      "cached_storage": 0, "evicted_tokens": len(r.gpu_evicted) * B, "rejected": r.rejected,
                      "cold_tokens": None, "evicted_miss_tokens": None})
-    if not rows:
-        raise no_requests(opts)
-    cache.check()
-    results.write_requests(out, rows)
-    rounds = results.round_table(rows)
-    if rounds:
-        results.write_rounds(out, rounds)
     cpu = cache.cpu
-    summary = {"mode": "replay", "engine": "vllm", **results.totals(rows, rounds),
-               "rejected": sum(r["rejected"] for r in rows),
-               "evicted_tokens": sum(r["evicted_tokens"] for r in rows),
+    summary = {**_write_rows(opts, out, rows, cache),
                "tokens_per_link": {k: v[0] for k, v in moved.items()},
                "bytes_per_link": {k: v[1] for k, v in moved.items()},
                "cache": {"blocks_cached": len(cache.gpu.hash_of), "free_blocks_hashed": len(cache.gpu.hashed),
@@ -153,3 +135,19 @@ def replay_vllm_offload(opts, out: Path, command: str | None) -> dict:
             "num_chunks": cpu.num_chunks, "eviction_policy": opts.policy, "offload_prompt_only": True,
             "kv_bytes_per_token": t.kv_bytes_per_token}}}, command=command)
     return summary
+
+
+def _write_rows(opts, out: Path, rows: list, cache) -> dict:
+    """requests.csv and rounds.csv of a vLLM replay (bad input if there are no rows; the cache's
+    invariants checked first); the summary's totals."""
+    from .replay import no_requests
+
+    if not rows:
+        raise no_requests(opts)
+    cache.check()
+    results.write_requests(out, rows)
+    rounds = results.round_table(rows)
+    if rounds:
+        results.write_rounds(out, rounds)
+    return {"mode": "replay", "engine": "vllm", **results.totals(rows, rounds),
+            "rejected": sum(r["rejected"] for r in rows), "evicted_tokens": sum(r["evicted_tokens"] for r in rows)}
