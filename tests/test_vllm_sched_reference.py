@@ -19,8 +19,7 @@ import subprocess
 import pytest
 
 from cache_core.vllm_sched import VllmConfig
-from tests.test_vllm_engine import Clock, Recorder, _req
-from cache_core.vllm_engine import VllmEngine
+from tests.test_vllm_engine import _req, _run
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "tools" / "vllm_ref" / "run_vllm_sched.py"
@@ -35,21 +34,12 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _ours(cfg: dict) -> dict:
-    clock = Clock()
-    ex = Recorder(clock)
     reqs = [_req(rid, prompt, len(out)) for rid, prompt, out in cfg["requests"]]
     config = VllmConfig(block_size=cfg["block_size"], max_num_seqs=cfg["max_num_seqs"],
                         max_num_batched_tokens=cfg["max_num_batched_tokens"],
                         enable_chunked_prefill=cfg["enable_chunked_prefill"])
-    eng = VllmEngine(config, cfg["num_blocks"], clock, None, ex)
-    ex.eng = eng
-    eng.blocks.evicted_log = []
-    for r in reqs:
-        eng.arrive(r)
-    eng.close_input()
-    for _ in eng.loop():
-        pass
-    return {"steps": [[[rid, n] for rid, n, _ in s[0]] for s in ex.log], "preempted": eng.sched.preempted_log,
+    eng, log = _run(config, cfg["num_blocks"], reqs)
+    return {"steps": [[[rid, n] for rid, n, _ in s[0]] for s in log], "preempted": eng.sched.preempted_log,
             "cached": {r.rid: r.cached_tokens for r in eng.finished}, "evicted": eng.blocks.evicted_log,
             "free_queue": [[b, h] for b, h in eng.blocks.free_queue()]}
 
