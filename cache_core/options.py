@@ -38,7 +38,8 @@ class NoOptions:
 
 def default_of(f: dataclasses.Field):
     """A field's default as a scenario file writes it (a tuple as a list)."""
-    v = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    factory = f.default_factory
+    v = factory() if f.default is dataclasses.MISSING and callable(factory) else f.default
     return list(v) if isinstance(v, tuple) else v
 
 

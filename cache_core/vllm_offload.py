@@ -52,6 +52,7 @@ import numpy as np
 
 from .actions import L1, L2, LOAD, STORE, TransferKind
 from .keys import as_tokens, page_keys
+from .optional import present
 from .vllm_offload_policies import make_policy
 from .vllm_blocks import VllmBlockCache
 
@@ -338,17 +339,16 @@ class VllmOffloadCache:
         n_out = 0 if output is None else len(output)
         seq = prompt if n_out <= 1 else np.concatenate([prompt, as_tokens(output)[:-1]])
         keys = page_keys(seq, B)[0].tolist()
-        log0 = len(gpu.evicted_log)
-        hit = gpu.lookup(keys, P)
-        local = len(hit) * B
+        log0 = len(log := present(gpu.evicted_log, "the GPU block eviction log"))
+        local = len(hit := gpu.lookup(keys, P)) * B
         req = conn.new_request(keys, P)
-        ext = conn.matched_tokens(req, local)  # never None here: every transfer completes in its step
+        ext = present(conn.matched_tokens(req, local), "a CPU hit")  # never None here: every transfer completes in its step
         st = OffloadStep(P, n_out, local, ext, False, [], [], [], [])
         blocks = self._admit(req, hit, keys, ext, st)
         if blocks is None:
             st.rejected = True
             conn.finished(req, 0, [])  # never scheduled: no block table, nothing offered
-            st.gpu_evicted = gpu.evicted_log[log0:]
+            st.gpu_evicted = log[log0:]
             return st
         self._run(conn.offer(req, P, blocks), st)
         done, computed = P // B, P
@@ -366,7 +366,7 @@ class VllmOffloadCache:
             self._run(conn.offer(req, computed, blocks), st)
         gpu.free(blocks)
         self._run(conn.finished(req, computed, blocks), st)
-        st.gpu_evicted = gpu.evicted_log[log0:]
+        st.gpu_evicted = log[log0:]
         return st
 
     def _admit(self, req, hit, keys, ext, st) -> list | None:

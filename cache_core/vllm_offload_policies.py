@@ -99,7 +99,8 @@ class LruPolicy:
     def evict(self, n: int, protected: set):
         if n == 0:
             return []
-        selected, keys, deferred = [], set(), []
+        selected: list = []
+        keys, deferred = set(), []
         heap = self.heap
         while heap and len(selected) < n:
             entry = heapq.heappop(heap)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from .scheduling import check_int
 
@@ -103,7 +104,7 @@ class VllmScheduler:
         self.waiting: deque = deque()
         self.keys: dict = {}  # id(request) -> the hashes of its full blocks (prompt + output[:-1])
         self.preempted_log: list = []  # rids preempted, in order
-        self.offload = None  # an L2 connector (see `VllmEngine`), consulted at each prefix lookup
+        self.offload: Any = None  # an L2 connector (see `VllmEngine`), consulted at each prefix lookup
         self.oreq: dict = {}  # id(request) -> its connector state
         self.holding: deque = deque()  # requests holding blocks loaded (or loading) from the L2
         self.inflight: dict = {}  # id(request) -> request still prefilling (vLLM's _inflight_prefills)

@@ -51,7 +51,7 @@ follow a declared source component's indices.
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -87,7 +87,7 @@ class Component:
     slots_per_page = False  # True: `page_slots` reports one slot index per page (slots_of)
     # None, or `referenced(node) -> bool`: whether a session references this component's payload
     # on `node` (the `session` policy takes unreferenced payloads first; eviction.SessionAware)
-    session_referenced = None
+    session_referenced: Callable[[Any], bool] | None = None
 
     # -- matching --------------------------------------------------------------------------
     def validator(self, l1_only: bool = False):

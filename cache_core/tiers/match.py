@@ -69,7 +69,7 @@ class TieredMatch(MemoMatch):
         self.topo, self.hier, self.tree, self.page_size = topo, hier, topo.tree, topo.page_size
         self.memo: PlanMemo | None = PlanMemo() if memo else None
         self.quiet = memo and topo.policy.tick_order_only
-        self.pools = None  # every component's `match_state()` and the hierarchy's L2 pool, once built
+        self.pools: list | None = None  # every component's `match_state()` and the hierarchy's L2 pool, once built
 
     @property
     def version(self) -> int:
