@@ -32,9 +32,9 @@ Read from vllm 0.33.0 (under vllm/: "sched" = distributed/kv_transfer/kv_connect
 For an engine (concurrent requests), VllmOffloadConnector is the scheduler side, per request:
 `new_request(block keys, prompt length)` at add_request; `matched_tokens(req, GPU-hit tokens)`
 at first scheduling (None: vLLM delays the request: a hit chunk is being stored or loaded);
-after the GPU allocation with a CPU hit, `load(req, block table, hit)` -> a LOAD Transfer (the
+after the GPU allocation with a CPU hit, `load(req, block table, hit)` -> a LOAD OffloadJob (the
 chunks stay pinned until `complete`); each step the request runs, `offer(req, tokens computed
-after the step, block table)` -> a STORE Transfer or None; `complete(transfer)` when the
+after the step, block table)` -> a STORE OffloadJob or None; `complete(transfer)` when the
 workers report it; the step after it finishes, `finished(req, tokens computed, block table)`.
 Transfers carry CPU chunk ids, GPU block ids and bytes (GPU blocks x block size x bytes_per_token).
 
@@ -57,7 +57,7 @@ from .vllm_offload_policies import make_policy
 from .vllm_blocks import VllmBlockCache
 
 @dataclass
-class Transfer:
+class OffloadJob:
     """One transfer job: `direction` LOAD (CPU L2 -> GPU L1) or STORE (vLLM's name: GPU L1 -> CPU L2)."""
     direction: TransferKind
     keys: list
@@ -248,7 +248,7 @@ class VllmOffloadConnector:
             return None
         return ext
 
-    def load(self, req: OffloadRequest, blocks: list, ext: int) -> Transfer:
+    def load(self, req: OffloadRequest, blocks: list, ext: int) -> OffloadJob:
         """update_state_after_alloc with a CPU hit: the load job (pins its chunks)."""
         B, end = self.B, req.local + ext
         first = req.local // B
@@ -257,9 +257,9 @@ class VllmOffloadConnector:
         self.loading.update(keys)
         req.next_stored = -(-end // self.tpc)
         dst = blocks[first:-(-end // B)]
-        return Transfer(LOAD, keys, cids, dst, len(dst) * B * self.bpt)
+        return OffloadJob(LOAD, keys, cids, dst, len(dst) * B * self.bpt)
 
-    def offer(self, req: OffloadRequest, computed: int, blocks: list) -> Transfer | None:
+    def offer(self, req: OffloadRequest, computed: int, blocks: list) -> OffloadJob | None:
         """The store job of one step (`computed` tokens after it, `blocks` its block table)."""
         if self.prompt_only:
             computed = min(computed, req.prompt_len)
@@ -280,9 +280,9 @@ class VllmOffloadConnector:
             return None
         bpc, idx = self.bpc, {k: i for i, k in enumerate(keys, start)}
         src = [b for k in stored for b in blocks[idx[k] * bpc:(idx[k] + 1) * bpc]]
-        return Transfer(STORE, stored, cids, src, len(src) * self.B * self.bpt, evicted)
+        return OffloadJob(STORE, stored, cids, src, len(src) * self.B * self.bpt, evicted)
 
-    def complete(self, t: Transfer | None) -> None:
+    def complete(self, t: OffloadJob | None) -> None:
         """The workers report the job done (update_connector_output)."""
         if t is None or not t.keys:
             return
@@ -292,7 +292,7 @@ class VllmOffloadConnector:
         else:
             self.cpu.complete_store(t.keys)
 
-    def finished(self, req: OffloadRequest, computed: int, blocks: list) -> Transfer | None:
+    def finished(self, req: OffloadRequest, computed: int, blocks: list) -> OffloadJob | None:
         """The step after the request finished: its last offer, then mgr.on_request_finished."""
         t = self.offer(req, computed, blocks)
         self.cpu.request_finished(req)
@@ -325,7 +325,7 @@ class VllmOffloadCache:
         self.cpu = VllmCpuOffload(cpu_chunks, policy)
         self.conn = VllmOffloadConnector(self.cpu, block_size, blocks_per_chunk, bytes_per_token, prompt_only)
 
-    def _run(self, t: Transfer | None, st: OffloadStep) -> None:
+    def _run(self, t: OffloadJob | None, st: OffloadStep) -> None:
         if t is not None:
             st.transfers.append(t)
             st.stored.extend(t.keys if t.direction == STORE else ())

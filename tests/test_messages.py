@@ -63,7 +63,7 @@ def test_cost_table_that_is_a_directory(tmp_path, capsys):
 def test_run_of_a_directory_says_directory(tmp_path, capsys):
     rc, out, err = run(capsys, ["run", str(tmp_path), "--no-plots", "--no-progress", "--out", str(tmp_path / "o")])
     assert (rc, out) == (2, "")
-    assert err.endswith(f"{tmp_path}: is a directory; expected a scenario file (YAML) or a catalog name\n")
+    assert err.endswith(f"{tmp_path}: is a directory; expected a scenario file (YAML), a catalog name or a result directory (with config.yaml)\n")
     assert len(err.splitlines()) == 1
 
 
