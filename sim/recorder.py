@@ -166,6 +166,7 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
         s["tokens_per_link"] = dict(hier.tokens_moved)
     if getattr(eng, "tokens_moved", None) is not None:  # engine.kind vllm with an L2 (cache_core/vllm_engine.py)
         s["tokens_per_link"] = dict(eng.tokens_moved)
+        s["evictions"]["full"]["L2"] = cache.stats()["l2_evicted_tokens"]  # CPU chunks evicted, in tokens
     if hier is not None and hier.storage is not None:
         s["storage_fetch"] = storage_fetch(eng.queues.finished)
     s["cache"] = cache.stats()

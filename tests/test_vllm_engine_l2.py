@@ -79,6 +79,7 @@ def test_one_request_at_a_time_gives_the_replay_cores_gpu_and_cpu_hits(tmp_path,
     assert s_sim["tokens_per_link"] == s_rep["tokens_per_link"]
     assert s_sim["cache"]["l2_evicted_chunks"] == s_rep["cache"]["cpu_chunks_evicted"]
     assert s_sim["cache"]["l2_chunks"] == l2 // (tpc or 16)
+    assert s_sim["evictions"]["full"]["L2"] == s_rep["cache"]["cpu_chunks_evicted"] * (tpc or 16)
     hits = sum(h for _, _, h, _ in sim)
     assert (hits > 0) == (l1 == 1024) and s_sim["cache"]["l2_evicted_chunks"] > 0
     kvb = 64 * 8 * 128 * 2 * 2  # Qwen3-32B: layers x KV heads x head dim x (K, V) x bf16 bytes
@@ -168,3 +169,21 @@ def test_bad_l2_input_under_vllm_is_one_line_and_writes_nothing(tmp_path, capsys
     assert "Traceback" not in err and rc == 2 and out == "", err
     assert err.count("\n") == 1 and err.startswith(f"radixsim run: {path}: {needle}"), err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_multiturn_round_hits_the_previous_rounds_whole_blocks_under_vllm(tmp_path, capsys):
+    """The multiturn workload keys its pages at cache.page_size (64); vLLM's blocks are 16 tokens, so
+    the engine must hash the sequence at 16 (scenarios/workloads.py `sequence_keys`). One client,
+    64 new tokens and 4 output tokens a round, by hand: round 1's sequence (67 tokens) caches 4
+    full blocks, which round 2 hits (64 tokens); round 2's (135) 8 blocks: round 3 hits 128;
+    round 4 192 (as the SGLang-like engine with 16-token pages). Before the fix: 16, 32, 48."""
+    doc = {"model": "qwen3-32b", "hardware": "h200x1", "cache": {"l1_tokens": 100000, "l2_tokens": 200000},
+           "engine": {"kind": "vllm"}, "workload": {"num_clients": 1, "num_rounds": 4, "request_length": 64,
+                                                    "output_length": 4, "max_parallel": 1}}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(doc))
+    rc, _, err = run_main(capsys, ["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o"), "--no-plots",
+                                   "--no-progress"])
+    assert rc == 0, err
+    with open(tmp_path / "o" / "requests.csv") as f:
+        got = [(int(r["prompt_tokens"]), int(r["cached_device"]), int(r["cached_host"])) for r in csv.DictReader(f)]
+    assert got == [(64, 0, 0), (132, 64, 0), (200, 128, 0), (268, 192, 0)]
