@@ -43,7 +43,8 @@ KIND_KEYS = {
     "offload_eviction_policy": (None, ("choice", (None, *OFFLOAD_POLICIES)),
                                 "null (vLLM's lru), lru or arc (engine.kind vllm with cache.l2_tokens)"),
 }
-KIND_LIMITS = {"engine.block_size": 2**20, "engine.offload_block_size": 2**20, "engine.max_num_seqs": 10**5, "engine.max_num_batched_tokens": 2**30}
+KIND_LIMITS = {"engine.block_size": 2**20, "engine.offload_block_size": 2**20, "engine.max_num_seqs": 10**5,
+               "engine.max_num_batched_tokens": 2**30}
 # cache keys the vLLM flavour does not model (its KV is one full-attention block pool, LRU free queue)
 UNMODELLED_CACHE = ("page_size", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "swa_tokens", "mamba_slots",
                     "mamba_every_tokens", "hicache_ratio", "hicache_size_gb", "l3_tokens",
@@ -148,5 +149,5 @@ def num_blocks(l1_tokens: int, block_size: int) -> int:
     return l1_tokens // block_size + 1
 
 
-__all__ = ["ENGINE_KINDS", "KIND_KEYS", "KIND_LIMITS", "VLLM_KEYS", "OFFLOAD_KEYS", "SGLANG_KEYS", "check_kind_keys", "vllm_config",
-           "engine_doc", "num_blocks", "offload"]
+__all__ = ["ENGINE_KINDS", "KIND_KEYS", "KIND_LIMITS", "VLLM_KEYS", "OFFLOAD_KEYS", "SGLANG_KEYS", "check_kind_keys",
+           "vllm_config", "engine_doc", "num_blocks", "offload"]

@@ -187,3 +187,23 @@ def test_a_multiturn_round_hits_the_previous_rounds_whole_blocks_under_vllm(tmp_
     with open(tmp_path / "o" / "requests.csv") as f:
         got = [(int(r["prompt_tokens"]), int(r["cached_device"]), int(r["cached_host"])) for r in csv.DictReader(f)]
     assert got == [(64, 0, 0), (132, 64, 0), (200, 128, 0), (268, 192, 0)]
+
+
+def test_the_report_shows_the_l2_links_and_evictions(tmp_path, capsys):
+    """`radixsim run` with plots on a vllm scenario with an L2: report.html has the bytes moved on
+    both PCIe links and the CPU's evictions (summary.json's figures), timeline.csv the CPU's tokens."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_with(cache={"l1_tokens": 1024, "l2_tokens": 2048},
+                                         workload={"num_clients": 6, "num_rounds": 3, "request_length": 200})))
+    rc, _, err = run_main(capsys, ["run", str(path), "--out", str(tmp_path / "o"), "--no-progress"])
+    assert rc == 0, err
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    html = (tmp_path / "o" / "report.html").read_text()
+    b = s["bytes_per_link"]
+    assert b["L2->L1"] > 0 and b["L1->L2"] > 0 and s["evictions"]["full"]["L2"] > 0
+    for cell in (f"L2-&gt;L1</td><td>{b['L2->L1']:,}", f"L1-&gt;L2</td><td>{b['L1->L2']:,}",
+                 f"L2</td><td>{s['evictions']['full']['L2']:,}"):
+        assert cell in html, cell
+    with open(tmp_path / "o" / "timeline.csv") as f:
+        l2 = [int(r["l2_used_tokens"]) for r in csv.DictReader(f)]
+    assert max(l2) == 2048 and l2[-1] == 2048  # the CPU's 128 chunks, full
