@@ -7,7 +7,7 @@ prefix cache (`vllm_blocks.py`), on the same three plug-ins as the SGLang-like `
 A step mixes decodes and prefill chunks (vLLM has no prefill-only steps): it is priced as one
 `engine_types.Step`, each prefill chunk as (new tokens, tokens computed before it) and each
 decode by its context. Times of a result row: ``queue_s`` in the waiting queue until the first
-token (also after a preemption before it), ``load_s`` 0 (no tier), compute the rest.
+token (also after a preemption before it, and an L2 load's wait), ``load_s`` 0, compute the rest.
 
 A request that could never be served (``cdiv(prompt + output, B)`` above the pool's blocks:
 longer than the ``max_model_len`` the pool allows; without chunked prefill, longer than the
