@@ -47,6 +47,16 @@ def _readme_vllm_quickstart(ctx) -> str:
     return " against ".join(f"{ctx.runs(k[0], *k[1])['hit_rate']:.3f}" for k in _VLLM_RUNS)
 
 
+_VLLM_L2_RUNS = [run_key("vllm-quickstart-l2"), run_key("quickstart")]  # vLLM's CPU offloading, SGLang's HiCache L2
+
+
+@entry("readme-vllm-quickstart-l2", "README.md", cheap=True, seconds=8, block=False, runs=_VLLM_L2_RUNS,
+       command="radixsim run vllm-quickstart-l2; radixsim run quickstart (hit_rate_device / hit_rate_host)")
+def _readme_vllm_quickstart_l2(ctx) -> str:
+    return " against ".join("{hit_rate_device:.3f} + {hit_rate_host:.3f}".format(**ctx.runs(k[0], *k[1]))
+                            for k in _VLLM_L2_RUNS)
+
+
 @entry("readme-test-count", "README.md", cheap=False, seconds=60, block=False,
        command="python -m pytest -o addopts= --collect-only -q (the number of tests collected)")
 def _readme_tests(ctx) -> str:

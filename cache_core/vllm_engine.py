@@ -7,7 +7,7 @@ prefix cache (`vllm_blocks.py`), on the same three plug-ins as the SGLang-like `
 A step mixes decodes and prefill chunks (vLLM has no prefill-only steps): it is priced as one
 `engine_types.Step`, each prefill chunk as (new tokens, tokens computed before it) and each
 decode by its context. Times of a result row: ``queue_s`` in the waiting queue until the first
-token (also after a preemption before it), ``load_s`` 0 (no tier), compute the rest.
+token (also after a preemption before it, and an L2 load's wait), ``load_s`` 0, compute the rest.
 
 A request that could never be served (``cdiv(prompt + output, B)`` above the pool's blocks:
 longer than the ``max_model_len`` the pool allows; without chunked prefill, longer than the
@@ -21,10 +21,13 @@ the blocks up to it and waits out of the queue until the load lands, `VllmSchedu
 ``load(state, blocks, tokens)``; ``offer(state, computed, blocks)`` after each step a request ran
 (its store job); ``finished(state, computed, blocks)`` when it finishes (blocks freed at once:
 vLLM's delayed free while stores are pending is not modelled); ``complete(transfer)`` when the
-data plane reports a transfer done. Transfers (``direction`` load / store, ``gpu_blocks``,
+data plane reports a transfer done; ``cpu`` (its length: the chunks held) and ``tpc`` (tokens per
+chunk) for the timeline and, with the real connector, the stats. Transfers (``direction`` load / store, ``gpu_blocks``,
 ``nbytes``) go onto the L2 <-> L1 link as ``load`` / ``backup`` actions. The reported L2 hit is
-``cached_host`` (the wait for its load counts as ``queue_s``). Not wired to scenarios yet: they
-refuse L2 keys under ``engine.kind: vllm``.
+``cached_host`` (the wait for its load counts as ``queue_s``). Scenarios wire it with
+``cache.l2_tokens`` (scenarios/engine_kinds.py, radixsim/sim_wiring.py); then ``tokens_moved``
+counts the tokens per link (summary ``tokens_per_link``), the cache's stats the CPU chunks and
+the timeline the CPU's cached tokens.
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ class VllmKV:
 
     hier = None
     name = "full"
+    offload = None  # the L2 connector (VllmEngine's `offload`), whose CPU chunks `stats` reports
 
     def __init__(self, blocks: VllmBlockCache):
         self.blocks = blocks
@@ -57,12 +61,23 @@ class VllmKV:
         """Tokens in blocks that hold KV (referenced, or cached in the free queue)."""
         return (len(self.blocks.ref) + len(self.blocks.hashed)) * self.page_size
 
+    def l2_tokens(self) -> int:
+        """Tokens in the CPU's chunks (0 without an L2)."""
+        o = self.offload
+        return 0 if o is None else len(o.cpu) * o.tpc
+
     def stats(self) -> dict:
         b = self.blocks
-        return {"kind": "vllm", "block_size": self.page_size, "capacity_tokens": self.capacity_tokens,
+        out = {"kind": "vllm", "block_size": self.page_size, "capacity_tokens": self.capacity_tokens,
                "free_tokens": None if b.num_blocks is None else b.free_blocks * self.page_size,
                "cached_blocks": len(b.hash_of), "evicted_tokens": b.evicted_blocks * self.page_size,
                "evicted_blocks": b.evicted_blocks}
+        if self.offload is not None:
+            cpu, tpc = self.offload.cpu, self.offload.tpc
+            out.update({"l2_block_size": tpc, "l2_chunks": cpu.num_chunks, "l2_cached_chunks": len(cpu),
+                        "l2_stored_chunks": cpu.stored_chunks, "l2_evicted_chunks": cpu.evicted_chunks,
+                        "l2_evicted_tokens": cpu.evicted_chunks * tpc})
+        return out
 
     def check(self) -> None:
         self.blocks.check()
@@ -83,6 +98,8 @@ class VllmEngine:
         self.sched.offload = offload
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.offload = offload
+        self.cache.offload = offload
+        self.tokens_moved = None if offload is None else {f"{L1}->{L2}": 0, f"{L2}->{L1}": 0}
         self.pending: dict = {}  # transfer id -> (connector transfer, request)
         self.next_id = 0
         self.arrived = 0
@@ -108,6 +125,7 @@ class VllmEngine:
             a = Transfer(id=self.next_id, kind=LOAD if load else BACKUP, component="full", src_tier=L2 if load else L1,
                          dst_tier=L1 if load else L2, tokens=n * self.P, bytes=t.nbytes,
                          src=None if load else tuple(t.gpu_blocks), dst=tuple(t.gpu_blocks) if load else None)
+            self.tokens_moved[f"{a.src_tier}->{a.dst_tier}"] += a.tokens
             self.pending[a.id] = (t, r)
             self.counters["transfers"] += 1
             self.dataplane.submit(a, self.transfer_done)
@@ -179,7 +197,8 @@ class VllmEngine:
             r.state = FINISHED
             self.done_request(r)
         self.timeline.append((now, len(self.sched.running), len(self.sched.waiting),
-                              0 if self.blocks.num_blocks is None else self.cache.used_tokens(), 0, 0))
+                              0 if self.blocks.num_blocks is None else self.cache.used_tokens(),
+                              self.cache.l2_tokens(), 0))
 
     # -- arrivals ---------------------------------------------------------------------------
     def arrive(self, r) -> None:

@@ -66,13 +66,17 @@ def batch_defaults(gpu_memory_bytes: int, gpu_name: str) -> tuple[int, int]:
 class VllmConfig:
     """vLLM's scheduler arguments (same names): ``block_size``, ``max_num_seqs``,
     ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``long_prefill_token_threshold``
-    (0: off, vLLM's default)."""
+    (0: off, vLLM's default); with an L2 (vLLM's CPU offloading connector), its
+    kv_connector_extra_config ``block_size`` and ``eviction_policy`` as ``offload_block_size``
+    (tokens per CPU chunk) and ``offload_eviction_policy`` (None both: no L2)."""
 
     block_size: int = DEFAULT_BLOCK_SIZE
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     enable_chunked_prefill: bool = True
     long_prefill_token_threshold: int = 0
+    offload_block_size: int | None = None
+    offload_eviction_policy: str | None = None
 
     kind = "vllm"  # what scenarios and the simulator branch on (EngineConfig is the sglang kind)
 

@@ -27,7 +27,8 @@ def sim_engine(env, sc, storage=None):
         cost = make_cost(sc)
         B = sc.engine.block_size
         return build_vllm(env, sc.engine, num_blocks(sc.cache.capacity_tokens, B), cost, sc.hardware,
-                          layers=sc.model.num_layers), cost
+                          layers=sc.model.num_layers, offload=vllm_offload(sc),
+                          shards=transfer_shards(sc.model, sc.tp)), cost
     cache = RadixCache(sc.cache, record_actions="transfers", auto_ack=sc.cache.tiers is None, storage=storage)
     cost = make_cost(sc)
     eng = build(env, cache, sc.engine, cost, sc.hardware, shards=transfer_shards(sc.model, sc.tp),
@@ -41,6 +42,19 @@ def sim_engine(env, sc, storage=None):
 
         l3_reads.install(env, eng, sc.engine.l3_get_batch_pages)
     return eng, cost
+
+
+def vllm_offload(sc):
+    """vLLM's CPU offloading connector of an engine.kind vllm scenario with cache.l2_tokens
+    (cache_core/vllm_offload.py: L2 tokens // offload block size chunks), else None."""
+    t, e = sc.cache.tiers, sc.engine
+    if t is None:
+        return None
+    from cache_core.vllm_offload import VllmCpuOffload, VllmOffloadConnector
+
+    tpc = e.offload_block_size
+    return VllmOffloadConnector(VllmCpuOffload(t.l2_tokens // tpc, e.offload_eviction_policy), e.block_size,
+                                tpc // e.block_size, t.kv_bytes_per_token)
 
 
 def workload_source(env, eng, sc):

@@ -24,7 +24,8 @@ Keys (DESIGN.md's dotted names; the same for ``--set`` and ``--grid``)::
            expert parallelism, priced by sim/operators.py), attention_backend (null | a backend
            of sim/opdata/attention_backends.json: prefill attention on its measured curve);
            kind (sglang | vllm); under vllm instead: block_size, max_num_seqs,
-           max_num_batched_tokens, enable_chunked_prefill (vLLM's; scenarios/engine_kinds.py)
+           max_num_batched_tokens, enable_chunked_prefill (vLLM's; scenarios/engine_kinds.py),
+           with cache.l2_tokens offload_block_size, offload_eviction_policy (its CPU offloading)
     workload.kind (multiturn) and its knobs: num_clients, num_rounds, request_length,
              output_length, max_parallel, request_rate, round_barrier, ready_queue_policy,
              vocab_size
@@ -179,7 +180,8 @@ def resolve(raw: dict, where: str = "<scenario>") -> Scenario:
     tiers = pools.tiers(c, model, tp, l1.l1_tokens, swa, mamba, where)
     cache = _cache_config(c, model, l1.l1_tokens, swa, mamba, tiers.config, where, pools.extra_components(comps, where))
     engine = (_engine_config(e, c, doc["seed"], where) if e["kind"] == "sglang"
-              else kinds.vllm_config(doc, hw, model, where, ScenarioError))
+              else kinds.vllm_config(doc, hw, model, where, ScenarioError,
+                                     None if tiers.config is None else tiers.config.l2_tokens))
     _check_fits(e, c["page_size"], model, swa, where)
     wl = _workload(doc["workload"], doc["seed"], c["page_size"], l1.l1_tokens, where)
     cost = resolve_cost(doc["cost"], model, tp, e["ep_size"], where, attention_backend=e["attention_backend"])

@@ -155,8 +155,12 @@ class WorkloadRequest:
 
     def sequence_keys(self, page_size: int) -> np.ndarray:
         """Keys of every full page of `sequence`: the prompt's keys plus the few pages the
-        output completes, hashed from `key_state` (O(page + output) work)."""
+        output completes, hashed from `key_state` (O(page + output) work). Keys are prefix
+        hashes at page ends, so those of another page size than the workload's (the vLLM flavour's
+        engine.block_size) are hashed from the whole sequence instead."""
         st = self.key_state
+        if len(self.page_keys) and st.length != len(self.page_keys) * page_size:
+            return page_keys(self.sequence, page_size)[0]
         extra, _ = page_keys(self.sequence[st.length :], page_size, st)
         return np.concatenate([self.page_keys[: st.length // page_size], extra])
 

@@ -88,8 +88,8 @@ def _cumulative_busy(points, now: float):
 def _links(eng) -> list:
     """The links the run's tiers use: none without L2, PCIe with L2, and the L3 ones with L3."""
     hier = eng.cache.hier
-    if hier is None:
-        return []
+    if hier is None:  # engine.kind vllm with an L2: its CPU offloading on PCIe
+        return [ln for ln in eng.links if ln.name in ("L2->L1", "L1->L2")] if getattr(eng, "offload", None) else []
     names = {"L2->L1", "L1->L2"} | ({"L3->L2", "L2->L3"} if hier.storage is not None else set())
     return [ln for ln in eng.links if ln.name in names]
 
@@ -164,6 +164,9 @@ def summarise(eng, rows, rounds, env_now: float) -> dict:
                          "ops": dict(sorted(tc.counter.totals.items()))}
     if hier is not None:
         s["tokens_per_link"] = dict(hier.tokens_moved)
+    if getattr(eng, "tokens_moved", None) is not None:  # engine.kind vllm with an L2 (cache_core/vllm_engine.py)
+        s["tokens_per_link"] = dict(eng.tokens_moved)
+        s["evictions"]["full"]["L2"] = cache.stats()["l2_evicted_tokens"]  # CPU chunks evicted, in tokens
     if hier is not None and hier.storage is not None:
         s["storage_fetch"] = storage_fetch(eng.queues.finished)
     s["cache"] = cache.stats()

@@ -135,13 +135,16 @@ def build(env: simpy.Environment, cache, engine_config, cost, hardware, *, shard
     return eng
 
 
-def build_vllm(env: simpy.Environment, config, num_blocks: int | None, cost, hardware, *, layers: int = 1):
+def build_vllm(env: simpy.Environment, config, num_blocks: int | None, cost, hardware, *, layers: int = 1,
+               offload=None, shards: dict | None = None):
     """A vLLM-like engine (cache_core/vllm_engine.py) on the same simulated plug-ins: its steps
-    on the cost model, its (future L2) transfers on the hardware's links."""
+    on the cost model, its L2 connector's (`offload`) transfers on the hardware's links (L1 <->
+    L2: PCIe, each rank moving its `shards` share, as the SGLang-like engine's)."""
     from cache_core.vllm_engine import VllmEngine
 
     links = LinkSet.from_hardware(env, hardware)
-    eng = VllmEngine(config, num_blocks, SimClock(env), SimDataPlane(links), CostExecutor(env, cost, layers=layers))
+    eng = VllmEngine(config, num_blocks, SimClock(env), SimDataPlane(links, shards),
+                     CostExecutor(env, cost, layers=layers), offload=offload)
     eng.links = links
     return eng
 

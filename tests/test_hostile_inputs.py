@@ -275,7 +275,7 @@ def test_numeric_key_table_covers_the_schema():
             "cache.hicache_size_gb", "cache.l3_tokens", "engine.max_running_requests", "engine.new_token_ratio",
             "workload.num_clients", "workload.request_rate", "workload.speedup", "workload.max_requests",
             "workload.turns", "workload.think_time_s", "torch.layers"} <= keys
-    assert len(NUMERIC_KEYS) == 75  # 64 + engine.l3_get_batch_pages + shared_prefix's 7 + engine.kind vllm's 3
+    assert len(NUMERIC_KEYS) == 76  # 64 + engine.l3_get_batch_pages + shared_prefix's 7 + engine.kind vllm's 4
     assert set(SAMPLES) == set(INT_CHECKS + NUMBER_CHECKS + SIZE_CHECKS)
 
 

@@ -94,7 +94,8 @@ def test_list_names_the_cost_and_command(capsys):
     rc, out, _ = run(capsys, ["--list", "--cheap"])
     names = [ln.split()[0] for ln in out.splitlines()]
     assert rc == 0 and names == ["readme-commands", "readme-trace-requests", "readme-fleet-requests",
-                                 "readme-vllm-quickstart", "validation-table", "validation-per-round",
+                                 "readme-vllm-quickstart", "readme-vllm-quickstart-l2", "validation-table",
+                                 "validation-per-round",
                                  "store-model-validation",
                                  "store-model-per-shard", "figure4-dsv4-l1", "figure4-inkling-l1",
                                  "figure4-dsv4-swa", "figure4-inkling-swa", "figure4-inkling-mamba", "figure4-dsv4-l2",

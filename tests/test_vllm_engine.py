@@ -293,6 +293,7 @@ class FakeConnector:
 
     def __init__(self, B):
         self.B, self.cpu, self.log = B, set(), []
+        self.tpc = B  # tokens per chunk: the timeline's L2 tokens are len(cpu) x tpc
 
     class T:
         def __init__(self, direction, keys, gpu_blocks, nbytes):
