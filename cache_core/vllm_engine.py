@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from .actions import BACKUP, L1, L2, LOAD, Transfer
 from .engine_types import DONE, WAITING, EngineStalled, Step, check_finished
+from .optional import present
 from .scheduling import FINISHED, RUNNING
 from .scheduling import WAITING as Q_WAITING
 from .vllm_blocks import VllmBlockCache
@@ -99,7 +100,7 @@ class VllmEngine:
         self.clock, self.dataplane, self.executor = clock, dataplane, executor
         self.offload = offload
         self.cache.offload = offload
-        self.tokens_moved = None if offload is None else {f"{L1}->{L2}": 0, f"{L2}->{L1}": 0}
+        self.tokens_moved: dict[str, int] | None = None if offload is None else {f"{L1}->{L2}": 0, f"{L2}->{L1}": 0}
         self.pending: dict = {}  # transfer id -> (connector transfer, request)
         self.next_id = 0
         self.arrived = 0
@@ -125,7 +126,8 @@ class VllmEngine:
             a = Transfer(id=self.next_id, kind=LOAD if load else BACKUP, component="full", src_tier=L2 if load else L1,
                          dst_tier=L1 if load else L2, tokens=n * self.P, bytes=t.nbytes,
                          src=None if load else tuple(t.gpu_blocks), dst=tuple(t.gpu_blocks) if load else None)
-            self.tokens_moved[f"{a.src_tier}->{a.dst_tier}"] += a.tokens
+            moved = present(self.tokens_moved, "the L2 link counters")  # transfers exist only with an L2
+            moved[f"{a.src_tier}->{a.dst_tier}"] += a.tokens
             self.pending[a.id] = (t, r)
             self.counters["transfers"] += 1
             self.dataplane.submit(a, self.transfer_done)
