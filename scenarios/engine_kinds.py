@@ -32,7 +32,7 @@ SGLANG_KEYS = ("max_running_requests", "max_prefill_tokens", "chunked_prefill_to
 # the schema's entries (scenarios/schema.py: key -> (default, checker, what is expected)) and sanity limits
 _GPU = "null (vLLM 0.33.0's default for the GPU) or an integer >= 1 (engine.kind vllm)"
 KIND_KEYS = {
-    "kind": ("sglang", ("choice", ENGINE_KINDS), "one of sglang, vllm (the engine flavour; scenarios/engine_kinds.py)"),
+    "kind": ("sglang", ("choice", ENGINE_KINDS), "one of " + ", ".join(ENGINE_KINDS) + " (the engine flavour; scenarios/engine_kinds.py)"),
     "block_size": (None, "int1_or_none", "null (vLLM's 16) or an integer >= 1 (engine.kind vllm)"),
     "max_num_seqs": (None, "int1_or_none", _GPU),
     "max_num_batched_tokens": (None, "int1_or_none", _GPU),

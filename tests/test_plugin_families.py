@@ -322,7 +322,8 @@ def test_docs_fleet_md_has_one_row_per_registered_router_in_registry_order():
 def test_cli_name_lists_are_the_registries():
     """Every CLI choice list of a family's names is the registry itself (read when used); two stay
     literal because argparse formats them when the parser is built and the core's names would
-    import numpy into `radixsim --help`: they must equal the core's tuples."""
+    import numpy into `radixsim --help` (write policies, L3 writes, engine flavours): they must
+    equal the core's tuples."""
     import argparse
 
     from cache_core.tiers import L3_WRITES, WRITE_POLICIES
@@ -343,3 +344,6 @@ def test_cli_name_lists_are_the_registries():
     assert {k for k, v in choices.items() if v is REPLAY_WORKLOADS} == {"replay --workload", "curve --workload"}
     assert list(choices["replay --write-policy"]) == list(WRITE_POLICIES)
     assert list(choices["replay --l3-write"]) == list(L3_WRITES)
+    from scenarios.engine_kinds import ENGINE_KINDS, KIND_KEYS  # engine flavours: replay's --engine, engine.kind
+
+    assert list(choices["replay --engine"]) == list(ENGINE_KINDS) == list(KIND_KEYS["kind"][1][1])
