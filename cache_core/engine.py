@@ -72,9 +72,9 @@ from __future__ import annotations
 from .engine_loading import MAX_RESOLVE_ROUNDS, Loader, overlap_end_s
 from .engine_queues import RequestQueues
 from .engine_steps import StepBuilder
-from .engine_types import ARRIVED, DONE, PREFETCHING, EngineConfig, EngineRequest, EngineStalled, check_finished
+from .engine_types import ARRIVED, PREFETCHING, EngineConfig, EngineRequest, EngineStalled, check_finished
 from .admission import Admission, BatchLimits, RunningBatch
-from .scheduling import FINISHED, make_schedule_policy
+from .scheduling import make_schedule_policy
 
 UNBOUNDED_TOKENS = 1 << 62
 
@@ -222,10 +222,7 @@ class Engine:
         r.phase = ARRIVED
         r.phase_since_s = r.arrival_s
         if self.admission.ceil_pages(r.fill_len) + self.admission.reservation(r) >= self.max_total_tokens:
-            r.rejected = True
-            r.phase = DONE
-            r.state = FINISHED
-            r.finish_s = self.clock.now()
+            r.reject(self.clock.now())
             self.done_request(r)
             return
         if r.session_id is not None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
-from .scheduling import Request, check_int, schedule_policy_names
+from .scheduling import FINISHED, Request, check_int, schedule_policy_names
 
 if TYPE_CHECKING:
     from .records import MatchResult, TokenSeq
@@ -190,6 +190,13 @@ class EngineRequest(Request):
     def __post_init__(self):
         super().__post_init__()
         self.prompt_tokens = len(self.prompt)
+
+    def reject(self, now: float) -> None:
+        """It can never be served: it ends at once, rejected (both engine flavours, at arrival)."""
+        self.rejected = True
+        self.phase = DONE
+        self.state = FINISHED
+        self.finish_s = now
 
     @property
     def limit(self) -> int:

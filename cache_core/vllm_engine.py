@@ -211,10 +211,7 @@ class VllmEngine:
         total = len(r.prompt) + r.output_length
         if (n is not None and cdiv(total, self.P) > n - 1) or (
                 not self.config.enable_chunked_prefill and total > self.config.max_num_batched_tokens):
-            r.rejected = True
-            r.phase = DONE
-            r.state = FINISHED
-            r.finish_s = self.clock.now()
+            r.reject(self.clock.now())
             self.done_request(r)
             return
         r.phase = WAITING

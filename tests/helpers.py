@@ -161,3 +161,16 @@ def stub_cache(match, **attrs):
     `attrs` says otherwise; `attrs` adds what else the router reads (pools, free tokens)."""
     matcher = type("M", (), {"span": lambda self, seq, limit: 0, "result": lambda self, plan: match})()
     return type("C", (), {"hier": object(), "matcher": matcher, "query": lambda self, seq, n: None, **attrs})()
+
+
+def assert_run_refused(capsys, tmp_path, doc: dict, needle: str) -> None:
+    """`radixsim run` of scenario `doc` (written as s.yaml) is refused: one line starting with
+    the file and `needle`, exit 2, no traceback, nothing written."""
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    rc, out, err = run_main(capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--no-plots", "--no-progress"])
+    assert "Traceback" not in err and rc == 2 and out == "", err
+    assert err.count("\n") == 1 and err.startswith(f"radixsim run: {path}: {needle}"), err
+    assert not (tmp_path / "out").exists()

@@ -18,7 +18,7 @@ from cache_core.engine_types import EngineRequest, EngineStalled
 from cache_core.records import TokenSeq
 from cache_core.vllm_engine import VllmEngine
 from cache_core.vllm_sched import VllmConfig, batch_defaults
-from helpers import run_main
+from helpers import assert_run_refused, run_main
 from scenarios import scenario
 
 
@@ -268,12 +268,7 @@ def _with(**sections):
      "engine.max_num_batched_tokens: 4096 is below Qwen3-32B's context (40960) with enable_chunked_prefill false"),
 ])
 def test_an_option_the_vllm_flavour_does_not_model_is_one_line_and_writes_nothing(tmp_path, capsys, doc, needle):
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    rc, out, err = run_main(capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--no-plots", "--no-progress"])
-    assert "Traceback" not in err and rc == 2 and out == "", err
-    assert err.count("\n") == 1 and err.startswith(f"radixsim run: {path}: {needle}"), err
-    assert not (tmp_path / "out").exists()
+    assert_run_refused(capsys, tmp_path, doc, needle)
 
 
 def test_the_torch_backend_is_refused_in_one_line(tmp_path, capsys):

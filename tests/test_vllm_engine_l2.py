@@ -20,7 +20,7 @@ from cache_core.records import TokenSeq
 from cache_core.vllm_engine import VllmEngine
 from cache_core.vllm_offload import VllmCpuOffload, VllmOffloadConnector
 from cache_core.vllm_sched import VllmConfig
-from helpers import run_main
+from helpers import assert_run_refused, run_main
 from sim.links import Link, LinkSet
 from sim.simulator import CostExecutor, SimClock, SimDataPlane
 
@@ -163,12 +163,7 @@ def _with(**sections):
      "engine.offload_eviction_policy: a vLLM scheduler key; expected it unset with engine.kind sglang"),
 ])
 def test_bad_l2_input_under_vllm_is_one_line_and_writes_nothing(tmp_path, capsys, doc, needle):
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    rc, out, err = run_main(capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--no-plots", "--no-progress"])
-    assert "Traceback" not in err and rc == 2 and out == "", err
-    assert err.count("\n") == 1 and err.startswith(f"radixsim run: {path}: {needle}"), err
-    assert not (tmp_path / "out").exists()
+    assert_run_refused(capsys, tmp_path, doc, needle)
 
 
 def test_a_multiturn_round_hits_the_previous_rounds_whole_blocks_under_vllm(tmp_path, capsys):
