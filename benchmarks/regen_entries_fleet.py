@@ -142,6 +142,19 @@ def _fleet_router_comparison(ctx) -> str:
                  rows)
 
 
+VLLM_SCENARIO = "fleet4-shared-prefix-vllm"  # the same fleet on engine.kind vllm (issue 32)
+VLLM_ROUTERS = [("llm_d precise", SCORER_PROFILES["llm_d precise"]), ("round_robin", "round_robin")]
+
+
+@entry("fleet-vllm-router-comparison", "docs/fleet.md", cheap=True, seconds=8, block=False,
+       runs=[run_key(VLLM_SCENARIO, f"fleet.router={r}") for _, r in VLLM_ROUTERS],
+       command=f"radixsim run {VLLM_SCENARIO} --set fleet.router=R (R: llm_d precise's profile, round_robin)")
+def _fleet_vllm_router_comparison(ctx) -> str:
+    return " against ".join(
+        "{label} hit {hit_rate:.3f}, TTFT p90 {ttft_p90_s:.3f} s".format(
+            label=label, **ctx.runs(VLLM_SCENARIO, f"fleet.router={r}")["fleet"]) for label, r in VLLM_ROUTERS)
+
+
 # docs/figure4.md ----------------------------------------------------------------------------
 def _resolved(name: str, doc: str, scenario: str, key: str) -> None:
     """An inline figure of a scenario's resolved cache (config.yaml's `cache.KEY`, e.g. `l1_tokens: auto`)."""

@@ -64,6 +64,10 @@ class VllmBlockCache:
         self.evicted_blocks = 0
         self.evicted_log: list[int] | None = None  # set to [] to record evicted block ids in order
 
+    @property
+    def unbounded(self) -> bool:
+        return self.num_blocks is None
+
     # -- the free queue --------------------------------------------------------------------
     @property
     def free_blocks(self) -> int:

@@ -31,6 +31,8 @@ the timeline the CPU's cached tokens.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 from .actions import BACKUP, L1, L2, LOAD, Transfer
 from .engine_types import DONE, WAITING, EngineStalled, Step, check_finished
 from .optional import present
@@ -80,8 +82,55 @@ class VllmKV:
                         "l2_evicted_tokens": cpu.evicted_chunks * tpc})
         return out
 
+    # -- what a router reads (fleet/routers: llm_d's scorers, cache_aware_exact), the radix cache's names --
+    @property
+    def full(self) -> "VllmKV":
+        """The full-attention component: the pool itself (its only one)."""
+        return self
+
+    @property
+    def pool(self) -> VllmBlockCache:
+        return self.blocks
+
+    @property
+    def free_tokens(self) -> int:
+        """Tokens in free blocks that hold no KV (the free queue's unhashed and never-used blocks)."""
+        return (self.blocks.free_blocks - len(self.blocks.hashed)) * self.page_size
+
+    @property
+    def evictable_tokens(self) -> int:
+        """Tokens in cached blocks no request references (the free queue's hashed tail)."""
+        return len(self.blocks.hashed) * self.page_size
+
+    def exact_reuse(self, req) -> int:
+        """Tokens of `req` this engine would reuse now, read without changing anything: the GPU
+        hit (`VllmBlockCache.lookup`) plus the CPU chunks (the offload connector's) stored
+        beyond it, as `VllmOffloadConnector.matched_tokens` counts them (chunks still being
+        stored count none; no LRU touch)."""
+        B = self.page_size
+        keys = req.seq.page_keys(B).tolist()
+        local = len(self.blocks.lookup(keys, req.prompt_tokens)) * B
+        o = self.offload
+        if o is None:
+            return local
+        tpc, n_keys = o.tpc, req.prompt_tokens // o.tpc
+        start = local // tpc
+        hits = 0
+        for k in keys[o.bpc - 1::o.bpc][start:n_keys]:
+            ref = o.cpu.lookup(k)
+            if ref is None or ref < 0:
+                break
+            hits += 1
+        ext = min(n_keys * tpc, tpc * (start + hits)) - local
+        return local + (ext if hits and ext >= tpc else 0)
+
     def check(self) -> None:
         self.blocks.check()
+
+
+class VllmQueues(NamedTuple):
+    waiting: Any
+    prefetching: Any
 
 
 class VllmEngine:
@@ -111,6 +160,17 @@ class VllmEngine:
         self.listeners: list = []
         self.counters = {"preemptions": 0, "prefill_steps": 0, "decode_steps": 0, "prefill_tokens": 0,
                          "transfers": 0}
+
+    @property
+    def max_total_tokens(self) -> int | None:
+        """The pool's KV tokens (SGLang's name; None: unbounded)."""
+        return self.cache.capacity_tokens
+
+    @property
+    def queues(self):
+        """The waiting requests as a router reads them (SGLang's names): ``waiting`` (vLLM's
+        waiting queue) and ``prefetching`` (those waiting for their L2 load, `holding`)."""
+        return VllmQueues(self.sched.waiting, self.sched.holding)
 
     @property
     def inflight(self) -> int:

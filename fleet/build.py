@@ -87,7 +87,7 @@ def _kv_bytes_per_token(model) -> tuple:
 
 def _router(kind: dict, where: str, scs: list, seed: int, ranks: int):
     """A router over engines whose first ranks' scenarios are `scs` (each of `ranks` ranks)."""
-    router = make_router(kind, len(scs), page_size=scs[0].cache.page_size, seed=seed, where=where)
+    router = make_router(kind, len(scs), page_size=_page_size(scs[0]), seed=seed, where=where)
     if hasattr(router, "capacity_pages"):
         router.capacity_pages = [_capacity_pages(esc) * ranks for esc in scs]
     return router
@@ -96,7 +96,13 @@ def _router(kind: dict, where: str, scs: list, seed: int, ranks: int):
 def _capacity_pages(sc) -> int | None:
     """L1 + L2 pages of an engine (what a KV-event indexer can see it hold)."""
     l2 = 0 if sc.cache.tiers is None else int(sc.doc["cache"]["l2_tokens"] or 0)
-    return (sc.cache.capacity_tokens + l2) // sc.cache.page_size
+    return (sc.cache.capacity_tokens + l2) // _page_size(sc)
+
+
+def _page_size(sc) -> int:
+    """The unit a router counts an engine's KV in: vLLM's block (the unit of its KV events and
+    prefix hashes, engine.kind vllm), else the cache's page."""
+    return sc.engine.block_size if sc.engine.kind == "vllm" else sc.cache.page_size
 
 
 __all__ = ["build_fleet", "rebuild_engine", "share_l3", "shared_store"]

@@ -89,8 +89,6 @@ def check_kind_keys(raw: dict, doc: dict, comps: list, where: str, error) -> Non
     if comps != ["full"]:
         raise error(f"{where}: cache.components: {comps}: engine.kind vllm models full attention only "
                     "(no swa/mamba); expected a full-attention model or components [full]")
-    if doc.get("fleet") is not None:
-        raise error(f"{where}: fleet: engine.kind vllm runs a single engine so far; expected no fleet section")
     if doc.get("events"):
         raise error(f"{where}: events: engine.kind vllm has no fault what-ifs yet; expected no events")
 

@@ -140,6 +140,8 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
     for g in groups:
         merged = _merge(base, {k: v for k, v in g.items() if k not in ("count", "role")})
         sc = resolve(merged, where)
+        if sc.engine.kind == "vllm":
+            _vllm_fleet(f, dp, where)
         if dp > sc.tp or sc.tp % dp:
             # DP attention splits an engine's tp ranks into dp attention groups of tp / dp ranks
             # (SGLang's compute_dp_attention_world_info: attn_tp_size = tp_size // dp_size)
@@ -159,6 +161,10 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
                                 "has no P/D transfer model); expected cache.components without mamba for role decode")
     elif any(r != "both" for r in roles):
         raise ScenarioError(f"{where}: fleet.groups: prefill/decode roles need fleet.pd; expected fleet.pd: {{}} too")
+    if len({sc.engine.kind for sc in engines}) > 1:
+        raise ScenarioError(f"{where}: fleet.groups: engines mix engine.kind sglang and vllm; expected one engine.kind")
+    if len({getattr(sc.engine, "block_size", None) for sc in engines}) > 1:
+        raise ScenarioError(f"{where}: fleet.groups: engines differ in engine.block_size; expected one block size")
     if len({sc.cache.page_size for sc in engines}) > 1:
         raise ScenarioError(f"{where}: fleet.groups: engines differ in cache.page_size; expected one page size")
     shared = f.get("shared_l3", False)
@@ -176,6 +182,14 @@ def resolve_fleet(raw: dict, f, where: str, resolve) -> FleetSpec:
     doc = {"engines": len(engines) // dp, "groups": f.get("groups"), "roles": roles, "router": router,
            "shared_l3": shared, "slo_ttft_s": ttft, "slo_tpot_s": tpot, "pd": pd, "dp": dp, "dp_router": dp_router}
     return FleetSpec(tuple(engines), tuple(roles), router, shared, ttft, tpot, pd, dp, dp_router, doc)
+
+
+def _vllm_fleet(f: dict, dp: int, where: str) -> None:
+    """What a fleet of engine.kind vllm engines does not build yet: P/D and DP attention (SGLang's)."""
+    if f.get("pd") is not None:
+        raise ScenarioError(f"{where}: fleet.pd: P/D is not built for engine.kind vllm; expected no fleet.pd")
+    if dp > 1:
+        raise ScenarioError(f"{where}: fleet.dp: {dp}: DP attention is not built for engine.kind vllm; expected dp: 1")
 
 
 def _rank_override(sc, dp: int) -> dict:

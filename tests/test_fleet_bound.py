@@ -20,7 +20,8 @@ FLEETS = [n for n in catalog_names() if from_file(n).doc.get("fleet")]
 
 def test_the_catalog_has_these_fleet_scenarios():
     assert FLEETS == ["fleet-agentic-colocated-8", "fleet-agentic-pd-4p4d", "fleet-dsv4-flash-dp1",
-                      "fleet-dsv4-flash-dp8", "fleet16-agentic", "fleet16-multiturn", "fleet4-shared-prefix"]
+                      "fleet-dsv4-flash-dp8", "fleet16-agentic", "fleet16-multiturn", "fleet4-shared-prefix",
+                      "fleet4-shared-prefix-vllm"]
 
 
 @pytest.mark.parametrize("name", FLEETS)

@@ -41,8 +41,9 @@ def test_the_cheap_figures_match_a_rerun(capsys):
     rc, out, err = run(capsys, ["--check", "--cheap"])
     cheap = [e for e in regen.REGISTRY.values() if e.cheap]
     assert (rc, out.splitlines()[-1]) == (0, f"{len(cheap)} entries checked: all match"), out
-    assert {e.doc for e in cheap} == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/figure4.md",
-                                      "docs/figure6.md", "docs/policy_lab.md", "docs/sources/attention_backends.md"}
+    assert {e.doc for e in cheap} == {"README.md", "docs/validation.md", "docs/store_model.md", "docs/fleet.md",
+                                      "docs/figure4.md", "docs/figure6.md", "docs/policy_lab.md",
+                                      "docs/sources/attention_backends.md"}
 
 
 def test_every_entry_has_its_marker_and_every_marker_its_entry():
@@ -97,7 +98,8 @@ def test_list_names_the_cost_and_command(capsys):
                                  "readme-vllm-quickstart", "readme-vllm-quickstart-l2", "validation-table",
                                  "validation-per-round",
                                  "store-model-validation",
-                                 "store-model-per-shard", "figure4-dsv4-l1", "figure4-inkling-l1",
+                                 "store-model-per-shard", "fleet-vllm-router-comparison", "figure4-dsv4-l1",
+                                 "figure4-inkling-l1",
                                  "figure4-dsv4-swa", "figure4-inkling-swa", "figure4-inkling-mamba", "figure4-dsv4-l2",
                                  "figure4-inkling-l2", "figure6-dsv4-pro-l1", "figure6-dsv4-pro-l2", "figure6-qwen-l1",
                                  "figure6-qwen-l2", "figure6-qwen-mamba", "policy-lab-curve-agentic",

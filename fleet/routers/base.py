@@ -123,7 +123,12 @@ def exact_reuse(engine, req) -> int:
     """Tokens of `req` that `engine`'s cache holds now on device and host (a shared L3 offers
     every engine the same storage run, so storage does not count), read as an index would:
     what ``cache.match`` would return, without its effects (no LRU tick, no split, no queue
-    offer), so a router asking every engine changes none of their eviction orders."""
+    offer), so a router asking every engine changes none of their eviction orders. A cache that
+    answers this itself (cache_core/vllm_engine.py `VllmKV.exact_reuse`: vLLM's block cache and
+    its CPU offload) does."""
     cache = engine.cache
+    own = getattr(cache, "exact_reuse", None)
+    if own is not None:
+        return own(req)
     m = cache.matcher.result(cache.query(req.seq, cache.matcher.span(req.seq, req.limit)))
     return m.device + m.host_tokens if cache.hier is not None else m.cached_tokens
