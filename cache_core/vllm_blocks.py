@@ -174,6 +174,19 @@ class VllmBlockCache:
     def free(self, blocks: list[int]) -> None:
         self._free(blocks)
 
+    def decode(self, blocks: list[int], keys: list[int], done: int, pos: int) -> int | None:
+        """A request's block table `blocks` grown to hold `pos` tokens (one new block when the last
+        is full) and its blocks that became full cached; returns how many are cached now, or None
+        when no block is free (vLLM would preempt)."""
+        if len(blocks) * self.block_size < pos:
+            if self.free_blocks < 1:
+                return None
+            blocks += self._take(1)
+        full = pos // self.block_size
+        if full > done:
+            self._cache(blocks, keys, done, full)
+        return max(done, full)
+
     def step(self, prompt, output=None) -> StepResult:
         """Serve one request alone, as vLLM's scheduler does: prefill, decode output[:-1], free."""
         B = self.block_size
@@ -194,15 +207,10 @@ class VllmBlockCache:
         done = P // B
         rejected = False
         for t in range(1, n_out):  # decode step t computes token P + t - 1
-            if len(blocks) * B < P + t:
-                if self.free_blocks < 1:
-                    rejected = True  # vLLM would preempt; alone, the request stops here
-                    break
-                blocks += self._take(1)
-            full = (P + t) // B
-            if full > done:
-                self._cache(blocks, keys, done, full)
-                done = full
+            if (grown := self.decode(blocks, keys, done, P + t)) is None:
+                rejected = True  # vLLM would preempt; alone, the request stops here
+                break
+            done = grown
         self._free(blocks)
         return StepResult(P, n_out, cached, (self.evicted_blocks - evicted0) * B, rejected)
 

@@ -353,15 +353,10 @@ class VllmOffloadCache:
         self._run(conn.offer(req, P, blocks), st)
         done, computed = P // B, P
         for t in range(1, n_out):  # decode step t computes token P + t - 1
-            if len(blocks) * B < P + t:
-                if gpu.free_blocks < 1:
-                    st.rejected = True  # vLLM would preempt; alone, the request stops here
-                    break
-                blocks += gpu.take(1)
-            full = (P + t) // B
-            if full > done:
-                gpu.cache(blocks, keys, done, full)
-                done = full
+            if (grown := gpu.decode(blocks, keys, done, P + t)) is None:
+                st.rejected = True  # vLLM would preempt; alone, the request stops here
+                break
+            done = grown
             computed = P + t
             self._run(conn.offer(req, computed, blocks), st)
         gpu.free(blocks)
