@@ -49,6 +49,20 @@ def _on_sigterm(signum, frame) -> None:
     raise Terminated()
 
 
+def _sent_again(unraisable) -> None:
+    """`sys.unraisablehook` while a command runs: an interrupt raised where Python cannot let it
+    out (a signal landing in a weakref or import-lock callback is printed as "Exception ignored"
+    and lost: a SIGTERM once let a run finish) is sent again, to land where the command is; from
+    a timer thread, so that it cannot land in this hook (where it would be lost again)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import threading
+
+        sig = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+        threading.Timer(0.001, os.kill, (os.getpid(), sig)).start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 def main(argv=None) -> int:
     """Parse and run one command. Every command shares one error path: Ctrl-C -> one line
     "interrupted", exit 130; SIGTERM -> the same way out, "terminated", exit 143; an OS error,
@@ -68,6 +82,7 @@ def main(argv=None) -> int:
         old_term = signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: SIGTERM keeps its handler
         old_term = None
+    old_hook, sys.unraisablehook = sys.unraisablehook, _sent_again
     try:
         rc = _dispatch(parser, args)
         sys.stdout.flush()  # a closed pipe shows here, inside the error path, not at interpreter exit
@@ -95,6 +110,7 @@ def main(argv=None) -> int:
         sys.stderr.write(f"{prog}: {line}\n")
         return EXIT_BAD_INPUT
     finally:
+        sys.unraisablehook = old_hook
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
     text = str(oom[0]).strip() if oom else ""

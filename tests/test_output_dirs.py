@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import radixsim.run
 import radixsim.validate
 from radixsim.cli import main
 from radixsim import outputs
@@ -152,6 +153,37 @@ def test_sigterm_on_a_run_removes_its_temporary_directory(tmp_path):
     stdout, stderr = signal_when(p, lambda: bool(list(tmp_path.glob(".o.tmp-*"))), signal.SIGTERM)
     assert (p.returncode, stdout, stderr) == (143, "", "radixsim run: terminated\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("exc, rc, line", [("Terminated", 143, "terminated"), ("KeyboardInterrupt", 130, "interrupted")])
+def test_an_interrupt_lost_in_a_callback_is_sent_again(tmp_path, capsys, monkeypatch, exc, rc, line):
+    """A signal that lands in a weakref callback (as one did in an import lock's: CI once saw a
+    SIGTERM printed as "Exception ignored" and the run finish with exit 0) reaches the command."""
+    import time
+    import weakref
+
+    import radixsim.cli as cli
+
+    interrupt = getattr(cli, exc) if exc == "Terminated" else KeyboardInterrupt
+
+    def simulate(sc, **kw):
+        def cb(_):
+            raise interrupt()
+
+        class Obj:
+            pass
+
+        o = Obj()
+        ref = weakref.ref(o, cb)
+        del o  # the callback runs here; its exception cannot leave it
+        for _ in range(100):  # the interrupt is sent again and raised here, where the command is
+            time.sleep(0.01)
+        return 0 if ref is not None else 1
+
+    monkeypatch.setattr(radixsim.run, "simulate", simulate)
+    got, _, err = run_inproc(capsys, ["run", "quickstart", "--smoke", "--no-plots", "--out", str(tmp_path / "o")])
+    assert (got, err) == (rc, f"radixsim run: {line}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
 
 
 # -- sweep and plan directories -------------------------------------------------------------------------
