@@ -181,7 +181,12 @@ def test_an_interrupt_lost_in_a_callback_is_sent_again(tmp_path, capsys, monkeyp
         return 0 if ref is not None else 1
 
     monkeypatch.setattr(radixsim.run, "simulate", simulate)
-    got, _, err = run_inproc(capsys, ["run", "quickstart", "--smoke", "--no-plots", "--out", str(tmp_path / "o")])
+    # Python's own SIGINT handler (a job started in the background with `&` inherits SIGINT ignored)
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        got, _, err = run_inproc(capsys, ["run", "quickstart", "--smoke", "--no-plots", "--out", str(tmp_path / "o")])
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert (got, err) == (rc, f"radixsim run: {line}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
 
